@@ -1,0 +1,31 @@
+"""Exception hierarchy: one root, a few kinds, each with a one-line message for users."""
+
+from __future__ import annotations
+
+
+class GpuwatchError(Exception):
+    """Root of every error gpuwatch raises on purpose."""
+
+
+class ConfigError(GpuwatchError):
+    """A setting is missing or has a bad value."""
+
+
+class NvmlUnavailable(GpuwatchError):
+    """No NVIDIA driver or GPU could be reached through NVML."""
+
+
+class StoreError(GpuwatchError):
+    """The store could not be opened, read or written."""
+
+
+class StoreInUse(StoreError):
+    """Another running gpuwatch owns the data directory."""
+
+
+class QueryError(GpuwatchError):
+    """A query could not be parsed or evaluated."""
+
+
+class ScrapeError(GpuwatchError):
+    """A scrape target could not be fetched or parsed."""

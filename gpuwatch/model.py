@@ -1,0 +1,81 @@
+"""Plain data passed between layers: samples, label sets, matchers, series."""
+
+from __future__ import annotations
+
+import math
+import struct
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import NamedTuple
+
+import numpy as np
+
+# A label set: (name, value) pairs sorted by name; never contains "__name__".
+Labels = tuple[tuple[str, str], ...]
+
+# Prometheus's staleness marker: a NaN with this exact bit pattern.
+STALE_NAN_BITS = 0x7FF0000000000002
+STALE_NAN: float = struct.unpack("<d", struct.pack("<Q", STALE_NAN_BITS))[0]
+
+
+def is_stale(value: float) -> bool:
+    """Tell whether `value` is Prometheus's staleness marker (not any NaN)."""
+    return math.isnan(value) and struct.unpack("<Q", struct.pack("<d", value))[0] == STALE_NAN_BITS
+
+
+def make_labels(labels: Mapping[str, str]) -> Labels:
+    """Return `labels` as a sorted tuple, dropping `__name__` and empty values."""
+    return tuple(sorted((k, v) for k, v in labels.items() if k != "__name__" and v != ""))
+
+
+class Sample(NamedTuple):
+    """One value of one series, timestamped by the batch that carries it."""
+
+    name: str
+    labels: Labels
+    value: float
+
+
+@dataclass(frozen=True)
+class Batch:
+    """Samples taken at one instant (Unix milliseconds)."""
+
+    timestamp_ms: int
+    samples: Sequence[Sample]
+
+
+class Matcher(NamedTuple):
+    """A label matcher as in PromQL: op is one of '=', '!=', '=~', '!~'.
+
+    Regexes are anchored (`^(?:value)$`), as in Prometheus. The metric name is
+    matched as the label `__name__`.
+    """
+
+    name: str
+    op: str
+    value: str
+
+
+@dataclass(frozen=True)
+class SeriesData:
+    """One series' samples in a time range, sorted by time."""
+
+    name: str
+    labels: Labels
+    timestamps_ms: np.ndarray  # int64, ascending
+    values: np.ndarray  # float64; may hold STALE_NAN
+
+    def label_dict(self) -> dict[str, str]:
+        """Return the labels as a dict including `__name__`."""
+        return {"__name__": self.name, **dict(self.labels)}
+
+
+@dataclass(frozen=True)
+class MetricInfo:
+    """Metadata of a metric family, for HELP/TYPE lines and the docs."""
+
+    name: str
+    type: str  # gauge | counter | histogram | summary | unknown
+    help: str
+    unit: str = ""
+    labels: tuple[str, ...] = field(default=())
