@@ -1,0 +1,209 @@
+"""Build the object graph (settings -> store -> collectors -> jobs -> web) and run it."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from dataclasses import dataclass, field
+from typing import Any
+
+from gpuwatch import __version__
+from gpuwatch.clock import Clock, SystemClock
+from gpuwatch.collect.nvml import GPU_METRICS, GpuCollector, load_nvml
+from gpuwatch.config import Settings
+from gpuwatch.errors import NvmlUnavailable
+from gpuwatch.exposition import format_text
+from gpuwatch.jobs import JobRegistry
+from gpuwatch.model import Batch, MetricInfo, Sample, make_labels
+from gpuwatch.store import Store
+
+log = logging.getLogger("gpuwatch")
+
+SELF_METRICS: tuple[MetricInfo, ...] = (
+    MetricInfo("gpuwatch_build_info", "gauge", "gpuwatch version; always 1.", "", ("version",)),
+    MetricInfo("gpuwatch_gpus", "gauge", "Number of GPUs gpuwatch samples (0 when NVML is unavailable).", ""),
+    MetricInfo("gpuwatch_nvml_up", "gauge", "1 if NVML answered at start-up, 0 if no GPU or driver was found.", ""),
+    MetricInfo("gpuwatch_store_series", "gauge", "Series in the store.", ""),
+    MetricInfo("gpuwatch_store_queue_depth", "gauge", "Batches waiting to be written to the store.", ""),
+    MetricInfo("gpuwatch_store_write_errors_total", "counter", "Failed writes to the store since start.", ""),
+    MetricInfo("gpuwatch_job_runs_total", "counter", "Runs of each scheduled job since start.", "", ("job",)),
+    MetricInfo("gpuwatch_job_failures_total", "counter", "Failed runs of each scheduled job.", "", ("job",)),
+    MetricInfo(
+        "gpuwatch_job_last_duration_seconds", "gauge", "How long the last run of each job took.", "seconds", ("job",)
+    ),
+)
+
+
+@dataclass
+class Runtime:
+    """Everything one gpuwatch process holds; passed down, never global."""
+
+    settings: Settings
+    clock: Clock
+    store: Store
+    hostname: str
+    gpu: GpuCollector | None
+    gpu_problem: str | None
+    jobs: JobRegistry
+    metadata: dict[str, MetricInfo] = field(default_factory=dict)
+    _latest: dict[str, Batch] = field(default_factory=dict)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+    _stop: threading.Event = field(default_factory=threading.Event)
+    _threads: list[threading.Thread] = field(default_factory=list)
+    _scheduler: Any = None
+
+    # -- sampling -------------------------------------------------------------------------------
+    def sample(self) -> None:
+        """Take one sample of every source and hand it to the store (the 'sample' job)."""
+        now_ms = self.clock.now_ms()
+        samples: list[Sample] = []
+        if self.gpu is not None:
+            samples.extend(self.gpu.collect(now_ms).samples)
+        samples.extend(self._self_samples())
+        batch = Batch(now_ms, samples)
+        with self._lock:
+            self._latest["gpu"] = batch
+        self.store.append(batch)
+
+    def _self_samples(self) -> list[Sample]:
+        stats = self.store.stats()
+        out = [
+            Sample("gpuwatch_build_info", make_labels({"version": __version__}), 1.0),
+            Sample("gpuwatch_gpus", (), float(len(self.gpu.gpus) if self.gpu is not None else 0)),
+            Sample("gpuwatch_nvml_up", (), 1.0 if self.gpu is not None else 0.0),
+            Sample("gpuwatch_store_series", (), float(stats.get("series", 0))),
+            Sample("gpuwatch_store_queue_depth", (), float(stats.get("queue_depth", 0))),
+            Sample("gpuwatch_store_write_errors_total", (), float(stats.get("write_errors", 0))),
+        ]
+        for job in self.jobs.states():
+            labels = make_labels({"job": str(job["name"])})
+            out.append(Sample("gpuwatch_job_runs_total", labels, float(job["runs"])))  # type: ignore[arg-type]
+            out.append(Sample("gpuwatch_job_failures_total", labels, float(job["failures"])))  # type: ignore[arg-type]
+            if job["last_duration_s"] is not None:
+                out.append(Sample("gpuwatch_job_last_duration_seconds", labels, float(job["last_duration_s"])))  # type: ignore[arg-type]
+        return out
+
+    def retention(self) -> None:
+        """Drop samples older than the retention period (the 'retention' job)."""
+        deleted = self.store.apply_retention(self.clock.now_ms())
+        if deleted:
+            log.info("retention: deleted %d samples older than %ss", deleted, int(self.settings.retention))
+
+    def _watch_events(self) -> None:
+        assert self.gpu is not None
+        while not self._stop.is_set():
+            try:
+                self.gpu.wait_events(500)
+            except Exception as e:  # a broken event set must not end monitoring
+                log.warning("XID event watch stopped: %s", e)
+                return
+
+    # -- what the web layer reads ----------------------------------------------------------------
+    def exposition(self) -> str:
+        """Return the latest figures in Prometheus text format (for GET /metrics)."""
+        with self._lock:
+            batch = self._latest.get("gpu")
+        samples = list(batch.samples) if batch is not None else self._self_samples()
+        return format_text(samples, self.metadata)
+
+    def metric_metadata(self) -> dict[str, list[dict[str, str]]]:
+        """Return metadata as Prometheus's /api/v1/metadata shapes it."""
+        return {n: [{"type": m.type, "help": m.help, "unit": m.unit}] for n, m in sorted(self.metadata.items())}
+
+    def status(self) -> dict[str, Any]:
+        """Return a short status for /-/health and the overview page."""
+        return {
+            "status": "ok",
+            "version": __version__,
+            "hostname": self.hostname,
+            "demo": self.settings.demo,
+            "gpus": len(self.gpu.gpus) if self.gpu is not None else 0,
+            "gpu_problem": self.gpu_problem,
+        }
+
+    # -- life cycle ------------------------------------------------------------------------------
+    def start(self) -> None:
+        """Start the scheduler and the XID event thread (only `gpuwatch serve` calls this)."""
+        from apscheduler.schedulers.background import BackgroundScheduler
+
+        scheduler = BackgroundScheduler(timezone="UTC", job_defaults={"coalesce": True, "max_instances": 1})
+        for name in self.jobs.names():
+            scheduler.add_job(
+                self.jobs.run,
+                "interval",
+                args=[name],
+                seconds=self.jobs.interval(name),
+                id=name,
+                misfire_grace_time=max(1, int(self.jobs.interval(name))),
+            )
+        scheduler.start()
+        self._scheduler = scheduler
+        self.jobs.run("sample")
+        if self.gpu is not None:
+            t = threading.Thread(target=self._watch_events, name="gpuwatch-xid", daemon=True)
+            t.start()
+            self._threads.append(t)
+
+    def close(self) -> None:
+        """Stop jobs, flush and checkpoint the store, release NVML. Safe to call twice."""
+        self._stop.set()
+        if self._scheduler is not None:
+            self._scheduler.shutdown(wait=True)
+            self._scheduler = None
+        for t in self._threads:
+            t.join(timeout=5)
+        self._threads.clear()
+        if self.gpu is not None:
+            try:
+                self.gpu.close()
+            except Exception as e:  # shutdown must reach the store even if NVML misbehaves
+                log.warning("NVML shutdown failed: %s", e)
+        self.store.close()
+
+
+def make_nvml(settings: Settings, clock: Clock) -> Any:
+    """Return the simulated NVML in demo mode, else the real pynvml module."""
+    if settings.demo:
+        from gpuwatch.collect.fakenvml import FakeNvml
+
+        return FakeNvml(gpu_count=settings.demo_gpus, model=settings.demo_model, workload="mixed", clock=clock)
+    return load_nvml()
+
+
+def build_runtime(settings: Settings, hostname: str, clock: Clock | None = None, nvml: Any = None) -> Runtime:
+    """Open the store and the GPU collector as `settings` say; raise StoreInUse/StoreError on trouble."""
+    clock = clock or SystemClock()
+    store = Store.open(
+        settings.data_dir,
+        clock=clock,
+        flush_interval_s=settings.flush_interval,
+        retention_s=settings.retention,
+    )
+    try:
+        if nvml is None:
+            nvml = make_nvml(settings, clock)
+        gpu: GpuCollector | None = GpuCollector(nvml, hostname=hostname)
+        problem: str | None = None
+        try:
+            gpu.open()  # type: ignore[union-attr]
+        except NvmlUnavailable as e:
+            gpu, problem = None, str(e)
+            log.warning("%s", problem)
+        jobs = JobRegistry(clock)
+        metadata = {m.name: m for m in (*GPU_METRICS, *SELF_METRICS)}
+        runtime = Runtime(
+            settings=settings,
+            clock=clock,
+            store=store,
+            hostname=hostname,
+            gpu=gpu,
+            gpu_problem=problem,
+            jobs=jobs,
+            metadata=metadata,
+        )
+        jobs.add("sample", runtime.sample, settings.sample_interval)
+        jobs.add("retention", runtime.retention, 3600.0)
+        return runtime
+    except BaseException:
+        store.close()
+        raise

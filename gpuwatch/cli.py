@@ -1,0 +1,161 @@
+"""Command line: gpuwatch serve | demo | smi | --version."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import signal
+import socket
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from types import FrameType
+
+from gpuwatch import __version__
+from gpuwatch.config import Settings, load
+from gpuwatch.errors import GpuwatchError, NvmlUnavailable, StoreInUse
+
+log = logging.getLogger("gpuwatch")
+
+
+def _add_common(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--config", type=Path, help="YAML settings file (also GPUWATCH_CONFIG)")
+    p.add_argument("--demo", action="store_const", const=True, default=None, help="simulate GPUs")
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="gpuwatch",
+        description="GPU, training and LLM-inference monitoring in one process.",
+    )
+    parser.add_argument("--version", action="version", version=f"gpuwatch {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    for name, help_text in (
+        ("serve", "sample GPUs, store the history and serve pages, APIs and /metrics"),
+        ("demo", "the same as 'serve --demo': simulated GPUs, so every figure moves"),
+    ):
+        p = sub.add_parser(name, help=help_text, description=help_text)
+        _add_common(p)
+        p.add_argument("--host", help="address to listen on (default 0.0.0.0)")
+        p.add_argument("--port", help="TCP port (default 9842)")
+        p.add_argument("--data-dir", dest="data_dir", help="directory of the DuckDB store")
+
+    p = sub.add_parser("smi", help="print the GPUs' current figures once, like nvidia-smi")
+    _add_common(p)
+    return parser
+
+
+def _settings(args: argparse.Namespace, env: dict[str, str]) -> Settings:
+    overrides: dict[str, object] = {"demo": True if args.command == "demo" else args.demo}
+    for key in ("host", "port", "data_dir"):
+        overrides[key] = getattr(args, key, None)
+    return load(args.config, env, overrides)
+
+
+def _setup_logging(level: str) -> None:
+    logging.basicConfig(
+        level=getattr(logging, level.upper()),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    # APScheduler logs every run at INFO; keep the user's terminal for things that matter.
+    logging.getLogger("apscheduler").setLevel(logging.WARNING)
+
+
+def _hostname(settings: Settings) -> str:
+    return settings.hostname or socket.gethostname()
+
+
+def _serve(settings: Settings) -> int:
+    from waitress.server import create_server
+
+    from gpuwatch.app import build_runtime
+    from gpuwatch.web import create_app
+
+    _setup_logging(settings.log_level)
+    try:
+        runtime = build_runtime(settings, _hostname(settings))
+    except StoreInUse as e:
+        print(f"gpuwatch: {e}", file=sys.stderr)
+        return 2
+    try:
+        app = create_app(runtime)
+        try:
+            server = create_server(app, host=settings.host, port=settings.port, threads=8, ident="gpuwatch")
+        except OSError as e:
+            print(
+                f"gpuwatch: cannot listen on {settings.host}:{settings.port}: {e.strerror or e}; "
+                "choose another port with --port",
+                file=sys.stderr,
+            )
+            return 2
+
+        def stop(signum: int, frame: FrameType | None) -> None:
+            raise KeyboardInterrupt
+
+        signal.signal(signal.SIGTERM, stop)
+        runtime.start()
+        gpus = f"{len(runtime.gpu.gpus)} GPU(s)" if runtime.gpu is not None else "no GPUs"
+        mode = " (demo: simulated GPUs)" if settings.demo else ""
+        log.info(
+            "gpuwatch %s serving http://%s:%s/ with %s%s; data in %s",
+            __version__,
+            settings.host,
+            settings.port,
+            gpus,
+            mode,
+            settings.data_dir,
+        )
+        try:
+            server.run()
+        except KeyboardInterrupt:
+            log.info("shutting down: flushing the store")
+        finally:
+            server.close()
+    finally:
+        runtime.close()
+    return 0
+
+
+def _smi(settings: Settings) -> int:
+    from gpuwatch.app import make_nvml
+    from gpuwatch.clock import SystemClock
+    from gpuwatch.collect.nvml import GpuCollector
+    from gpuwatch.smi import format_smi
+
+    collector = GpuCollector(make_nvml(settings, SystemClock()), hostname=_hostname(settings))
+    try:
+        collector.open()
+    except NvmlUnavailable as e:
+        print(f"gpuwatch: {e}", file=sys.stderr)
+        return 1
+    try:
+        print(format_smi(collector.snapshot()), end="")
+    finally:
+        collector.close()
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command line; return the exit code."""
+    parser = _parser()
+    args = parser.parse_args(argv)
+    if args.command is None:
+        parser.print_help()
+        return 2
+    try:
+        settings = _settings(args, dict(os.environ))
+        if args.command in ("serve", "demo"):
+            return _serve(settings)
+        return _smi(settings)
+    except GpuwatchError as e:
+        print(f"gpuwatch: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

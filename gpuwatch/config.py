@@ -1,0 +1,270 @@
+"""Settings: defaults < YAML file < GPUWATCH_* environment < CLI flags, validated at load."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from gpuwatch.errors import ConfigError
+
+_DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d|w|y)")
+_UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, "w": 604800.0, "y": 31536000.0}
+
+
+def parse_duration(text: object) -> float:
+    """Return seconds for a Prometheus-style duration ('15s', '1h30m', '30d') or a plain number."""
+    if isinstance(text, bool):
+        raise ValueError("expected a duration like 15s")
+    if isinstance(text, (int, float)):
+        if text < 0:
+            raise ValueError("expected a positive duration")
+        return float(text)
+    if not isinstance(text, str):
+        raise ValueError("expected a duration like 15s")
+    s = text.strip()
+    try:
+        value = float(s)
+    except ValueError:
+        pass
+    else:
+        if value < 0:
+            raise ValueError("expected a positive duration")
+        return value
+    pos, total = 0, 0.0
+    for m in _DURATION_PART.finditer(s):
+        if m.start() != pos:
+            break
+        total += float(m.group(1)) * _UNIT_SECONDS[m.group(2)]
+        pos = m.end()
+    if pos != len(s) or not s:
+        raise ValueError("expected a duration like 15s")
+    return total
+
+
+def format_duration(seconds: float) -> str:
+    """Return a short duration text ('30d', '1s', '500ms') for help tables."""
+    for unit in ("y", "w", "d", "h", "m", "s"):
+        size = _UNIT_SECONDS[unit]
+        if seconds >= size and seconds % size == 0:
+            return f"{int(seconds // size)}{unit}"
+    return f"{int(seconds * 1000)}ms"
+
+
+def _parse_int(lo: int, hi: int) -> Callable[[object], int]:
+    def parse(v: object) -> int:
+        if isinstance(v, bool):
+            raise ValueError(f"expected a whole number from {lo} to {hi}")
+        try:
+            n = int(v) if isinstance(v, (int, str)) else None
+        except ValueError:
+            n = None
+        if n is None or not lo <= n <= hi:
+            raise ValueError(f"expected a whole number from {lo} to {hi}")
+        return n
+
+    return parse
+
+
+def _parse_bool(v: object) -> bool:
+    if isinstance(v, bool):
+        return v
+    if isinstance(v, str) and v.strip().lower() in ("1", "true", "yes", "on"):
+        return True
+    if isinstance(v, str) and v.strip().lower() in ("0", "false", "no", "off", ""):
+        return False
+    raise ValueError("expected true or false")
+
+
+def _parse_str(v: object) -> str:
+    if not isinstance(v, (str, int)) or isinstance(v, bool):
+        raise ValueError("expected a text value")
+    return str(v)
+
+
+def _parse_path(v: object) -> Path:
+    return Path(_parse_str(v)).expanduser()
+
+
+def _parse_positive_duration(lo: float, hi: float) -> Callable[[object], float]:
+    def parse(v: object) -> float:
+        s = parse_duration(v)
+        if not lo <= s <= hi:
+            raise ValueError(f"expected a duration from {format_duration(lo)} to {format_duration(hi)}")
+        return s
+
+    return parse
+
+
+def _parse_level(v: object) -> str:
+    s = _parse_str(v).lower()
+    if s not in ("debug", "info", "warning", "error"):
+        raise ValueError("expected one of debug, info, warning, error")
+    return s
+
+
+@dataclass(frozen=True)
+class Option:
+    """One setting: its key, parser, default and help text."""
+
+    key: str
+    parse: Callable[[object], Any]
+    default: Any
+    help: str
+    flag: str | None = None  # CLI flag that sets it, if any
+
+
+def _default_data_dir(env: Mapping[str, str]) -> Path:
+    base = env.get("XDG_DATA_HOME") or str(Path(env.get("HOME", "~")) / ".local" / "share")
+    return Path(base).expanduser() / "gpuwatch"
+
+
+DEFAULT_PORT = 9842
+
+OPTIONS: tuple[Option, ...] = (
+    Option("host", _parse_str, "0.0.0.0", "Address to listen on.", "--host"),
+    Option("port", _parse_int(1, 65535), DEFAULT_PORT, "TCP port for pages, APIs and /metrics.", "--port"),
+    Option(
+        "data_dir",
+        _parse_path,
+        None,
+        "Directory for the DuckDB store (default: $XDG_DATA_HOME/gpuwatch, else ~/.local/share/gpuwatch).",
+        "--data-dir",
+    ),
+    Option("demo", _parse_bool, False, "Simulate GPUs instead of reading NVML.", "--demo"),
+    Option("demo_gpus", _parse_int(1, 1024), 8, "Number of simulated GPUs in demo mode."),
+    Option("demo_model", _parse_str, "NVIDIA H100 80GB HBM3", "Model name of the simulated GPUs."),
+    Option("hostname", _parse_str, "", "Value of the Hostname label (default: this machine's host name)."),
+    Option("sample_interval", _parse_positive_duration(0.1, 3600), 1.0, "How often every GPU is sampled."),
+    Option(
+        "flush_interval",
+        _parse_positive_duration(0.1, 60),
+        2.0,
+        "How often samples are written to disk; at most this much is lost on a crash.",
+    ),
+    Option("retention", _parse_positive_duration(3600, 10 * 31536000), 30 * 86400.0, "How long samples are kept."),
+    Option("query_timeout", _parse_positive_duration(0.1, 3600), 120.0, "Longest time one query may run."),
+    Option("query_max_samples", _parse_int(1000, 10**10), 50_000_000, "Most samples one query may load."),
+    Option("lookback", _parse_positive_duration(1, 86400), 300.0, "PromQL lookback delta for instant vectors."),
+    Option("log_level", _parse_level, "info", "Log level: debug, info, warning or error."),
+)
+
+_BY_KEY = {o.key: o for o in OPTIONS}
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Every setting, validated; see OPTIONS for meaning and defaults."""
+
+    host: str
+    port: int
+    data_dir: Path
+    demo: bool
+    demo_gpus: int
+    demo_model: str
+    hostname: str
+    sample_interval: float
+    flush_interval: float
+    retention: float
+    query_timeout: float
+    query_max_samples: int
+    lookback: float
+    log_level: str
+    config_file: Path | None = None
+
+    @property
+    def query_timeout_s(self) -> float:
+        return self.query_timeout
+
+    @property
+    def lookback_s(self) -> float:
+        return self.lookback
+
+    def public(self) -> dict[str, Any]:
+        """Return the settings as JSON-friendly values (for /-/settings)."""
+        out = {}
+        for f in dataclasses.fields(self):
+            v = getattr(self, f.name)
+            out[f.name] = str(v) if isinstance(v, Path) else v
+        return out
+
+
+def _read_file(path: Path) -> dict[str, Any]:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as e:
+        raise ConfigError(f"config error: cannot read {path}: {e.strerror or e}") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f" line {mark.line + 1}" if mark is not None else ""
+        problem = getattr(e, "problem", None) or "invalid YAML"
+        raise ConfigError(f"config error: {path}{where}: {problem}") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"config error: {path}: expected a mapping of settings at the top level")
+    return data
+
+
+def _apply(key: str, raw: object, source: str) -> Any:
+    option = _BY_KEY.get(key)
+    if option is None:
+        raise ConfigError(f"config error: {source}: unknown setting '{key}'; known settings: {', '.join(_BY_KEY)}")
+    try:
+        return option.parse(raw)
+    except ValueError as e:
+        raise ConfigError(f"config error: {source}: {key}: {e}, got {raw!r}") from None
+
+
+def load(
+    file: Path | None = None,
+    env: Mapping[str, str] | None = None,
+    overrides: Mapping[str, object] | None = None,
+) -> Settings:
+    """Build Settings from defaults, then `file`, then `GPUWATCH_*` in `env`, then `overrides` (CLI)."""
+    env = env or {}
+    values: dict[str, Any] = {o.key: o.default for o in OPTIONS}
+    overrides = dict(overrides or {})
+    if file is None and env.get("GPUWATCH_CONFIG"):
+        file = Path(env["GPUWATCH_CONFIG"])
+    if file is not None:
+        for key, raw in _read_file(file).items():
+            values[str(key)] = _apply(str(key), raw, str(file))
+    for name, raw in env.items():
+        if not name.startswith("GPUWATCH_") or name == "GPUWATCH_CONFIG":
+            continue
+        key = name[len("GPUWATCH_") :].lower()
+        if key not in _BY_KEY:
+            raise ConfigError(f"config error: environment: unknown variable {name}")
+        values[key] = _apply(key, raw, f"environment {name}")
+    for key, raw in overrides.items():
+        if raw is not None:
+            values[key] = _apply(key, raw, "command line")
+    if values["data_dir"] is None:
+        values["data_dir"] = _default_data_dir(env)
+    return Settings(**values, config_file=file)
+
+
+def settings_table() -> str:
+    """Return the markdown table of every setting (kept in README.md)."""
+    rows = ["| setting (YAML) | environment | flag | default | meaning |", "| --- | --- | --- | --- | --- |"]
+    for o in OPTIONS:
+        if o.default is None:
+            default = "see meaning"
+        elif isinstance(o.default, float) and o.parse.__qualname__.startswith("_parse_positive_duration"):
+            default = format_duration(o.default)
+        elif isinstance(o.default, bool):
+            default = str(o.default).lower()
+        else:
+            default = str(o.default)
+        rows.append(
+            f"| `{o.key}` | `GPUWATCH_{o.key.upper()}` | {f'`{o.flag}`' if o.flag else ''} | `{default}` | {o.help} |"
+        )
+    return "\n".join(rows)

@@ -1,0 +1,49 @@
+"""Write samples in the Prometheus text format 0.0.4, keeping names exactly as given."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+
+from gpuwatch.model import MetricInfo, Sample
+
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+
+
+def format_value(value: float) -> str:
+    """Format a float as Prometheus does (NaN, +Inf, -Inf, shortest round-trip repr)."""
+    if math.isnan(value):
+        return "NaN"
+    if math.isinf(value):
+        return "+Inf" if value > 0 else "-Inf"
+    if value == int(value) and abs(value) < 1e15:
+        return str(int(value))
+    return repr(float(value))
+
+
+def _escape_label(value: str) -> str:
+    return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+
+
+def _escape_help(text: str) -> str:
+    return text.replace("\\", "\\\\").replace("\n", "\\n")
+
+
+def format_text(samples: Iterable[Sample], metadata: Mapping[str, MetricInfo]) -> str:
+    """Return exposition text: samples grouped by metric name, HELP/TYPE where known."""
+    by_name: dict[str, list[Sample]] = {}
+    for s in samples:
+        by_name.setdefault(s.name, []).append(s)
+    lines: list[str] = []
+    for name in sorted(by_name):
+        info = metadata.get(name)
+        if info is not None:
+            lines.append(f"# HELP {name} {_escape_help(info.help)}")
+            lines.append(f"# TYPE {name} {info.type if info.type != 'unknown' else 'untyped'}")
+        for s in by_name[name]:
+            if s.labels:
+                inner = ",".join(f'{k}="{_escape_label(v)}"' for k, v in s.labels)
+                lines.append(f"{name}{{{inner}}} {format_value(s.value)}")
+            else:
+                lines.append(f"{name} {format_value(s.value)}")
+    return "\n".join(lines) + "\n" if lines else ""

@@ -1,0 +1,40 @@
+"""Flask application factory: pages, JSON twins, introspection, /metrics and the Prometheus API."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from flask import Flask
+
+from gpuwatch.web.errors import register_error_handlers
+
+
+def _asset_dir(name: str) -> str:
+    """Find top-level templates/ or static/: inside the wheel, else in the source tree."""
+    here = Path(__file__).resolve().parent.parent
+    for candidate in (here / f"_{name}", here.parent / name):
+        if candidate.is_dir():
+            return str(candidate)
+    raise FileNotFoundError(f"gpuwatch is installed without its {name}/ folder")
+
+
+def create_app(runtime: Any) -> Flask:
+    """Build the Flask app around `runtime`; opens no files and starts no threads."""
+    app = Flask(__name__, template_folder=_asset_dir("templates"), static_folder=_asset_dir("static"))
+    app.extensions["gpuwatch"] = runtime
+    app.json.sort_keys = False  # type: ignore[attr-defined]
+
+    from gpuwatch.web.ops import bp as ops_bp
+    from gpuwatch.web.pages import bp as pages_bp
+
+    app.register_blueprint(ops_bp)
+    app.register_blueprint(pages_bp)
+    try:
+        from gpuwatch.web.promapi import bp as prom_bp
+    except ImportError:  # pragma: no cover - the Prometheus API lands with the query engine
+        prom_bp = None
+    if prom_bp is not None:
+        app.register_blueprint(prom_bp)
+    register_error_handlers(app)
+    return app
