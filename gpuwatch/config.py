@@ -256,8 +256,8 @@ def settings_table() -> str:
     """Return the markdown table of every setting (kept in README.md)."""
     rows = ["| setting (YAML) | environment | flag | default | meaning |", "| --- | --- | --- | --- | --- |"]
     for o in OPTIONS:
-        if o.default is None:
-            default = "see meaning"
+        if o.default is None or o.default == "":
+            default = "(see meaning)"
         elif isinstance(o.default, float) and o.parse.__qualname__.startswith("_parse_positive_duration"):
             default = format_duration(o.default)
         elif isinstance(o.default, bool):
@@ -265,6 +265,6 @@ def settings_table() -> str:
         else:
             default = str(o.default)
         rows.append(
-            f"| `{o.key}` | `GPUWATCH_{o.key.upper()}` | {f'`{o.flag}`' if o.flag else ''} | `{default}` | {o.help} |"
+            f"| `{o.key}` | `GPUWATCH_{o.key.upper()}` | {f'`{o.flag}`' if o.flag else ''} | {default if default.startswith('(') else f'`{default}`'} | {o.help} |"
         )
     return "\n".join(rows)

@@ -1,0 +1,143 @@
+"""Settings precedence and every bad value."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from gpuwatch import config
+from gpuwatch.config import OPTIONS, DEFAULT_PORT, load, parse_duration
+from gpuwatch.errors import ConfigError
+
+README = Path(__file__).resolve().parent.parent / "README.md"
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    p = tmp_path / "gpuwatch.yml"
+    p.write_text(text)
+    return p
+
+
+def test_defaults(tmp_path: Path) -> None:
+    s = load(env={"HOME": str(tmp_path)})
+    assert s.port == DEFAULT_PORT
+    assert s.port not in (9090, 9093, 9100, 9400, 8000, 3000)
+    assert s.sample_interval == 1.0
+    assert s.flush_interval == 2.0
+    assert s.retention == 30 * 86400
+    assert s.demo is False and s.demo_gpus == 8
+    assert s.data_dir == tmp_path / ".local" / "share" / "gpuwatch"
+
+
+def test_xdg_data_home(tmp_path: Path) -> None:
+    assert load(env={"XDG_DATA_HOME": str(tmp_path)}).data_dir == tmp_path / "gpuwatch"
+
+
+def test_precedence_file_env_flags(tmp_path: Path) -> None:
+    f = write(tmp_path, "port: 9001\nhost: 127.0.0.1\nsample_interval: 5s\nretention: 7d\n")
+    s = load(f, {})
+    assert (s.port, s.host, s.sample_interval, s.retention) == (9001, "127.0.0.1", 5.0, 7 * 86400)
+    s = load(f, {"GPUWATCH_PORT": "9002", "GPUWATCH_SAMPLE_INTERVAL": "2s"})
+    assert (s.port, s.host, s.sample_interval) == (9002, "127.0.0.1", 2.0)
+    s = load(f, {"GPUWATCH_PORT": "9002"}, {"port": "9003", "host": None})
+    assert (s.port, s.host) == (9003, "127.0.0.1")
+
+
+def test_config_file_from_environment(tmp_path: Path) -> None:
+    f = write(tmp_path, "demo: true\ndemo_gpus: 3\n")
+    s = load(None, {"GPUWATCH_CONFIG": str(f)})
+    assert s.demo is True and s.demo_gpus == 3 and s.config_file == f
+
+
+def test_demo_flag_and_env_bool() -> None:
+    assert load(None, {"GPUWATCH_DEMO": "yes"}).demo is True
+    assert load(None, {"GPUWATCH_DEMO": "1"}, {"demo": None}).demo is True
+    assert load(None, {"GPUWATCH_DEMO": "0"}, {"demo": True}).demo is True
+
+
+def test_data_dir_expands_user(tmp_path: Path) -> None:
+    s = load(None, {}, {"data_dir": str(tmp_path / "d")})
+    assert s.data_dir == tmp_path / "d"
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds"),
+    [("15s", 15), ("1m30s", 90), ("500ms", 0.5), ("30d", 30 * 86400), ("2", 2), (3, 3), ("1.5", 1.5), ("1h", 3600)],
+)
+def test_parse_duration(text: object, seconds: float) -> None:
+    assert parse_duration(text) == seconds
+
+
+@pytest.mark.parametrize("text", ["fast", "", "15", "s", "1x", "-5s", "1s2", True, None, [1]])
+def test_parse_duration_rejects(text: object) -> None:
+    if text == "15":  # a plain number of seconds is fine
+        assert parse_duration(text) == 15
+        return
+    with pytest.raises(ValueError):
+        parse_duration(text)
+
+
+@pytest.mark.parametrize(
+    ("where", "key", "value", "needle"),
+    [
+        ("file", "port", "'http'", "port: expected a whole number from 1 to 65535, got 'http'"),
+        ("file", "port", "70000", "port: expected a whole number from 1 to 65535"),
+        ("file", "port", "true", "port: expected a whole number"),
+        ("file", "sample_interval", "fast", "sample_interval: expected a duration like 15s, got 'fast'"),
+        ("file", "sample_interval", "0s", "sample_interval: expected a duration from 100ms to 1h"),
+        ("file", "flush_interval", "5m", "flush_interval: expected a duration from 100ms to 1m"),
+        ("file", "retention", "10m", "retention: expected a duration from 1h"),
+        ("file", "demo", "maybe", "demo: expected true or false"),
+        ("file", "demo_gpus", "0", "demo_gpus: expected a whole number from 1 to 1024"),
+        ("file", "log_level", "loud", "log_level: expected one of debug, info, warning, error"),
+        ("file", "prot", "1", "unknown setting 'prot'"),
+        ("file", "host", "[1, 2]", "host: expected a text value"),
+        ("file", "query_max_samples", "10", "query_max_samples: expected a whole number"),
+        ("env", "PORT", "x", "environment GPUWATCH_PORT: port: expected a whole number"),
+        ("env", "SAMPLE_INTERVAL", "soon", "environment GPUWATCH_SAMPLE_INTERVAL: sample_interval: expected a duration"),
+        ("env", "NOPE", "1", "unknown variable GPUWATCH_NOPE"),
+        ("flag", "port", "abc", "command line: port: expected a whole number"),
+    ],
+)
+def test_bad_values_one_clear_line(tmp_path: Path, where: str, key: str, value: str, needle: str) -> None:
+    with pytest.raises(ConfigError) as e:
+        if where == "file":
+            load(write(tmp_path, f"{key}: {value}\n"), {})
+        elif where == "env":
+            load(None, {f"GPUWATCH_{key}": value})
+        else:
+            load(None, {}, {key: value})
+    msg = str(e.value)
+    assert msg.startswith("config error: ")
+    assert needle in msg
+    assert "\n" not in msg
+
+
+@pytest.mark.parametrize(
+    ("text", "needle"),
+    [
+        ("port: [1\n", "line"),
+        ("- a\n- b\n", "expected a mapping of settings"),
+    ],
+)
+def test_bad_files(tmp_path: Path, text: str, needle: str) -> None:
+    with pytest.raises(ConfigError) as e:
+        load(write(tmp_path, text), {})
+    assert needle in str(e.value) and "\n" not in str(e.value)
+
+
+def test_missing_file(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="cannot read"):
+        load(tmp_path / "nope.yml", {})
+
+
+def test_empty_file_is_defaults(tmp_path: Path) -> None:
+    assert load(write(tmp_path, ""), {}).port == DEFAULT_PORT
+
+
+def test_every_setting_documented_in_readme() -> None:
+    readme = README.read_text()
+    assert config.settings_table() in readme, "README's settings table is stale: paste config.settings_table()"
+    for o in OPTIONS:
+        assert f"`GPUWATCH_{o.key.upper()}`" in readme
