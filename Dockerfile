@@ -1,0 +1,34 @@
+# Build: docker build -t gpuwatch .
+# Run:   docker run -d --gpus all -p 9842:9842 -v gpuwatch-data:/data gpuwatch
+# Try without GPUs: docker run -d -p 9842:9842 gpuwatch serve --demo
+# NVML (libnvidia-ml.so.1) comes from the host through the NVIDIA Container Toolkit (--gpus all);
+# it is never baked into the image.
+FROM python:3.11-slim
+
+ENV PYTHONDONTWRITEBYTECODE=1 \
+    PYTHONUNBUFFERED=1 \
+    PIP_NO_CACHE_DIR=1 \
+    GPUWATCH_DATA_DIR=/data \
+    GPUWATCH_HOST=0.0.0.0 \
+    GPUWATCH_PORT=9842 \
+    NVIDIA_VISIBLE_DEVICES=all \
+    NVIDIA_DRIVER_CAPABILITIES=utility
+
+WORKDIR /src
+COPY pyproject.toml README.md CHANGELOG.md ./
+COPY gpuwatch ./gpuwatch
+COPY templates ./templates
+COPY static ./static
+RUN pip install . \
+    && useradd --system --uid 10001 --home-dir /data --shell /usr/sbin/nologin gpuwatch \
+    && mkdir -p /data && chown gpuwatch:gpuwatch /data \
+    && rm -rf /src
+
+WORKDIR /data
+USER gpuwatch
+VOLUME ["/data"]
+EXPOSE 9842
+HEALTHCHECK --interval=30s --timeout=5s --start-period=20s --retries=3 \
+    CMD python -c "import os, urllib.request; urllib.request.urlopen('http://127.0.0.1:%s/-/health' % os.environ.get('GPUWATCH_PORT', '9842'), timeout=4)" || exit 1
+ENTRYPOINT ["gpuwatch"]
+CMD ["serve"]
