@@ -1,0 +1,119 @@
+"""Shared fixtures: free ports, a running `gpuwatch serve` subprocess, HTTP helpers."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+import requests
+
+ROOT = Path(__file__).resolve().parent.parent
+GPUWATCH = [sys.executable, "-m", "gpuwatch.cli"]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def clean_env(**extra: str) -> dict[str, str]:
+    """Return the environment without any GPUWATCH_* the developer may have set."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GPUWATCH_")}
+    env.update(extra)
+    return env
+
+
+@dataclass
+class Server:
+    """A `gpuwatch serve` subprocess on 127.0.0.1."""
+
+    args: list[str]
+    data_dir: Path
+    port: int
+    env: dict[str, str]
+    proc: subprocess.Popen[str] | None = None
+    log_path: Path = field(default=Path())
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self, timeout_s: float = 30.0) -> Server:
+        self.log_path = self.data_dir.parent / f"serve-{self.port}-{time.monotonic_ns()}.log"
+        log = self.log_path.open("w")
+        self.proc = subprocess.Popen(
+            [*GPUWATCH, "serve", "--host", "127.0.0.1", "--port", str(self.port), "--data-dir", str(self.data_dir),
+             *self.args],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            text=True,
+            env=self.env,
+            cwd=self.data_dir.parent,
+        )
+        wait_until(lambda: self._healthy(), timeout_s, f"gpuwatch did not answer /-/health; log:\n{self.log}")
+        return self
+
+    def _healthy(self) -> bool:
+        assert self.proc is not None
+        if self.proc.poll() is not None:
+            raise AssertionError(f"gpuwatch exited with {self.proc.returncode}; log:\n{self.log}")
+        try:
+            return requests.get(self.url + "/-/health", timeout=2).status_code == 200
+        except requests.ConnectionError:
+            return False
+
+    @property
+    def log(self) -> str:
+        return self.log_path.read_text() if self.log_path.exists() else ""
+
+    def get(self, path: str, **kw: object) -> requests.Response:
+        return requests.get(self.url + path, timeout=10, **kw)  # type: ignore[arg-type]
+
+    def stop(self, sig: int = signal.SIGTERM, timeout_s: float = 30.0) -> int:
+        assert self.proc is not None
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+            try:
+                self.proc.wait(timeout_s)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+                raise AssertionError(f"gpuwatch did not stop on signal {sig}; log:\n{self.log}") from None
+        return int(self.proc.returncode)
+
+
+def wait_until(cond, timeout_s: float, message: str, interval_s: float = 0.1) -> None:  # type: ignore[no-untyped-def]
+    """Poll `cond` until it is true; fail with `message` after `timeout_s` (a deadline, not a timing assertion)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        if cond():
+            return
+        if time.monotonic() > deadline:
+            raise AssertionError(message)
+        time.sleep(interval_s)
+
+
+@pytest.fixture
+def serve(tmp_path: Path) -> Iterator[callable]:  # type: ignore[valid-type]
+    """Start `gpuwatch serve ARGS...` on a free port; every server is stopped at the end."""
+    servers: list[Server] = []
+
+    def start(*args: str, data_dir: Path | None = None, env: dict[str, str] | None = None) -> Server:
+        d = data_dir or tmp_path / "data"
+        srv = Server(list(args), d, free_port(), env or clean_env(GPUWATCH_FLUSH_INTERVAL="0.5s"))
+        servers.append(srv)
+        return srv.start()
+
+    yield start
+    for srv in servers:
+        if srv.proc is not None and srv.proc.poll() is None:
+            srv.stop(signal.SIGKILL)
