@@ -1,0 +1,109 @@
+"""The series catalogue: every known series' id, name and labels, and label matching over it.
+
+The catalogue is small (thousands of series), so matchers are evaluated in Python over an
+immutable snapshot that the writer replaces whenever series appear or disappear. Readers never
+lock for longer than it takes to grab the current snapshot.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+import threading
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+
+from gpuwatch.errors import QueryError
+from gpuwatch.model import Labels, Matcher
+
+NAME = "__name__"
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One series as the catalogue knows it."""
+
+    series_id: int
+    name: str
+    labels: Labels
+    label_map: dict[str, str] = field(compare=False, hash=False)
+
+    @classmethod
+    def make(cls, series_id: int, name: str, labels: Labels) -> Entry:
+        return cls(series_id, name, labels, {NAME: name, **dict(labels)})
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """An immutable view of the catalogue."""
+
+    by_id: dict[int, Entry]
+    by_name: dict[str, tuple[Entry, ...]]
+
+
+def _index(entries: Iterable[Entry]) -> Snapshot:
+    by_id = {e.series_id: e for e in entries}
+    groups: dict[str, list[Entry]] = {}
+    for e in by_id.values():
+        groups.setdefault(e.name, []).append(e)
+    return Snapshot(by_id, {k: tuple(v) for k, v in groups.items()})
+
+
+class Catalog:
+    """Thread-safe holder of the current snapshot; only the writer changes it."""
+
+    def __init__(self, entries: Iterable[Entry] = ()) -> None:
+        self._lock = threading.Lock()
+        self._snap = _index(entries)
+
+    def snapshot(self) -> Snapshot:
+        """Return the current snapshot (cheap; never changes afterwards)."""
+        with self._lock:
+            return self._snap
+
+    def add(self, entries: Sequence[Entry]) -> None:
+        """Publish newly committed series."""
+        if entries:
+            with self._lock:
+                self._snap = _index([*self._snap.by_id.values(), *entries])
+
+    def remove(self, series_ids: Iterable[int]) -> None:
+        """Forget series whose samples are all gone."""
+        gone = set(series_ids)
+        if gone:
+            with self._lock:
+                self._snap = _index(e for e in self._snap.by_id.values() if e.series_id not in gone)
+
+
+@functools.lru_cache(maxsize=512)
+def _compile(pattern: str) -> re.Pattern[str]:
+    try:
+        return re.compile(pattern, re.DOTALL)
+    except re.error as exc:
+        raise QueryError(f"invalid regular expression {pattern!r}: {exc}") from None
+
+
+def _predicate(m: Matcher) -> Callable[[str], bool]:
+    if m.op == "=":
+        return lambda v: v == m.value
+    if m.op == "!=":
+        return lambda v: v != m.value
+    if m.op in ("=~", "!~"):
+        rx = _compile(m.value)
+        if m.op == "=~":
+            return lambda v: rx.fullmatch(v) is not None
+        return lambda v: rx.fullmatch(v) is None
+    raise QueryError(f"unknown matcher operator {m.op!r}; expected one of =, !=, =~, !~")
+
+
+def match(snap: Snapshot, matchers: Sequence[Matcher]) -> list[Entry]:
+    """Return the entries matching all matchers, sorted by name and labels."""
+    candidates: Iterable[Entry] = snap.by_id.values()
+    for m in matchers:
+        if m.name == NAME and m.op == "=":
+            candidates = snap.by_name.get(m.value, ())
+            break
+    tests = [(m.name, _predicate(m)) for m in matchers]
+    found = [e for e in candidates if all(test(e.label_map.get(name, "")) for name, test in tests)]
+    found.sort(key=lambda e: (e.name, e.labels))
+    return found

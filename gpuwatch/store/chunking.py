@@ -1,0 +1,67 @@
+"""Cut one series' samples into encoded chunk rows, one per time window, and merge them back."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from gpuwatch.store.codec import decode_times, decode_values, encode_times, encode_values
+
+# Chunks never straddle a window, so merging and retention work window by window. Two hours, as in
+# Prometheus: 7,200 samples of a 1 s series, big enough for the encoders to find their runs.
+WINDOW_MS = 2 * 3600 * 1000
+
+
+@dataclass(frozen=True)
+class ChunkRow:
+    """One encoded `chunks` row."""
+
+    series_id: int
+    t_min_ms: int
+    t_max_ms: int
+    n: int
+    seq: int
+    ts: bytes
+    vs: bytes
+
+
+def dedupe_last(t_ms: np.ndarray, values: np.ndarray, order: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Sort by time and keep, for each timestamp, the value with the highest `order` (last write wins)."""
+    if t_ms.size > 1 and not np.all(t_ms[1:] > t_ms[:-1]):
+        idx = np.lexsort((order, t_ms))
+        t_ms, values = t_ms[idx], values[idx]
+        keep = np.ones(t_ms.size, dtype=bool)
+        keep[:-1] = t_ms[1:] != t_ms[:-1]
+        t_ms, values = t_ms[keep], values[keep]
+    return t_ms, values
+
+
+def encode_series(series_id: int, t_ms: np.ndarray, values: np.ndarray, seq: int) -> list[ChunkRow]:
+    """Encode sorted, duplicate-free samples of one series into one row per window."""
+    rows = []
+    windows = t_ms // WINDOW_MS
+    cuts = np.flatnonzero(windows[1:] != windows[:-1]) + 1
+    for lo, hi in zip(np.r_[0, cuts], np.r_[cuts, t_ms.size], strict=True):
+        t, v = t_ms[lo:hi], values[lo:hi]
+        rows.append(
+            ChunkRow(series_id, int(t[0]), int(t[-1]), int(t.size), seq, encode_times(t), encode_values(v))
+        )
+    return rows
+
+
+def decode_row(n: int, ts: bytes, vs: bytes) -> tuple[np.ndarray, np.ndarray]:
+    """Decode one chunk's timestamps and values."""
+    return decode_times(ts, n), decode_values(vs, n)
+
+
+def merge_rows(rows: Sequence[tuple[int, int, bytes, bytes]]) -> tuple[np.ndarray, np.ndarray]:
+    """Merge chunks given as (seq, n, ts, vs) into one sorted, duplicate-free series."""
+    ts, vs, order = [], [], []
+    for seq, n, t_blob, v_blob in rows:
+        t, v = decode_row(n, t_blob, v_blob)
+        ts.append(t)
+        vs.append(v)
+        order.append(np.full(n, seq, dtype=np.int64))
+    return dedupe_last(np.concatenate(ts), np.concatenate(vs), np.concatenate(order))

@@ -1,0 +1,311 @@
+"""The `Store`: an embedded DuckDB time-series database with one writer thread.
+
+Threads: `append`/`append_series` only enqueue. The writer thread owns every write (see `writer.py`).
+Reads run on the calling thread with a cursor of its own (DuckDB connections must not be shared
+between threads, duckdb/duckdb#6248), so any number of threads may read at once. `flush`, `compact`,
+`apply_retention` and `close` hand their work to the writer and wait for it.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+from collections.abc import Sequence
+from concurrent.futures import Future
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import numpy as np
+
+from gpuwatch.clock import Clock
+from gpuwatch.errors import StoreError
+from gpuwatch.model import Batch, Labels, Matcher, SeriesData
+from gpuwatch.store import schema
+from gpuwatch.store.catalog import Catalog, Entry, Snapshot, match
+from gpuwatch.store.lock import DirLock
+from gpuwatch.store.read import ids_with_samples, read_samples
+from gpuwatch.store.writer import _STOP, Writer
+
+log = logging.getLogger(__name__)
+
+DB_FILE = "gpuwatch.duckdb"
+_BACKPRESSURE_ITEMS = 64
+
+
+class Store:
+    """Time-series samples in DuckDB; build it with `Store.open`."""
+
+    def __init__(
+        self,
+        con: duckdb.DuckDBPyConnection,
+        *,
+        clock: Clock,
+        retention_s: float,
+        path: Path | None,
+        lock: DirLock | None,
+        writer: Writer | None,
+        catalog: Catalog,
+    ) -> None:
+        self._con = con
+        self._clock = clock
+        self._retention_s = retention_s
+        self._path = path
+        self._lock = lock
+        self._writer = writer
+        self._catalog = catalog
+        self._local = threading.local()
+        self._cursors: list[duckdb.DuckDBPyConnection] = []
+        self._guard = threading.Lock()
+        self._closed = False
+        self._dropped = 0
+
+    @classmethod
+    def open(
+        cls,
+        data_dir: Path | None,
+        *,
+        clock: Clock,
+        flush_interval_s: float = 2.0,
+        retention_s: float = 30 * 86400,
+        read_only: bool = False,
+        compact_interval_s: float = 300.0,
+        compact_rows: int = 1_000_000,
+    ) -> Store:
+        """Open (creating if needed) the store in `data_dir`, or an in-memory one for None."""
+        lock = None
+        path = None
+        try:
+            if data_dir is None:
+                con = duckdb.connect(":memory:")
+            else:
+                data_dir = Path(data_dir)
+                path = data_dir / DB_FILE
+                if read_only and not path.exists():
+                    raise StoreError(f"no gpuwatch data in {data_dir}: {path} does not exist")
+                data_dir.mkdir(parents=True, exist_ok=True)
+                lock = DirLock(data_dir)
+                con = duckdb.connect(str(path), read_only=read_only)
+        except duckdb.Error as exc:
+            if lock is not None:
+                lock.release()
+            raise StoreError(f"cannot open the store at {path}: {exc}") from None
+        except BaseException:
+            if lock is not None:
+                lock.release()
+            raise
+        try:
+            cur = con.cursor()
+            if read_only:
+                version = schema.read_version(cur)
+                if version != schema.LATEST:
+                    raise StoreError(
+                        f"the store at {path} has schema version {version}, this gpuwatch needs "
+                        f"{schema.LATEST}; open it once without read-only to upgrade it"
+                    )
+            else:
+                schema.migrate(cur, clock.now_ms())
+            catalog = Catalog(
+                Entry.make(sid, name, tuple((k, v) for k, v in json.loads(labels)))
+                for sid, name, labels in cur.execute("SELECT series_id, name, labels FROM series").fetchall()
+            )
+            cur.close()
+            writer = None
+            if not read_only:
+                writer = Writer(
+                    con,
+                    catalog,
+                    clock,
+                    flush_interval_s=flush_interval_s,
+                    compact_interval_s=compact_interval_s,
+                    compact_rows=compact_rows,
+                )
+                writer.start()
+        except BaseException:
+            con.close()
+            if lock is not None:
+                lock.release()
+            raise
+        return cls(
+            con,
+            clock=clock,
+            retention_s=retention_s,
+            path=path,
+            lock=lock,
+            writer=writer,
+            catalog=catalog,
+        )
+
+    # -- writing --------------------------------------------------------------------------------------
+
+    def append(self, batch: Batch) -> None:
+        """Queue one batch for writing; never blocks and never raises for database trouble."""
+        if self._closed or self._writer is None:
+            self._dropped += len(batch.samples)
+            return
+        self._writer.queue.put(("batch", batch))
+
+    def append_series(self, name: str, labels: Labels, timestamps_ms: np.ndarray, values: np.ndarray) -> None:
+        """Queue many samples of one series (import, backfill); waits while a lot is already queued."""
+        t = np.array(timestamps_ms, dtype=np.int64)
+        v = np.array(values, dtype=np.float64)
+        if t.shape != v.shape or t.ndim != 1:
+            raise ValueError("timestamps_ms and values must be 1-d arrays of the same length")
+        if self._writer is None or self._closed:
+            raise StoreError("the store is closed or open read-only")
+        if self._writer.queue.qsize() >= _BACKPRESSURE_ITEMS:
+            self.flush()  # let a bulk import wait for the writer rather than fill memory
+        self._writer.queue.put(("series", name, labels, t, v))
+
+    def flush(self) -> None:
+        """Block until everything appended so far is written; raise StoreError if it could not be."""
+        self._ask(lambda: None)
+
+    def compact(self) -> None:
+        """Move the recent write buffer into series-sorted chunks."""
+        self._ask(self._need_writer().compact)
+
+    def apply_retention(self, now_ms: int) -> int:
+        """Delete samples older than the retention period and series left empty; return samples deleted."""
+        cutoff = now_ms - int(self._retention_s * 1000)
+        return int(self._ask(lambda: self._need_writer().apply_retention(cutoff)))
+
+    def _need_writer(self) -> Writer:
+        if self._writer is None:
+            raise StoreError("the store is open read-only")
+        return self._writer
+
+    def _ask(self, fn: Any) -> Any:
+        if self._closed:
+            raise StoreError("the store is closed")
+        writer = self._need_writer()
+        fut: Future[Any] = Future()
+        writer.queue.put(("call", fn, fut))
+        return fut.result()
+
+    # -- reading --------------------------------------------------------------------------------------
+
+    def _cursor(self) -> duckdb.DuckDBPyConnection:
+        cur: duckdb.DuckDBPyConnection | None = getattr(self._local, "cursor", None)
+        if cur is None:
+            with self._guard:
+                if self._closed:
+                    raise StoreError("the store is closed")
+                cur = self._con.cursor()
+                self._cursors.append(cur)
+            self._local.cursor = cur
+        return cur
+
+    def _snapshot(self) -> Snapshot:
+        if self._closed:
+            raise StoreError("the store is closed")
+        return self._catalog.snapshot()
+
+    def select(self, matchers: Sequence[Matcher], start_ms: int, end_ms: int) -> list[SeriesData]:
+        """Return the series matching all matchers with their samples in [start_ms, end_ms]."""
+        entries = match(self._snapshot(), matchers)
+        try:
+            found = read_samples(self._cursor(), [e.series_id for e in entries], start_ms, end_ms)
+        except duckdb.Error as exc:
+            raise StoreError(f"store read failed: {exc}") from None
+        return [SeriesData(e.name, e.labels, *found[e.series_id]) for e in entries if e.series_id in found]
+
+    def _entries(self, matchers: Sequence[Matcher], start_ms: int | None, end_ms: int | None) -> list[Entry]:
+        entries = match(self._snapshot(), matchers)
+        if start_ms is None and end_ms is None:
+            return entries
+        lo = -(2**63) if start_ms is None else start_ms
+        hi = 2**63 - 1 if end_ms is None else end_ms
+        try:
+            keep = ids_with_samples(self._cursor(), [e.series_id for e in entries], lo, hi)
+        except duckdb.Error as exc:
+            raise StoreError(f"store read failed: {exc}") from None
+        return [e for e in entries if e.series_id in keep]
+
+    def series(self, matchers: Sequence[Matcher], start_ms: int, end_ms: int) -> list[dict[str, str]]:
+        """Return the label sets (with `__name__`) of matching series that have samples in range."""
+        return [dict(e.label_map) for e in self._entries(matchers, start_ms, end_ms)]
+
+    def label_names(
+        self, matchers: Sequence[Matcher] = (), start_ms: int | None = None, end_ms: int | None = None
+    ) -> list[str]:
+        """Return the sorted label names (with `__name__`) used by matching series."""
+        names = {k for e in self._entries(matchers, start_ms, end_ms) for k in e.label_map}
+        return sorted(names)
+
+    def label_values(
+        self,
+        label: str,
+        matchers: Sequence[Matcher] = (),
+        start_ms: int | None = None,
+        end_ms: int | None = None,
+    ) -> list[str]:
+        """Return the sorted values of `label` among matching series."""
+        entries = self._entries(matchers, start_ms, end_ms)
+        return sorted({e.label_map[label] for e in entries if label in e.label_map})
+
+    # -- housekeeping ---------------------------------------------------------------------------------
+
+    def stats(self) -> dict[str, Any]:
+        """Return counters for /-/health and /metrics."""
+        snap = self._snapshot()
+        row = (
+            self._cursor()
+            .execute(
+                "SELECT (SELECT coalesce(sum(n), 0) FROM chunks), (SELECT count(*) FROM head), "
+                "(SELECT count(*) FROM chunks)"
+            )
+            .fetchone()
+        )
+        chunk_samples, head_samples, chunks = (int(x) for x in row) if row else (0, 0, 0)
+        file_bytes = 0
+        if self._path is not None:
+            for p in (self._path, self._path.with_name(self._path.name + ".wal")):
+                file_bytes += p.stat().st_size if p.exists() else 0
+        w = self._writer
+        return {
+            "series": len(snap.by_id),
+            "samples": chunk_samples + head_samples,
+            "head_samples": head_samples,
+            "chunks": chunks,
+            "file_bytes": file_bytes,
+            "write_errors": w.write_errors if w else 0,
+            "last_error": w.last_error if w else "",
+            "dropped_samples": self._dropped + (w.dropped_samples if w else 0),
+            "queue_depth": w.queue.qsize() if w else 0,
+            "pending_samples": w.pending_samples if w else 0,
+            "last_flush_ms": w.last_flush_ms if w else None,
+            "last_compact_ms": w.last_compact_ms if w else None,
+            "read_only": w is None,
+        }
+
+    def close(self) -> None:
+        """Flush, compact, checkpoint, close the database and release the lock; safe to call twice."""
+        with self._guard:
+            if self._closed:
+                return
+            self._closed = True
+        try:
+            if self._writer is not None:
+                fut: Future[Any] = Future()
+                self._writer.queue.put((_STOP, fut))
+                try:
+                    fut.result()
+                except Exception as exc:  # closing must finish; the error is logged, not raised
+                    log.error("store: final flush/compaction failed: %s", exc)
+                self._writer.join()
+        finally:
+            with self._guard:
+                for cur in self._cursors:
+                    cur.close()
+                self._cursors.clear()
+            self._con.close()
+            if self._lock is not None:
+                self._lock.release()
+
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

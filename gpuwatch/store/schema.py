@@ -1,0 +1,74 @@
+"""Create and upgrade the database schema with numbered migrations.
+
+Tables (private to `gpuwatch.store`):
+
+- `series(series_id, name, labels)`: one row a series; labels as a JSON list of [name, value] pairs.
+- `head(series_id, t_ms, v_bits, seq)`: recent samples, one row each, as written every flush. Values
+  are kept as their IEEE-754 bits because DuckDB turns NaNs (and so staleness markers) into NULLs.
+- `chunks(series_id, t_min_ms, t_max_ms, n, seq, ts, vs)`: compacted samples, one row per series and
+  stretch of time, with timestamps and values encoded by `gpuwatch.store.codec`. `seq` orders writes,
+  so the newest write of a duplicate (series, time) wins.
+"""
+
+from __future__ import annotations
+
+import duckdb
+
+MIGRATIONS: tuple[tuple[int, str], ...] = (
+    (
+        1,
+        """
+        CREATE TABLE series (
+            series_id INTEGER PRIMARY KEY,
+            name VARCHAR NOT NULL,
+            labels VARCHAR NOT NULL
+        );
+        CREATE TABLE head (series_id INTEGER NOT NULL, t_ms BIGINT NOT NULL,
+                           v_bits BIGINT NOT NULL, seq BIGINT NOT NULL);
+        CREATE TABLE chunks (series_id INTEGER NOT NULL, t_min_ms BIGINT NOT NULL,
+                             t_max_ms BIGINT NOT NULL, n INTEGER NOT NULL, seq BIGINT NOT NULL,
+                             ts BLOB NOT NULL, vs BLOB NOT NULL);
+        """,
+    ),
+)
+
+
+def current_version(cur: duckdb.DuckDBPyConnection) -> int:
+    """Return the highest applied migration, 0 for an empty database."""
+    cur.execute(
+        "CREATE TABLE IF NOT EXISTS schema_migrations (version INTEGER PRIMARY KEY, applied_ms BIGINT NOT NULL)"
+    )
+    row = cur.execute("SELECT coalesce(max(version), 0) FROM schema_migrations").fetchone()
+    return int(row[0]) if row else 0
+
+
+def read_version(cur: duckdb.DuckDBPyConnection) -> int:
+    """Return the highest applied migration without creating anything (read-only databases)."""
+    row = cur.execute(
+        "SELECT count(*) FROM duckdb_tables() WHERE table_name = 'schema_migrations'"
+    ).fetchone()
+    if not row or not row[0]:
+        return 0
+    row = cur.execute("SELECT coalesce(max(version), 0) FROM schema_migrations").fetchone()
+    return int(row[0]) if row else 0
+
+
+def migrate(cur: duckdb.DuckDBPyConnection, now_ms: int) -> int:
+    """Apply every migration newer than the database, each in its own transaction; return the version."""
+    version = current_version(cur)
+    for number, sql in MIGRATIONS:
+        if number <= version:
+            continue
+        cur.execute("BEGIN TRANSACTION")
+        try:
+            cur.execute(sql)
+            cur.execute("INSERT INTO schema_migrations VALUES (?, ?)", [number, now_ms])
+            cur.execute("COMMIT")
+        except duckdb.Error:
+            cur.execute("ROLLBACK")
+            raise
+        version = number
+    return version
+
+
+LATEST = MIGRATIONS[-1][0]

@@ -1,0 +1,391 @@
+"""The one thread that writes: it drains the append queue, flushes, compacts and applies retention.
+
+Every change to the database happens here, on the writer's own cursor, so DuckDB never sees two
+writers. Other threads hand work over through the queue and, when they need a result (flush,
+compact, retention), wait on a Future. A database error is logged and counted in `write_errors`;
+the data it concerned stays buffered and is retried on the next flush, and the thread keeps going.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import queue
+import threading
+from collections.abc import Callable
+from concurrent.futures import Future
+from typing import Any
+
+import duckdb
+import numpy as np
+
+from gpuwatch.clock import Clock
+from gpuwatch.errors import StoreError
+from gpuwatch.model import Batch, Labels, make_labels
+from gpuwatch.store.catalog import Catalog, Entry
+from gpuwatch.store.chunking import WINDOW_MS, ChunkRow, dedupe_last, encode_series, merge_rows
+
+log = logging.getLogger(__name__)
+
+_BULK_MIN = 1024  # append_series calls at least this long skip the head and become chunks directly
+_MAX_PENDING = 20_000_000  # samples kept for retry while the database refuses writes
+_STOP = object()
+
+
+class Writer:
+    """Own all writes to one database; run `start()` once, then talk to it through the queue."""
+
+    def __init__(
+        self,
+        con: duckdb.DuckDBPyConnection,
+        catalog: Catalog,
+        clock: Clock,
+        *,
+        flush_interval_s: float,
+        compact_interval_s: float,
+        compact_rows: int,
+        flush_rows: int = 500_000,
+    ) -> None:
+        self._cur = con.cursor()
+        self._catalog = catalog
+        self._clock = clock
+        self._flush_interval_s = flush_interval_s
+        self._compact_interval_s = compact_interval_s
+        self._compact_rows = compact_rows
+        self._flush_rows = flush_rows
+        self.queue: queue.Queue[Any] = queue.Queue()
+        self._thread = threading.Thread(target=self._run, name="gpuwatch-store-writer", daemon=True)
+        cur = self._cur
+        self._ids: dict[tuple[str, Labels], int] = {}
+        for e in catalog.snapshot().by_id.values():
+            self._ids[(e.name, e.labels)] = e.series_id
+        self._next_id = _scalar(cur, "SELECT coalesce(max(series_id), 0) + 1 FROM series")
+        self._seq = _scalar(
+            cur,
+            "SELECT coalesce(greatest((SELECT max(seq) FROM head), (SELECT max(seq) FROM chunks)), 0) + 1",
+        )
+        self._head_rows = _scalar(cur, "SELECT count(*) FROM head")
+        self._new: list[Entry] = []
+        self._pending: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
+        self._pending_chunks: list[ChunkRow] = []
+        self._pending_rows = 0
+        self._chunks_since_compact = 0
+        self._last_flush = clock.monotonic()
+        self._last_compact = clock.monotonic()
+        self.write_errors = 0
+        self.dropped_samples = 0
+        self.last_error = ""
+        self.last_flush_ms: int | None = None
+        self.last_compact_ms: int | None = None
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def is_alive(self) -> bool:
+        return self._thread.is_alive()
+
+    def join(self) -> None:
+        self._thread.join()
+
+    @property
+    def pending_samples(self) -> int:
+        return self._pending_rows
+
+    # -- the thread ---------------------------------------------------------------------------------
+
+    def _run(self) -> None:
+        while True:
+            try:
+                item = self.queue.get(timeout=self._flush_interval_s)
+            except queue.Empty:
+                item = None
+            try:
+                if item is not None and self._dispatch(item):
+                    return
+                while self._pending_rows < self._flush_rows:
+                    try:
+                        item = self.queue.get_nowait()
+                    except queue.Empty:
+                        break
+                    if self._dispatch(item):
+                        return
+                self._maybe_flush()
+            except Exception as exc:  # the writer is the job wrapper: it logs, counts and goes on
+                self._count_error("writer", exc)
+
+    def _dispatch(self, item: Any) -> bool:
+        kind = item[0]
+        if kind == "batch":
+            self._add_batch(item[1])
+        elif kind == "series":
+            self._add_series(*item[1:])
+        elif kind == "call":
+            self._call(item[1], item[2])
+        elif kind is _STOP:
+            self._call(self._finish, item[1])
+            return True
+        return False
+
+    def _call(self, fn: Callable[[], Any], fut: Future[Any]) -> None:
+        if not fut.set_running_or_notify_cancel():
+            return
+        try:
+            self.flush()
+            fut.set_result(fn())
+        except duckdb.Error as exc:
+            fut.set_exception(StoreError(f"store write failed: {exc}"))
+        except Exception as exc:  # hand any other failure to the caller who asked for this work
+            fut.set_exception(exc)
+
+    def _finish(self) -> None:
+        self.compact()
+        self._cur.execute("CHECKPOINT")
+
+    def _maybe_flush(self) -> None:
+        since = self._clock.monotonic() - self._last_flush
+        if self._pending_rows and (self._pending_rows >= self._flush_rows or since >= self._flush_interval_s):
+            self._guarded(self.flush)
+        since = self._clock.monotonic() - self._last_compact
+        if (
+            self._head_rows >= self._compact_rows
+            or self._chunks_since_compact >= 4096
+            or (self._head_rows and since >= self._compact_interval_s)
+        ):
+            self._guarded(self.compact)
+
+    def _guarded(self, fn: Callable[[], Any]) -> None:
+        try:
+            fn()
+        except (duckdb.Error, OSError) as exc:
+            self._count_error(fn.__name__, exc)
+
+    def _count_error(self, what: str, exc: BaseException) -> None:
+        self.write_errors += 1
+        self.last_error = f"{what}: {exc}"
+        log.warning("store %s failed (kept for retry): %s", what, exc)
+
+    # -- buffering ----------------------------------------------------------------------------------
+
+    def _series_id(self, name: str, labels: Labels) -> int:
+        key = (name, labels)
+        sid = self._ids.get(key)
+        if sid is None:
+            clean = (name, make_labels(dict(labels)))
+            sid = self._ids.get(clean)
+            if sid is None:
+                sid = self._next_id
+                self._next_id += 1
+                self._new.append(Entry.make(sid, *clean))
+                self._ids[clean] = sid
+            self._ids[key] = sid
+        return sid
+
+    def _add_batch(self, batch: Batch) -> None:
+        n = len(batch.samples)
+        if not n:
+            return
+        ids = np.fromiter((self._series_id(s.name, s.labels) for s in batch.samples), np.int32, n)
+        values = np.fromiter((s.value for s in batch.samples), np.float64, n)
+        self._buffer(ids, np.full(n, batch.timestamp_ms, np.int64), values)
+
+    def _add_series(self, name: str, labels: Labels, t_ms: np.ndarray, values: np.ndarray) -> None:
+        n = t_ms.size
+        if not n:
+            return
+        sid = self._series_id(name, labels)
+        if n < _BULK_MIN:
+            self._buffer(np.full(n, sid, np.int32), t_ms, values)
+            return
+        t_ms, values = dedupe_last(t_ms, values, np.arange(n))
+        self._pending_chunks.extend(encode_series(sid, t_ms, values, self._next_seq(1)))
+        self._pending_rows += n
+
+    def _buffer(self, ids: np.ndarray, t_ms: np.ndarray, values: np.ndarray) -> None:
+        self._pending.append((ids, t_ms, values))
+        self._pending_rows += ids.size
+        if self._pending_rows > _MAX_PENDING:
+            dropped = self._pending.pop(0)
+            self._pending_rows -= dropped[0].size
+            self.dropped_samples += dropped[0].size
+            log.warning("store write buffer full; dropped %d samples", dropped[0].size)
+
+    def _next_seq(self, n: int) -> int:
+        seq = self._seq
+        self._seq += n
+        return seq
+
+    # -- writing ------------------------------------------------------------------------------------
+
+    def flush(self) -> None:
+        """Write everything buffered in one transaction; on failure keep it for the next try."""
+        self._last_flush = self._clock.monotonic()
+        if not (self._pending_rows or self._new):
+            return
+        cur = self._cur
+        head = None
+        if self._pending:
+            ids, t_ms, values = (np.concatenate(cols) for cols in zip(*self._pending, strict=True))
+            head = {
+                "series_id": ids,
+                "t_ms": t_ms,
+                "v_bits": values.view(np.int64),
+                "seq": np.arange(self._seq, self._seq + ids.size, dtype=np.int64),
+            }
+        cur.execute("BEGIN TRANSACTION")
+        try:
+            if self._new:
+                cur.executemany(
+                    "INSERT INTO series VALUES (?, ?, ?)",
+                    [[e.series_id, e.name, json.dumps(e.labels)] for e in self._new],
+                )
+            if head is not None:
+                _insert(cur, "head", head)
+            _insert_chunks(cur, self._pending_chunks)
+            cur.execute("COMMIT")
+        except BaseException:
+            _rollback(cur)
+            raise
+        if head is not None:
+            self._seq += head["seq"].size
+            self._head_rows += head["seq"].size
+        self._chunks_since_compact += len(self._pending_chunks)
+        self._catalog.add(self._new)
+        self._new, self._pending, self._pending_chunks, self._pending_rows = [], [], [], 0
+        self.last_flush_ms = self._clock.now_ms()
+
+    def compact(self) -> None:
+        """Move the head into chunks, then merge the chunks of closed windows into one per series."""
+        self.flush()
+        self._last_compact = self._clock.monotonic()
+        cur = self._cur
+        head = cur.execute(
+            "SELECT series_id, t_ms, v_bits, seq FROM head ORDER BY series_id, t_ms, seq"
+        ).fetchnumpy()
+        ids = np.asarray(head["series_id"])
+        rows: list[ChunkRow] = []
+        if ids.size:
+            t_all, v_all = np.asarray(head["t_ms"]), np.asarray(head["v_bits"]).view(np.float64)
+            seq_all = np.asarray(head["seq"])
+            cuts = np.flatnonzero(ids[1:] != ids[:-1]) + 1
+            for lo, hi in zip(np.r_[0, cuts], np.r_[cuts, ids.size], strict=True):
+                t, v = dedupe_last(t_all[lo:hi], v_all[lo:hi], seq_all[lo:hi])
+                rows.extend(encode_series(int(ids[lo]), t, v, int(seq_all[lo:hi].max())))
+        cur.execute("BEGIN TRANSACTION")
+        try:
+            _insert_chunks(cur, rows)
+            cur.execute("DELETE FROM head")
+            self._merge_closed_windows()
+            cur.execute("COMMIT")
+        except BaseException:
+            _rollback(cur)
+            raise
+        self._head_rows = 0
+        self._chunks_since_compact = 0
+        self.last_compact_ms = self._clock.now_ms()
+
+    def _merge_closed_windows(self) -> None:
+        cur = self._cur
+        newest = _scalar(cur, "SELECT coalesce(max(t_max_ms), 0) FROM chunks")
+        groups = cur.execute(
+            "SELECT t_min_ms // ? AS win, list(DISTINCT series_id) FROM chunks "
+            "WHERE t_min_ms < ? GROUP BY ALL HAVING count(*) > count(DISTINCT series_id)",
+            [WINDOW_MS, newest // WINDOW_MS * WINDOW_MS],
+        ).fetchall()
+        for win, _ in groups:
+            lo, hi = win * WINDOW_MS, (win + 1) * WINDOW_MS
+            found = cur.execute(
+                "SELECT series_id, seq, n, ts, vs FROM chunks WHERE t_min_ms >= ? AND t_min_ms < ? "
+                "AND series_id IN (SELECT series_id FROM chunks WHERE t_min_ms >= ? AND t_min_ms < ? "
+                "GROUP BY series_id HAVING count(*) > 1) ORDER BY series_id, seq",
+                [lo, hi, lo, hi],
+            ).fetchall()
+            by_series: dict[int, list[tuple[int, int, bytes, bytes]]] = {}
+            for sid, seq, n, ts, vs in found:
+                by_series.setdefault(sid, []).append((seq, n, ts, vs))
+            merged: list[ChunkRow] = []
+            for sid, parts in by_series.items():
+                t, v = merge_rows(parts)
+                merged.extend(encode_series(sid, t, v, max(p[0] for p in parts)))
+            cur.execute(
+                "DELETE FROM chunks WHERE t_min_ms >= ? AND t_min_ms < ? AND series_id IN "
+                f"({','.join(str(int(s)) for s in by_series)})",
+                [lo, hi],
+            )
+            _insert_chunks(cur, merged)
+
+    def apply_retention(self, cutoff_ms: int) -> int:
+        """Delete samples before `cutoff_ms` and series left without samples; return samples deleted."""
+        cur = self._cur
+        cur.execute("BEGIN TRANSACTION")
+        try:
+            deleted = _scalar(cur, "SELECT coalesce(sum(n), 0) FROM chunks WHERE t_max_ms < ?", [cutoff_ms])
+            cur.execute("DELETE FROM chunks WHERE t_max_ms < ?", [cutoff_ms])
+            trimmed = []
+            straddling = cur.execute(
+                "SELECT series_id, seq, n, ts, vs FROM chunks WHERE t_min_ms < ?", [cutoff_ms]
+            ).fetchall()
+            for sid, seq, n, ts, vs in straddling:
+                t, v = merge_rows([(seq, n, ts, vs)])
+                keep = t >= cutoff_ms
+                deleted += n - int(keep.sum())
+                trimmed.extend(encode_series(sid, t[keep], v[keep], seq))
+            cur.execute("DELETE FROM chunks WHERE t_min_ms < ?", [cutoff_ms])
+            _insert_chunks(cur, trimmed)
+            head_old = _scalar(cur, "SELECT count(*) FROM head WHERE t_ms < ?", [cutoff_ms])
+            cur.execute("DELETE FROM head WHERE t_ms < ?", [cutoff_ms])
+            orphans = [
+                r[0]
+                for r in cur.execute(
+                    "SELECT series_id FROM series WHERE series_id NOT IN (SELECT series_id FROM chunks) "
+                    "AND series_id NOT IN (SELECT series_id FROM head)"
+                ).fetchall()
+            ]
+            if orphans:
+                cur.execute(f"DELETE FROM series WHERE series_id IN ({','.join(map(str, orphans))})")
+            cur.execute("COMMIT")
+        except BaseException:
+            _rollback(cur)
+            raise
+        self._head_rows -= head_old
+        gone = set(orphans)
+        self._ids = {k: v for k, v in self._ids.items() if v not in gone}
+        self._catalog.remove(gone)
+        return deleted + head_old
+
+
+def _scalar(cur: duckdb.DuckDBPyConnection, sql: str, params: list[Any] | None = None) -> int:
+    row = cur.execute(sql, params).fetchone()
+    return int(row[0]) if row and row[0] is not None else 0
+
+
+def _insert(cur: duckdb.DuckDBPyConnection, table: str, columns: dict[str, Any]) -> None:
+    cur.register("gpuwatch_rows", columns)
+    try:
+        cur.execute(f"INSERT INTO {table} SELECT * FROM gpuwatch_rows")
+    finally:
+        cur.unregister("gpuwatch_rows")
+
+
+def _insert_chunks(cur: duckdb.DuckDBPyConnection, rows: list[ChunkRow]) -> None:
+    if not rows:
+        return
+    _insert(
+        cur,
+        "chunks",
+        {
+            "series_id": np.fromiter((r.series_id for r in rows), np.int32, len(rows)),
+            "t_min_ms": np.fromiter((r.t_min_ms for r in rows), np.int64, len(rows)),
+            "t_max_ms": np.fromiter((r.t_max_ms for r in rows), np.int64, len(rows)),
+            "n": np.fromiter((r.n for r in rows), np.int32, len(rows)),
+            "seq": np.fromiter((r.seq for r in rows), np.int64, len(rows)),
+            "ts": np.array([r.ts for r in rows], dtype=object),
+            "vs": np.array([r.vs for r in rows], dtype=object),
+        },
+    )
+
+
+def _rollback(cur: duckdb.DuckDBPyConnection) -> None:
+    try:
+        cur.execute("ROLLBACK")
+    except duckdb.Error:
+        pass  # the transaction is already gone; the original error is what matters
