@@ -2,13 +2,27 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import contextlib
+from collections.abc import Iterator, Sequence
+from typing import Any
 
 import duckdb
 import numpy as np
 
 from gpuwatch.store.chunking import decode_row, dedupe_last
 from gpuwatch.store.codec import decode_times
+
+
+@contextlib.contextmanager
+def _snapshot(cur: duckdb.DuckDBPyConnection) -> Iterator[None]:
+    """Run the enclosed queries in one read transaction, so they see one consistent state."""
+    cur.execute("BEGIN TRANSACTION")
+    try:
+        yield
+    except BaseException:
+        cur.execute("ROLLBACK")
+        raise
+    cur.execute("COMMIT")
 
 
 def _id_filter(ids: Sequence[int]) -> str:
@@ -22,16 +36,8 @@ def read_samples(
     if not ids:
         return {}
     where = _id_filter(ids)
-    chunks = cur.execute(
-        f"SELECT series_id, seq, n, t_min_ms, t_max_ms, ts, vs FROM chunks WHERE {where} "
-        "AND t_max_ms >= ? AND t_min_ms <= ? ORDER BY series_id, t_min_ms, seq",
-        [start_ms, end_ms],
-    ).fetchall()
-    head = cur.execute(
-        f"SELECT series_id, t_ms, v_bits, seq FROM head WHERE {where} AND t_ms >= ? AND t_ms <= ? "
-        "ORDER BY series_id, t_ms, seq",
-        [start_ms, end_ms],
-    ).fetchnumpy()
+    with _snapshot(cur):  # a compaction may move head rows into chunks between the two queries
+        chunks, head = _fetch(cur, where, start_ms, end_ms)
     parts: dict[int, list[tuple[np.ndarray, np.ndarray, np.ndarray | int]]] = {}
     for sid, seq, n, t_min, t_max, ts, vs in chunks:
         t, v = decode_row(n, ts, vs)
@@ -46,8 +52,23 @@ def read_samples(
         h_v = np.asarray(head["v_bits"]).view(np.float64)
         cuts = np.flatnonzero(h_ids[1:] != h_ids[:-1]) + 1
         for lo, hi in zip(np.r_[0, cuts], np.r_[cuts, h_ids.size], strict=True):
-            parts.setdefault(int(h_ids[lo]), []).append((h_t[lo:hi], h_v[lo:hi], h_seq[lo:hi]))
+            t, v = dedupe_last(h_t[lo:hi], h_v[lo:hi], h_seq[lo:hi])
+            parts.setdefault(int(h_ids[lo]), []).append((t, v, int(h_seq[lo:hi].max())))
     return {sid: _combine(p) for sid, p in parts.items()}
+
+
+def _fetch(cur: duckdb.DuckDBPyConnection, where: str, start_ms: int, end_ms: int) -> tuple[list[Any], Any]:
+    chunks = cur.execute(
+        f"SELECT series_id, seq, n, t_min_ms, t_max_ms, ts, vs FROM chunks WHERE {where} "
+        "AND t_max_ms >= ? AND t_min_ms <= ? ORDER BY series_id, t_min_ms, seq",
+        [start_ms, end_ms],
+    ).fetchall()
+    head = cur.execute(
+        f"SELECT series_id, t_ms, v_bits, seq FROM head WHERE {where} AND t_ms >= ? AND t_ms <= ? "
+        "ORDER BY series_id, t_ms, seq",
+        [start_ms, end_ms],
+    ).fetchnumpy()
+    return chunks, head
 
 
 def _combine(parts: list[tuple[np.ndarray, np.ndarray, np.ndarray | int]]) -> tuple[np.ndarray, np.ndarray]:
@@ -68,6 +89,13 @@ def ids_with_samples(
     """Return the subset of `ids` having at least one sample with start_ms <= t <= end_ms."""
     if not ids:
         return set()
+    with _snapshot(cur):
+        return _ids_with_samples(cur, ids, start_ms, end_ms)
+
+
+def _ids_with_samples(
+    cur: duckdb.DuckDBPyConnection, ids: Sequence[int], start_ms: int, end_ms: int
+) -> set[int]:
     where = _id_filter(ids)
     found = {
         r[0]

@@ -132,7 +132,8 @@ class Writer:
         try:
             self.flush()
             fut.set_result(fn())
-        except duckdb.Error as exc:
+        except (duckdb.Error, OSError) as exc:
+            self._count_error("write", exc)
             fut.set_exception(StoreError(f"store write failed: {exc}"))
         except Exception as exc:  # hand any other failure to the caller who asked for this work
             fut.set_exception(exc)
