@@ -1,0 +1,389 @@
+"""The PromQL engine: instant and range queries over a `Queryable`, evaluated for all steps at once."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from datetime import datetime, timedelta, timezone
+from typing import Any, Protocol
+
+import numpy as np
+import promql_parser as pp
+
+from gpuwatch.model import Matcher, SeriesData
+from gpuwatch.query import aggregate, binary
+from gpuwatch.query.calls import evaluate_call
+from gpuwatch.query.errors import PromQLEvalError, QueryTimeout, QueryTooLarge, Unsupported
+from gpuwatch.query.frames import (
+    NAME,
+    LabelSet,
+    RangeFrame,
+    RangeSeries,
+    ScalarFrame,
+    StringFrame,
+    VectorFrame,
+    drop_name,
+    is_stale_array,
+    make_labelset,
+    merge_same_labels,
+)
+from gpuwatch.query.parse import parse
+from gpuwatch.query.values import Matrix, Result, Sample, Scalar, Series, String, Vector
+
+Frame = ScalarFrame | VectorFrame | RangeFrame | StringFrame
+
+MAX_POINTS = 11_000
+_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+_MATCH_OPS = {"MatchOp.Equal": "=", "MatchOp.NotEqual": "!=", "MatchOp.Re": "=~", "MatchOp.NotRe": "!~"}
+
+
+class Queryable(Protocol):
+    """Where the engine reads samples from (the store satisfies it)."""
+
+    def select(self, matchers: Sequence[Matcher], start_ms: int, end_ms: int) -> list[SeriesData]: ...
+
+
+def _ms(delta: timedelta | None) -> int:
+    if delta is None:
+        return 0
+    return delta // timedelta(milliseconds=1)
+
+
+def _go_div(a: int, b: int) -> int:
+    """Integer division truncating toward zero, as Go's `/` does."""
+    q = abs(a) // abs(b)
+    return q if (a >= 0) == (b > 0) else -q
+
+
+class Engine:
+    """Evaluate PromQL over `source`; limits are per query."""
+
+    def __init__(
+        self,
+        source: Queryable,
+        *,
+        lookback_ms: int = 300_000,
+        max_samples: int = 50_000_000,
+        timeout_s: float = 120.0,
+        monotonic: Callable[[], float] = time.monotonic,
+        subquery_step_ms: int = 60_000,
+        max_points: int = MAX_POINTS,
+    ) -> None:
+        self.source = source
+        self.lookback_ms = int(lookback_ms)
+        self.max_samples = int(max_samples)
+        self.timeout_s = float(timeout_s)
+        self.monotonic = monotonic
+        self.subquery_step_ms = int(subquery_step_ms)
+        self.max_points = int(max_points)
+
+    def instant(self, expr: str, time_ms: int, *, timeout_s: float | None = None) -> Result:
+        """Evaluate `expr` at `time_ms`."""
+        query = parse(expr)
+        ev = _Evaluation(self, int(time_ms), int(time_ms), timeout_s)
+        ts = np.array([int(time_ms)], dtype=np.int64)
+        frame = ev.eval(query.expr, ts)
+        return _instant_result(frame, int(time_ms))
+
+    def range(
+        self, expr: str, start_ms: int, end_ms: int, step_ms: int, *, timeout_s: float | None = None
+    ) -> Matrix:
+        """Evaluate `expr` at start_ms, start_ms + step_ms, ... up to end_ms."""
+        start_ms, end_ms, step_ms = int(start_ms), int(end_ms), int(step_ms)
+        if step_ms <= 0:
+            raise PromQLEvalError(
+                "zero or negative query resolution step widths are not accepted. Try a positive integer"
+            )
+        if end_ms < start_ms:
+            raise PromQLEvalError("end timestamp must not be before start time")
+        if (end_ms - start_ms) // step_ms + 1 > self.max_points:
+            raise QueryTooLarge(
+                f"exceeded maximum resolution of {self.max_points:,} points per timeseries. "
+                "Try decreasing the query resolution (?step=XX)"
+            )
+        query = parse(expr)
+        ev = _Evaluation(self, start_ms, end_ms, timeout_s)
+        ts = np.arange(start_ms, end_ms + 1, step_ms, dtype=np.int64)
+        frame = ev.eval(query.expr, ts)
+        return _range_result(frame, ts)
+
+
+def _instant_result(frame: Frame, time_ms: int) -> Result:
+    if isinstance(frame, ScalarFrame):
+        return Scalar(time_ms, float(frame.values[0]))
+    if isinstance(frame, StringFrame):
+        return String(time_ms, frame.value)
+    if isinstance(frame, VectorFrame):
+        return Vector(
+            [
+                Sample(dict(ls), time_ms, float(frame.values[i, 0]))
+                for i, ls in enumerate(frame.labels)
+                if frame.present[i, 0]
+            ]
+        )
+    series = []
+    end = int(frame.ends[0])
+    for rs in frame.series:
+        keep = (rs.times > end - frame.range_ms) & (rs.times <= end)
+        if keep.any():
+            series.append(Series(dict(rs.labels), rs.times[keep], rs.values[keep]))
+    series.sort(key=lambda s: tuple(sorted(s.labels.items())))
+    return Matrix(series)
+
+
+def _range_result(frame: Frame, ts: np.ndarray) -> Matrix:
+    if isinstance(frame, ScalarFrame):
+        return Matrix([Series({}, ts.copy(), frame.values.astype(np.float64))])
+    if not isinstance(frame, VectorFrame):
+        kind = "range vector" if isinstance(frame, RangeFrame) else "string"
+        raise PromQLEvalError(
+            f'invalid expression type "{kind}" for range query, must be Scalar or instant Vector'
+        )
+    frame = merge_same_labels(frame)
+    out = []
+    for i, ls in enumerate(frame.labels):
+        m = frame.present[i]
+        if m.any():
+            out.append((ls, Series(dict(ls), ts[m], frame.values[i][m])))
+    out.sort(key=lambda p: p[0])
+    return Matrix([s for _, s in out])
+
+
+class _Evaluation:
+    """State of one query: fetched data, sample count, deadline."""
+
+    def __init__(self, engine: Engine, start_ms: int, end_ms: int, timeout_s: float | None) -> None:
+        self.engine = engine
+        self.start_ms = start_ms
+        self.end_ms = end_ms
+        self.lookback = engine.lookback_ms
+        self.samples = 0
+        self.deadline = engine.monotonic() + (engine.timeout_s if timeout_s is None else timeout_s)
+        self.cache: dict[tuple[Matcher, ...], tuple[int, int, list[SeriesData]]] = {}
+
+    # Limits ----------------------------------------------------------------------------------
+
+    def check_deadline(self) -> None:
+        if self.engine.monotonic() > self.deadline:
+            raise QueryTimeout("query timed out in expression evaluation")
+
+    def _count(self, n: int) -> None:
+        self.samples += n
+        if self.samples > self.engine.max_samples:
+            raise QueryTooLarge("query processing would load too many samples into memory in query execution")
+
+    # Data ------------------------------------------------------------------------------------
+
+    def _matchers(self, vs: Any) -> tuple[Matcher, ...]:
+        out = []
+        if vs.name:
+            out.append(Matcher(NAME, "=", vs.name))
+        for m in vs.matchers.matchers:
+            out.append(Matcher(m.name, _MATCH_OPS[str(m.op)], m.value))
+        return tuple(out)
+
+    def select(self, vs: Any, start_ms: int, end_ms: int) -> list[SeriesData]:
+        key = self._matchers(vs)
+        cached = self.cache.get(key)
+        if cached is not None and cached[0] <= start_ms and end_ms <= cached[1]:
+            return cached[2]
+        if cached is not None:
+            start_ms, end_ms = min(start_ms, cached[0]), max(end_ms, cached[1])
+        data = self.engine.source.select(list(key), start_ms, end_ms)
+        self._count(sum(len(s.timestamps_ms) for s in data))
+        data.sort(key=lambda s: make_labelset({NAME: s.name, **dict(s.labels)}))
+        self.cache[key] = (start_ms, end_ms, data)
+        self.check_deadline()
+        return data
+
+    def times(self, node: Any, ts: np.ndarray) -> np.ndarray:
+        """Return the times a selector or subquery reads at, after `@` and `offset`."""
+        at = node.at
+        base = ts
+        if at is not None:
+            kind = str(at.type)
+            if kind.endswith("Start"):
+                at_ms = self.start_ms
+            elif kind.endswith("End"):
+                at_ms = self.end_ms
+            else:
+                when = at.at
+                if when.tzinfo is None:
+                    when = when.replace(tzinfo=timezone.utc)
+                at_ms = (when - _EPOCH) // timedelta(milliseconds=1)
+            base = np.full(len(ts), at_ms, dtype=np.int64)
+        return base - _ms(node.offset)
+
+    # Evaluation ------------------------------------------------------------------------------
+
+    def eval(self, node: Any, ts: np.ndarray) -> Frame:
+        self.check_deadline()
+        if isinstance(node, pp.ParenExpr):
+            return self.eval(node.expr, ts)
+        if isinstance(node, pp.NumberLiteral):
+            return ScalarFrame(np.full(len(ts), float(node.val)))
+        if isinstance(node, pp.StringLiteral):
+            return StringFrame(node.val)
+        if isinstance(node, pp.VectorSelector):
+            return self.vector_selector(node, ts)
+        if isinstance(node, pp.MatrixSelector):
+            return self.matrix_selector(node, ts)
+        if isinstance(node, pp.SubqueryExpr):
+            return self.subquery(node, ts)
+        if isinstance(node, pp.UnaryExpr):
+            return self.negate(self.eval(node.expr, ts))
+        if isinstance(node, pp.BinaryExpr):
+            return self.binary(node, ts)
+        if isinstance(node, pp.AggregateExpr):
+            return self.aggregate(node, ts)
+        if isinstance(node, pp.Call):
+            return self.call(node, ts)
+        raise Unsupported(f"expression type {type(node).__name__}")
+
+    def vector_selector(self, vs: Any, ts: np.ndarray, want_times: bool = False) -> VectorFrame:
+        te = self.times(vs, ts)
+        n = len(ts)
+        data = self.select(vs, int(te.min()) - self.lookback + 1, int(te.max()))
+        labels: list[LabelSet] = []
+        values = np.zeros((len(data), n))
+        present = np.zeros((len(data), n), dtype=bool)
+        for i, sd in enumerate(data):
+            labels.append(make_labelset({NAME: sd.name, **dict(sd.labels)}))
+            t = sd.timestamps_ms
+            if len(t) == 0:
+                continue
+            idx = np.searchsorted(t, te, side="right") - 1
+            ok = idx >= 0
+            idx = np.maximum(idx, 0)
+            tt = t[idx]
+            vv = sd.values[idx]
+            ok &= tt > te - self.lookback
+            ok &= ~is_stale_array(vv)
+            values[i] = tt / 1000.0 if want_times else vv
+            present[i] = ok
+        return VectorFrame(labels, values, present)
+
+    def matrix_selector(self, ms: Any, ts: np.ndarray) -> RangeFrame:
+        vs = ms.vector_selector
+        rng = _ms(ms.range)
+        ends = self.times(vs, ts)
+        data = self.select(vs, int(ends.min()) - rng + 1, int(ends.max()))
+        series = []
+        for sd in data:
+            keep = ~is_stale_array(sd.values)
+            series.append(
+                RangeSeries(
+                    make_labelset({NAME: sd.name, **dict(sd.labels)}), sd.timestamps_ms[keep], sd.values[keep]
+                )
+            )
+        return RangeFrame(series, rng, ends, from_selector=vs)
+
+    def subquery(self, sq: Any, ts: np.ndarray) -> RangeFrame:
+        step = _ms(sq.step) or self.engine.subquery_step_ms
+        rng = _ms(sq.range)
+        ends = self.times(sq, ts)
+        lo = int(ends.min()) - rng
+        start = step * _go_div(lo, step)
+        if start <= lo:
+            start += step
+        inner_ts = np.arange(start, int(ends.max()) + 1, step, dtype=np.int64)
+        if len(inner_ts) == 0:
+            return RangeFrame([], rng, ends)
+        inner = self.eval(sq.expr, inner_ts)
+        if isinstance(inner, ScalarFrame):
+            inner = VectorFrame([()], inner.values[None, :], np.ones((1, len(inner_ts)), dtype=bool))
+        if not isinstance(inner, VectorFrame):
+            raise PromQLEvalError("subquery is only allowed on instant vector or scalar expressions")
+        series = []
+        for i, ls in enumerate(inner.labels):
+            m = inner.present[i]
+            if m.any():
+                series.append(RangeSeries(ls, inner_ts[m], inner.values[i][m]))
+        return RangeFrame(series, rng, ends)
+
+    def negate(self, frame: Frame) -> Frame:
+        if isinstance(frame, ScalarFrame):
+            return ScalarFrame(-frame.values)
+        if isinstance(frame, VectorFrame):
+            return merge_same_labels(
+                VectorFrame([drop_name(ls) for ls in frame.labels], -frame.values, frame.present)
+            )
+        raise PromQLEvalError("unary minus is only allowed on scalars and instant vectors")
+
+    def binary(self, node: Any, ts: np.ndarray) -> Frame:
+        op = str(node.op)
+        mod = node.modifier
+        return_bool = bool(mod is not None and mod.return_bool)
+        lhs = self.eval(node.lhs, ts)
+        rhs = self.eval(node.rhs, ts)
+        if isinstance(lhs, ScalarFrame) and isinstance(rhs, ScalarFrame):
+            return ScalarFrame(binary.scalar_scalar(op, lhs.values, rhs.values, return_bool))
+        if isinstance(lhs, VectorFrame) and isinstance(rhs, ScalarFrame):
+            return binary.vector_scalar(op, lhs, rhs.values, False, return_bool)
+        if isinstance(lhs, ScalarFrame) and isinstance(rhs, VectorFrame):
+            return binary.vector_scalar(op, rhs, lhs.values, True, return_bool)
+        if not (isinstance(lhs, VectorFrame) and isinstance(rhs, VectorFrame)):
+            raise PromQLEvalError(
+                f"binary expression must contain only scalar and instant vector types ({op})"
+            )
+        matching = _matching(mod, op)
+        if op in binary.SET_OPS:
+            return binary.set_operation(op, lhs, rhs, matching)
+        return binary.vector_vector(op, lhs, rhs, matching, return_bool)
+
+    def scalar_arg(self, node: Any, ts: np.ndarray) -> np.ndarray:
+        frame = self.eval(node, ts)
+        if not isinstance(frame, ScalarFrame):
+            raise PromQLEvalError("expected a scalar argument")
+        return frame.values
+
+    def vector_arg(self, node: Any, ts: np.ndarray) -> VectorFrame:
+        frame = self.eval(node, ts)
+        if not isinstance(frame, VectorFrame):
+            raise PromQLEvalError("expected an instant vector argument")
+        return frame
+
+    def aggregate(self, node: Any, ts: np.ndarray) -> VectorFrame:
+        op = str(node.op).lower()
+        grouping: list[str] = []
+        without = False
+        if node.modifier is not None:
+            grouping = list(node.modifier.labels)
+            without = str(node.modifier.type).endswith("Without")
+        if op == "count_values":
+            label = self.eval(node.param, ts)
+            if not isinstance(label, StringFrame):
+                raise PromQLEvalError("count_values requires a string parameter")
+            if not label.value:
+                raise PromQLEvalError(f'invalid label name "{label.value}"')
+            return aggregate.count_values(self.vector_arg(node.expr, ts), label.value, grouping, without)
+        param = self.scalar_arg(node.param, ts) if op in ("topk", "bottomk", "quantile") else None
+        frame = self.vector_arg(node.expr, ts)
+        if op in ("topk", "bottomk"):
+            assert param is not None
+            return aggregate.topk(op, frame, grouping, without, param)
+        return aggregate.aggregate(op, frame, grouping, without, param)
+
+    def call(self, node: Any, ts: np.ndarray) -> Frame:
+        return evaluate_call(self, node, ts)
+
+
+def _matching(mod: Any, op: str) -> binary.Matching:
+    if op in binary.SET_OPS:
+        card = "many-to-many"
+    elif mod is None:
+        card = "one-to-one"
+    else:
+        card = {
+            "OneToOne": "one-to-one",
+            "ManyToOne": "many-to-one",
+            "OneToMany": "one-to-many",
+            "ManyToMany": "many-to-many",
+        }[str(mod.card).rsplit(".", 1)[-1]]
+    if mod is None or mod.matching is None:
+        return binary.Matching(card, False, (), tuple(mod.group_labels or ()) if mod is not None else ())
+    on = str(mod.matching.type).endswith("Include")
+    return binary.Matching(card, on, tuple(mod.matching.labels), tuple(mod.group_labels or ()))
+
+
+__all__ = ["Engine", "Queryable"]

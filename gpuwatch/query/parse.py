@@ -1,0 +1,91 @@
+"""Parse PromQL with promql-parser, keeping the user's text and refusing unsupported features early."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import promql_parser as pp
+
+from gpuwatch.query.errors import PromQLParseError, Unsupported
+
+# Functions that only make sense on native histograms (the store holds floats only).
+NATIVE_HISTOGRAM_FUNCTIONS = frozenset(
+    {
+        "histogram_count",
+        "histogram_sum",
+        "histogram_avg",
+        "histogram_fraction",
+        "histogram_stddev",
+        "histogram_stdvar",
+        "histogram_quantiles",
+    }
+)
+
+# Experimental functions the engine implements anyway (Prometheus gates them behind a flag).
+IMPLEMENTED_EXPERIMENTAL = frozenset(
+    {
+        "first_over_time",
+        "mad_over_time",
+        "ts_of_first_over_time",
+        "ts_of_last_over_time",
+        "ts_of_max_over_time",
+        "ts_of_min_over_time",
+        "sort_by_label",
+        "sort_by_label_desc",
+        "double_exponential_smoothing",
+    }
+)
+
+UNSUPPORTED_AGGREGATIONS = frozenset({"limitk", "limit_ratio"})
+
+
+@dataclass(frozen=True)
+class ParsedQuery:
+    """A parsed expression together with the text the user wrote."""
+
+    text: str
+    expr: Any
+
+
+def parse(text: str) -> ParsedQuery:
+    """Parse `text`, raising PromQLParseError or Unsupported."""
+    if not text.strip():
+        raise PromQLParseError("empty query")
+    try:
+        expr = pp.parse(text)
+    except ValueError as exc:
+        raise PromQLParseError(f"parse error: {exc}") from None
+    except BaseException as exc:  # the Rust extension can raise a PanicException
+        if isinstance(exc, (KeyboardInterrupt, SystemExit)):
+            raise
+        raise PromQLParseError(f"parse error: {exc}") from None
+    check_supported(expr)
+    return ParsedQuery(text=text, expr=expr)
+
+
+def check_supported(expr: Any) -> None:
+    """Raise Unsupported when `expr` uses a feature gpuwatch does not evaluate."""
+
+    def visit(node: Any) -> bool:
+        if isinstance(node, pp.Call):
+            name = node.func.name
+            if name in NATIVE_HISTOGRAM_FUNCTIONS:
+                raise Unsupported(f"native histograms ({name})")
+            if node.func.experimental and name not in IMPLEMENTED_EXPERIMENTAL:
+                raise Unsupported(f"experimental function {name}()")
+        elif isinstance(node, pp.AggregateExpr):
+            op = str(node.op)
+            if op in UNSUPPORTED_AGGREGATIONS:
+                raise Unsupported(f"experimental aggregation {op}()")
+        elif isinstance(node, pp.VectorSelector):
+            if node.matchers.or_matchers:
+                raise Unsupported("'or' inside label matchers")
+        elif isinstance(node, pp.BinaryExpr):
+            mod = node.modifier
+            if mod is not None and mod.fill_values is not None:
+                if mod.fill_values.lhs is not None or mod.fill_values.rhs is not None:
+                    raise Unsupported("fill() modifiers")
+        return True
+
+    pp.walk(expr, visit)

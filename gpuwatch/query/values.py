@@ -1,0 +1,127 @@
+"""Query results (scalar, string, instant vector, matrix) and their Prometheus JSON form."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from decimal import Decimal
+from typing import Any
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class Scalar:
+    """A single number at the evaluation time."""
+
+    time_ms: int
+    value: float
+
+
+@dataclass(frozen=True)
+class String:
+    """A string literal at the evaluation time."""
+
+    time_ms: int
+    value: str
+
+
+@dataclass(frozen=True)
+class Sample:
+    """One element of an instant vector; `labels` include `__name__` where kept."""
+
+    labels: dict[str, str]
+    time_ms: int
+    value: float
+
+
+@dataclass(frozen=True)
+class Vector:
+    """An instant vector, in the order the engine produced it."""
+
+    samples: list[Sample] = field(default_factory=list)
+
+    def __iter__(self) -> Iterator[Sample]:
+        return iter(self.samples)
+
+    def __len__(self) -> int:
+        return len(self.samples)
+
+
+@dataclass(frozen=True)
+class Series:
+    """One series of a matrix: int64 millisecond timestamps and float64 values."""
+
+    labels: dict[str, str]
+    timestamps_ms: np.ndarray
+    values: np.ndarray
+
+
+@dataclass(frozen=True)
+class Matrix:
+    """A range vector or a range-query result, series sorted by label set."""
+
+    series: list[Series] = field(default_factory=list)
+
+    def __iter__(self) -> Iterator[Series]:
+        return iter(self.series)
+
+    def __len__(self) -> int:
+        return len(self.series)
+
+
+Result = Scalar | String | Vector | Matrix
+
+
+def format_value(value: float) -> str:
+    """Format `value` as Go's strconv.FormatFloat(v, 'f', -1, 64) does."""
+    if math.isnan(value):
+        return "NaN"
+    if math.isinf(value):
+        return "+Inf" if value > 0 else "-Inf"
+    if value == 0:
+        return "-0" if math.copysign(1.0, value) < 0 else "0"
+    text = format(Decimal(repr(float(value))), "f")
+    if "." in text:
+        text = text.rstrip("0").rstrip(".")
+    return text
+
+
+def format_time(time_ms: int) -> float | int:
+    """Return a millisecond timestamp as Unix seconds, the way Prometheus's JSON writes it."""
+    time_ms = int(time_ms)
+    if time_ms % 1000 == 0:
+        return time_ms // 1000
+    return time_ms / 1000
+
+
+def to_prometheus_json(result: Result) -> dict[str, Any]:
+    """Return the `data` object of Prometheus's query API for `result`."""
+    if isinstance(result, Scalar):
+        return {"resultType": "scalar", "result": [format_time(result.time_ms), format_value(result.value)]}
+    if isinstance(result, String):
+        return {"resultType": "string", "result": [format_time(result.time_ms), result.value]}
+    if isinstance(result, Vector):
+        return {
+            "resultType": "vector",
+            "result": [
+                {"metric": dict(s.labels), "value": [format_time(s.time_ms), format_value(s.value)]}
+                for s in result.samples
+            ],
+        }
+    if isinstance(result, Matrix):
+        return {
+            "resultType": "matrix",
+            "result": [
+                {
+                    "metric": dict(s.labels),
+                    "values": [
+                        [format_time(t), format_value(v)]
+                        for t, v in zip(s.timestamps_ms.tolist(), s.values.tolist(), strict=True)
+                    ],
+                }
+                for s in result.series
+            ],
+        }
+    raise TypeError(f"not a query result: {type(result).__name__}")
