@@ -278,7 +278,7 @@ def parse_number(text: str) -> float:
         raise HarnessFileError(f"bad number {text!r}") from None
 
 
-_NUM = r"[+-]?(?:0x[0-9a-fA-F]+|[0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?|[Ii]nf|NaN|nan)"
+_NUM = r"[+-]?(?:[0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?|[Ii]nf|NaN|nan)"
 _SERIES_ITEM = re.compile(rf"^({_NUM})(?:([+-])({_NUM}))?x(\d+)$")
 OMITTED = None  # a slot without a sample
 HISTOGRAM = "histogram"  # a native histogram slot (not stored)
@@ -327,14 +327,10 @@ def expand_values(values: str) -> list[Any]:
         if tok == "stale":
             slots.append(STALE_NAN)
             continue
-        try:
+        m = _SERIES_ITEM.match(tok)
+        if not m:  # `x` is the repeat operator first; a lone token may be hex (0x1F)
             slots.append(parse_number(tok))
             continue
-        except HarnessFileError:
-            pass
-        m = _SERIES_ITEM.match(tok)
-        if not m:
-            raise HarnessFileError(f"bad value item {tok!r}")
         v = parse_number(m.group(1))
         step = 0.0 if m.group(2) is None else parse_number(m.group(3)) * (1 if m.group(2) == "+" else -1)
         slots.append(v)

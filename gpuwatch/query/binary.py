@@ -129,7 +129,11 @@ def set_operation(op: str, lhs: VectorFrame, rhs: VectorFrame, matching: Matchin
     # or
     _, lgroups = _by_signature(lhs, matching)
     lany = _any_present(lhs, lgroups)
-    rpresent = np.array([rhs.present[i] & ~lany.get(sig, none) for i, sig in enumerate(rsigs)]).reshape(-1, n)
+    rpresent = (
+        np.array([rhs.present[i] & ~lany.get(sig, none) for i, sig in enumerate(rsigs)])
+        .reshape(-1, n)
+        .astype(bool)
+    )
     out = VectorFrame(
         lhs.labels + rhs.labels,
         np.concatenate([lhs.values, rhs.values]),

@@ -190,10 +190,14 @@ def evaluate_call(ev: Any, node: Any, ts: np.ndarray) -> Any:
     if name == "label_replace":
         frame = ev.vector_arg(args[0], ts)
         dst, repl, src, regex = (_string_arg(ev, a, ts) for a in args[1:5])
+        ev.check_label_name(dst, "invalid destination label name in label_replace(): {}")
         return functions.label_replace(frame, dst, repl, src, regex)
     if name == "label_join":
         frame = ev.vector_arg(args[0], ts)
         dst, sep = _string_arg(ev, args[1], ts), _string_arg(ev, args[2], ts)
+        ev.check_label_name(dst, "invalid destination label name in label_join(): {}")
+        for a in args[3:]:
+            ev.check_label_name(_string_arg(ev, a, ts), "invalid source label name in label_join(): {}")
         return functions.label_join(frame, dst, sep, [_string_arg(ev, a, ts) for a in args[3:]])
     if name == "histogram_quantile":
         q = ev.scalar_arg(args[0], ts)

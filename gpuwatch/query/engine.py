@@ -28,6 +28,7 @@ from gpuwatch.query.frames import (
     merge_same_labels,
 )
 from gpuwatch.query.parse import parse
+from gpuwatch.query.regex import translate
 from gpuwatch.query.values import Matrix, Result, Sample, Scalar, Series, String, Vector
 
 Frame = ScalarFrame | VectorFrame | RangeFrame | StringFrame
@@ -80,7 +81,7 @@ class Engine:
     def instant(self, expr: str, time_ms: int, *, timeout_s: float | None = None) -> Result:
         """Evaluate `expr` at `time_ms`."""
         query = parse(expr)
-        ev = _Evaluation(self, int(time_ms), int(time_ms), timeout_s)
+        ev = _Evaluation(self, int(time_ms), int(time_ms), timeout_s, query.invalid_utf8)
         ts = np.array([int(time_ms)], dtype=np.int64)
         frame = ev.eval(query.expr, ts)
         return _instant_result(frame, int(time_ms))
@@ -102,7 +103,7 @@ class Engine:
                 "Try decreasing the query resolution (?step=XX)"
             )
         query = parse(expr)
-        ev = _Evaluation(self, start_ms, end_ms, timeout_s)
+        ev = _Evaluation(self, start_ms, end_ms, timeout_s, query.invalid_utf8)
         ts = np.arange(start_ms, end_ms + 1, step_ms, dtype=np.int64)
         frame = ev.eval(query.expr, ts)
         return _range_result(frame, ts)
@@ -152,8 +153,16 @@ def _range_result(frame: Frame, ts: np.ndarray) -> Matrix:
 class _Evaluation:
     """State of one query: fetched data, sample count, deadline."""
 
-    def __init__(self, engine: Engine, start_ms: int, end_ms: int, timeout_s: float | None) -> None:
+    def __init__(
+        self,
+        engine: Engine,
+        start_ms: int,
+        end_ms: int,
+        timeout_s: float | None,
+        invalid_utf8: frozenset[str] = frozenset(),
+    ) -> None:
         self.engine = engine
+        self.invalid_utf8 = invalid_utf8
         self.start_ms = start_ms
         self.end_ms = end_ms
         self.lookback = engine.lookback_ms
@@ -179,7 +188,8 @@ class _Evaluation:
         if vs.name:
             out.append(Matcher(NAME, "=", vs.name))
         for m in vs.matchers.matchers:
-            out.append(Matcher(m.name, _MATCH_OPS[str(m.op)], m.value))
+            op = _MATCH_OPS[str(m.op)]
+            out.append(Matcher(m.name, op, translate(m.value) if op in ("=~", "!~") else m.value))
         return tuple(out)
 
     def select(self, vs: Any, start_ms: int, end_ms: int) -> list[SeriesData]:
@@ -331,6 +341,11 @@ class _Evaluation:
             return binary.set_operation(op, lhs, rhs, matching)
         return binary.vector_vector(op, lhs, rhs, matching, return_bool)
 
+    def check_label_name(self, name: str, message: str) -> None:
+        """Reject empty names and names whose bytes are not valid UTF-8."""
+        if not name or name in self.invalid_utf8:
+            raise PromQLEvalError(message.format(name).replace("'", '"'))
+
     def scalar_arg(self, node: Any, ts: np.ndarray) -> np.ndarray:
         frame = self.eval(node, ts)
         if not isinstance(frame, ScalarFrame):
@@ -354,13 +369,18 @@ class _Evaluation:
             label = self.eval(node.param, ts)
             if not isinstance(label, StringFrame):
                 raise PromQLEvalError("count_values requires a string parameter")
-            if not label.value:
-                raise PromQLEvalError(f'invalid label name "{label.value}"')
+            self.check_label_name(label.value, "invalid label name {!r}")
             return aggregate.count_values(self.vector_arg(node.expr, ts), label.value, grouping, without)
         param = self.scalar_arg(node.param, ts) if op in ("topk", "bottomk", "quantile") else None
         frame = self.vector_arg(node.expr, ts)
         if op in ("topk", "bottomk"):
             assert param is not None
+            if np.isnan(param).any():
+                raise PromQLEvalError("Parameter value is NaN")
+            if (param <= -(2.0**63)).any():
+                raise PromQLEvalError(f"Scalar value {float(param.min())} underflows int64")
+            if (param >= 2.0**63).any():
+                raise PromQLEvalError(f"Scalar value {float(param.max())} overflows int64")
             return aggregate.topk(op, frame, grouping, without, param)
         return aggregate.aggregate(op, frame, grouping, without, param)
 

@@ -9,6 +9,7 @@ import numpy as np
 
 from gpuwatch.query.errors import PromQLEvalError
 from gpuwatch.query.frames import NAME, LabelSet, VectorFrame, drop_name, label_value, merge_same_labels
+from gpuwatch.query.regex import translate
 
 
 def _sgn(v: np.ndarray) -> np.ndarray:
@@ -170,7 +171,7 @@ def _set_label(labels: LabelSet, name: str, value: str) -> LabelSet:
 
 def _compile_go_regex(pattern: str) -> re.Pattern[str]:
     try:
-        return re.compile("^(?s:" + pattern + ")$")
+        return re.compile("^(?s:" + translate(pattern) + ")$")
     except re.error:
         raise PromQLEvalError(f"invalid regular expression in label_replace(): {pattern}") from None
 

@@ -6,7 +6,7 @@ import math
 
 import numpy as np
 
-from gpuwatch.query.frames import NAME, LabelSet, VectorFrame, label_value
+from gpuwatch.query.frames import NAME, LabelSet, VectorFrame, label_value, merge_same_labels
 
 _SMALL_DELTA = 1e-12
 _MIN_NORMAL = 2.2250738585072014e-308
@@ -81,7 +81,7 @@ def histogram_quantile(q: np.ndarray, frame: VectorFrame) -> VectorFrame:
         le = _parse_le(label_value(ls, "le"))
         if le is None:
             continue
-        key = tuple(p for p in ls if p[0] not in ("le", NAME))
+        key = tuple(p for p in ls if p[0] != "le")
         groups.setdefault(key, []).append((le, i))
     labels: list[LabelSet] = []
     values: list[np.ndarray] = []
@@ -101,9 +101,9 @@ def histogram_quantile(q: np.ndarray, frame: VectorFrame) -> VectorFrame:
         for col in np.flatnonzero(any_present & ~full).tolist():
             sel = pres[:, col]
             res[col] = bucket_quantile(q[col : col + 1], bounds[sel], counts[sel, col : col + 1])[0]
-        labels.append(key)
+        labels.append(tuple(p for p in key if p[0] != NAME))
         values.append(res)
         present.append(any_present)
     if not labels:
         return VectorFrame.empty(n)
-    return VectorFrame(labels, np.array(values), np.array(present))
+    return merge_same_labels(VectorFrame(labels, np.array(values), np.array(present)))

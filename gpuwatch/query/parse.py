@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -46,6 +47,35 @@ class ParsedQuery:
 
     text: str
     expr: Any
+    # String literals whose Go bytes are not valid UTF-8 (promql-parser reads "\xff" as "ÿ").
+    invalid_utf8: frozenset[str] = frozenset()
+
+
+_STRING = re.compile(r'"((?:[^"\\]|\\.)*)"|\'((?:[^\'\\]|\\.)*)\'')
+_BYTE_ESCAPE = re.compile(r"\\x([0-9a-fA-F]{2})")
+
+
+def _invalid_utf8_literals(text: str) -> frozenset[str]:
+    """Find string literals with \\x escapes that make invalid UTF-8, keyed by promql-parser's reading."""
+    out = set()
+    for m in _STRING.finditer(text):
+        body = m.group(1) if m.group(1) is not None else m.group(2)
+        if not _BYTE_ESCAPE.search(body):
+            continue
+        raw = bytearray()
+        latin = []
+        for part in re.split(r"(\\x[0-9a-fA-F]{2})", body):
+            if part.startswith("\\x") and len(part) == 4:
+                raw.append(int(part[2:], 16))
+                latin.append(chr(int(part[2:], 16)))
+            else:
+                raw.extend(part.encode())
+                latin.append(part)
+        try:
+            raw.decode("utf-8")
+        except UnicodeDecodeError:
+            out.add("".join(latin))
+    return frozenset(out)
 
 
 def parse(text: str) -> ParsedQuery:
@@ -61,7 +91,7 @@ def parse(text: str) -> ParsedQuery:
             raise
         raise PromQLParseError(f"parse error: {exc}") from None
     check_supported(expr)
-    return ParsedQuery(text=text, expr=expr)
+    return ParsedQuery(text=text, expr=expr, invalid_utf8=_invalid_utf8_literals(text))
 
 
 def check_supported(expr: Any) -> None:
