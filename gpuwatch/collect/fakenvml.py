@@ -1,0 +1,565 @@
+"""A simulated NVML: an object that answers the pynvml calls gpuwatch makes, for the demo and tests.
+
+`FakeNvml(...)` behaves like the `pynvml` module: same function names, argument names and return
+shapes; constants and exception classes are pynvml's own, so `except pynvml.NVMLError_GpuIsLost`
+catches the fake's errors. Figures come from `fakeworkload.Workload`, a deterministic function of the
+seed and the clock's time (`FakeClock.advance` moves them), plus the faults injected with the methods
+under "faults".
+
+`nvmlEventSetWait_v2(es, timeoutms)` waits on a threading.Condition for up to `timeoutms` when nothing
+is queued (so a demo's event thread does not spin), then raises NVMLError_Timeout; with
+`timeoutms=0`, or `blocking_event_wait=False`, it raises at once. Tests pass 0.
+"""
+
+from __future__ import annotations
+
+import inspect
+import threading
+from collections import deque
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pynvml
+
+from gpuwatch.clock import Clock, SystemClock
+from gpuwatch.collect.fakeworkload import MIB, MODELS, GpuModelSpec, Workload
+
+__all__ = ["FakeNvml", "MODELS", "GpuModelSpec"]
+
+_NO_INSTANCE = 0xFFFFFFFF
+_DATACENTER_UNSUPPORTED_CALLS = ("nvmlDeviceGetFanSpeed", "nvmlDeviceGetNumFans")
+_CONSUMER_UNSUPPORTED_CALLS = ("nvmlDeviceGetTotalEccErrors", "nvmlDeviceGetRemappedRows")
+_CONSUMER_UNSUPPORTED_FIELDS = (3, 4, 5, 6, 82, 142, 143, 144, 145)
+
+
+class FakeHandle:
+    """A device handle; compare with `is`."""
+
+    __slots__ = ("index",)
+
+    def __init__(self, index: int) -> None:
+        self.index = index
+
+    def __repr__(self) -> str:
+        return f"FakeHandle({self.index})"
+
+
+@dataclass(slots=True)
+class FakeMemory:
+    total: int
+    free: int
+    used: int
+
+
+@dataclass(slots=True)
+class FakeMemoryV2:
+    version: int
+    total: int
+    reserved: int
+    free: int
+    used: int
+
+
+@dataclass(slots=True)
+class FakeUtilization:
+    gpu: int
+    memory: int
+
+
+@dataclass(slots=True)
+class FakePciInfo:
+    busIdLegacy: str
+    domain: int
+    bus: int
+    device: int
+    pciDeviceId: int
+    pciSubSystemId: int
+    busId: str
+
+
+@dataclass(slots=True)
+class FakeValue:
+    """The value union: only the member named by valueType is set."""
+
+    dVal: float = 0.0
+    uiVal: int = 0
+    ulVal: int = 0
+    ullVal: int = 0
+    sllVal: int = 0
+    siVal: int = 0
+    usVal: int = 0
+
+
+@dataclass(slots=True)
+class FakeFieldValue:
+    fieldId: int
+    scopeId: int
+    timestamp: int  # microseconds
+    latencyUsec: int
+    valueType: int
+    nvmlReturn: int
+    value: FakeValue
+
+
+@dataclass(slots=True)
+class FakeProcessInfo:
+    pid: int
+    usedGpuMemory: int | None
+    gpuInstanceId: int = _NO_INSTANCE
+    computeInstanceId: int = _NO_INSTANCE
+
+
+@dataclass(slots=True)
+class FakeEventData:
+    device: FakeHandle
+    eventType: int
+    eventData: int
+    gpuInstanceId: int = _NO_INSTANCE
+    computeInstanceId: int = _NO_INSTANCE
+
+
+class FakeEventSet:
+    """What each device registered for, and the events not yet delivered."""
+
+    def __init__(self) -> None:
+        self.masks: dict[int, int] = {}
+        self.queue: deque[FakeEventData] = deque()
+        self.cond = threading.Condition()
+        self.is_freed = False
+
+
+class FakeNvml:
+    """Simulated GPUs behind the pynvml call surface; see the module docstring."""
+
+    def __init__(
+        self,
+        gpu_count: int = 8,
+        model: str = "NVIDIA H100 80GB HBM3",
+        workload: str = "mixed",
+        seed: int = 0,
+        clock: Clock | None = None,
+        driver_version: str = "570.133.20",
+        *,
+        driver_present: bool = True,
+        blocking_event_wait: bool = True,
+    ) -> None:
+        if model not in MODELS:
+            raise ValueError(f"unknown GPU model {model!r}; choose one of: {', '.join(MODELS)}")
+        self.spec = MODELS[model]
+        self.gpu_count = gpu_count
+        self.clock: Clock = clock or SystemClock()
+        self.driver_version = driver_version
+        self.driver_present = driver_present
+        self.blocking_event_wait = blocking_event_wait
+        self.workload = Workload(gpu_count, self.spec, workload, seed, start=self.clock.now())
+        self.handles = [FakeHandle(i) for i in range(gpu_count)]
+        self.calls: dict[str, int] = {}  # call name -> how often it was made, for tests
+        self._init_count = 0
+        self._gen = 0  # bumped by every fault, so cached readings are recomputed
+        self._lost: set[int] = set()
+        self._call_errors: dict[tuple[int, str], BaseException] = {}
+        self._unsupported_fields: set[tuple[int, int]] = set()
+        self._sbe = [0] * gpu_count
+        self._dbe = [0] * gpu_count
+        self._remapped_unc = [0] * gpu_count
+        self._remapped_pending = [0] * gpu_count
+        self._event_sets: list[FakeEventSet] = []
+        self._events_lock = threading.Lock()
+        calls = _DATACENTER_UNSUPPORTED_CALLS if self.spec.is_datacenter else _CONSUMER_UNSUPPORTED_CALLS
+        for i in range(gpu_count):
+            for call in calls:
+                self._call_errors[(i, call)] = pynvml.NVMLError_NotSupported()
+            if not self.spec.is_datacenter:
+                self._unsupported_fields.update((i, f) for f in _CONSUMER_UNSUPPORTED_FIELDS)
+
+    @classmethod
+    def no_driver(cls, **kwargs: Any) -> FakeNvml:
+        """A host without the NVIDIA driver: nvmlInit raises NVMLError_LibraryNotFound."""
+        return cls(driver_present=False, **kwargs)
+
+    def __getattr__(self, name: str) -> Any:
+        """Lend pynvml's constants and exception classes; refuse pynvml functions the fake lacks."""
+        if name.startswith("__"):
+            raise AttributeError(name)
+        value = getattr(pynvml, name)
+        if inspect.isfunction(value):
+            raise AttributeError(f"FakeNvml does not simulate {name}")
+        self.__dict__[name] = value  # later lookups skip __getattr__
+        return value
+
+    # -- helpers ---------------------------------------------------------------------------------
+
+    def _check_init(self, call: str) -> None:
+        self.calls[call] = self.calls.get(call, 0) + 1
+        if self._init_count <= 0:
+            raise pynvml.NVMLError_Uninitialized()
+
+    def _dev(self, handle: Any, call: str) -> int:
+        """Return the index of `handle`, raising what NVML would for `call` on it."""
+        self._check_init(call)
+        if not isinstance(handle, FakeHandle) or not 0 <= handle.index < self.gpu_count:
+            raise pynvml.NVMLError_InvalidArgument()
+        i = handle.index
+        if i in self._lost:
+            raise pynvml.NVMLError_GpuIsLost()
+        exc = self._call_errors.get((i, call))
+        if exc is not None:
+            raise exc.with_traceback(None)
+        return i
+
+    def _now(self) -> float:
+        return self.clock.now()
+
+    def _reading(self, i: int) -> Any:
+        return self.workload.reading(i, self._now(), self._gen)
+
+    # -- faults ----------------------------------------------------------------------------------
+
+    def lose_gpu(self, i: int) -> None:
+        """Make every call on GPU `i`, nvmlDeviceGetHandleByIndex included, raise NVMLError_GpuIsLost."""
+        self._lost.add(i)
+        self._gen += 1
+
+    def recover_gpu(self, i: int) -> None:
+        self._lost.discard(i)
+        self._gen += 1
+
+    def set_unsupported(self, i: int, call_or_field: str | int) -> None:
+        """Make a call (by name) raise NVMLError_NotSupported, or a field id return NOT_SUPPORTED."""
+        if isinstance(call_or_field, int):
+            self._unsupported_fields.add((i, call_or_field))
+        else:
+            self._call_errors[(i, call_or_field)] = pynvml.NVMLError_NotSupported()
+        self._gen += 1
+
+    def set_call_error(self, i: int, call: str, exc: BaseException | None) -> None:
+        """Make `call` on GPU `i` raise `exc`; None clears it."""
+        if exc is None:
+            self._call_errors.pop((i, call), None)
+        else:
+            self._call_errors[(i, call)] = exc
+        self._gen += 1
+
+    def set_process_list_error(self, i: int, exc: BaseException | None) -> None:
+        """Make nvmlDeviceGetComputeRunningProcesses raise `exc` (e.g. pynvml.NVMLLibraryMismatchError)."""
+        self.set_call_error(i, "nvmlDeviceGetComputeRunningProcesses", exc)
+
+    def add_ecc_errors(self, i: int, n: int, double_bit: bool = True) -> None:
+        """Count `n` volatile ECC errors; double-bit ones also remap rows and leave a remap pending."""
+        if double_bit:
+            self._dbe[i] += n
+            self._remapped_unc[i] += n
+            self._remapped_pending[i] = 1
+        else:
+            self._sbe[i] += n
+        self._gen += 1
+
+    def throttle(self, i: int, reason_mask: int) -> None:
+        """Set clock-event reasons (e.g. pynvml.nvmlClocksEventReasonHwThermalSlowdown); 0 clears them.
+
+        Thermal reasons raise the temperature; slowdown reasons lower the SM clock; power brake halves power.
+        """
+        self.workload.throttle[i] = reason_mask
+        self._gen += 1
+
+    def inject_xid(self, i: int, xid: int) -> None:
+        """Queue an XID event on each event set where GPU `i` registered for XIDs (none registered: lost, as in NVML)."""
+        with self._events_lock:
+            sets = list(self._event_sets)
+        for es in sets:
+            if es.masks.get(i, 0) & pynvml.nvmlEventTypeXidCriticalError:
+                with es.cond:
+                    es.queue.append(FakeEventData(self.handles[i], pynvml.nvmlEventTypeXidCriticalError, xid))
+                    es.cond.notify_all()
+
+    def write_proc_root(self, root: Path) -> None:
+        """Write `<root>/<pid>/{comm,status,cgroup}` for the simulated processes (GpuCollector's proc_root)."""
+        self.workload.write_proc_root(root)
+
+    # -- system ----------------------------------------------------------------------------------
+
+    def nvmlInit(self) -> None:
+        self.nvmlInitWithFlags(0)
+
+    def nvmlInitWithFlags(self, flags: int) -> None:
+        self.calls["nvmlInit"] = self.calls.get("nvmlInit", 0) + 1
+        if not self.driver_present:
+            raise pynvml.NVMLError_LibraryNotFound()
+        self._init_count += 1
+
+    def nvmlShutdown(self) -> None:
+        self._check_init("nvmlShutdown")
+        self._init_count -= 1
+
+    def nvmlSystemGetDriverVersion(self) -> str:
+        self._check_init("nvmlSystemGetDriverVersion")
+        return self.driver_version
+
+    def nvmlSystemGetNVMLVersion(self) -> str:
+        self._check_init("nvmlSystemGetNVMLVersion")
+        return "12." + self.driver_version
+
+    def nvmlSystemGetCudaDriverVersion(self) -> int:
+        self._check_init("nvmlSystemGetCudaDriverVersion")
+        return 12080
+
+    def nvmlSystemGetProcessName(self, pid: int) -> str:
+        self._check_init("nvmlSystemGetProcessName")
+        for i in range(self.gpu_count):
+            for p, name, _ in self.workload.processes(i, self._now(), self._gen):
+                if p == pid:
+                    return name
+        raise pynvml.NVMLError_NotFound()
+
+    def nvmlDeviceGetCount(self) -> int:
+        self._check_init("nvmlDeviceGetCount")
+        return self.gpu_count
+
+    def nvmlDeviceGetHandleByIndex(self, index: int) -> FakeHandle:
+        self._check_init("nvmlDeviceGetHandleByIndex")
+        if not 0 <= index < self.gpu_count:
+            raise pynvml.NVMLError_InvalidArgument()
+        if index in self._lost:
+            raise pynvml.NVMLError_GpuIsLost()
+        return self.handles[index]
+
+    # -- identity --------------------------------------------------------------------------------
+
+    def nvmlDeviceGetIndex(self, handle: Any) -> int:
+        return self._dev(handle, "nvmlDeviceGetIndex")
+
+    def nvmlDeviceGetName(self, handle: Any) -> str:
+        self._dev(handle, "nvmlDeviceGetName")
+        return self.spec.name
+
+    def nvmlDeviceGetUUID(self, handle: Any) -> str:
+        return self.workload.uuid(self._dev(handle, "nvmlDeviceGetUUID"))
+
+    def nvmlDeviceGetPciInfo_v3(self, handle: Any) -> FakePciInfo:
+        domain, bus = self.workload.pci_bus(self._dev(handle, "nvmlDeviceGetPciInfo_v3"))
+        return FakePciInfo(
+            busIdLegacy=f"{domain:04X}:{bus:02X}:00.0",
+            domain=domain,
+            bus=bus,
+            device=0,
+            pciDeviceId=self.spec.pci_device_id,
+            pciSubSystemId=0x16C110DE,
+            busId=f"{domain:08X}:{bus:02X}:00.0",
+        )
+
+    def nvmlDeviceGetPciInfo(self, handle: Any) -> FakePciInfo:
+        return self.nvmlDeviceGetPciInfo_v3(handle)
+
+    def nvmlDeviceGetMigMode(self, device: Any) -> list[int]:
+        self._dev(device, "nvmlDeviceGetMigMode")
+        if not self.spec.is_datacenter:
+            raise pynvml.NVMLError_NotSupported()
+        return [0, 0]
+
+    # -- figures ---------------------------------------------------------------------------------
+
+    def nvmlDeviceGetUtilizationRates(self, handle: Any) -> FakeUtilization:
+        r = self._reading(self._dev(handle, "nvmlDeviceGetUtilizationRates"))
+        return FakeUtilization(r.util, r.mem_util)
+
+    def nvmlDeviceGetMemoryInfo(self, handle: Any, version: Any = None) -> FakeMemory | FakeMemoryV2:
+        i = self._dev(handle, "nvmlDeviceGetMemoryInfo_v2" if version else "nvmlDeviceGetMemoryInfo")
+        total = self.spec.memory_mib * MIB
+        reserved = self.spec.reserved_mib * MIB
+        used = int(self._reading(i).app_used_mib * MIB)
+        if version:
+            return FakeMemoryV2(version, total, reserved, total - reserved - used, used)
+        return FakeMemory(total, total - reserved - used, reserved + used)
+
+    def nvmlDeviceGetTemperatureV(
+        self, handle: Any, sensor: int, version: int = pynvml.nvmlTemperature_v1
+    ) -> int:
+        return self._temperature(handle, sensor, "nvmlDeviceGetTemperatureV")
+
+    def nvmlDeviceGetTemperature(self, handle: Any, sensor: int) -> int:
+        return self._temperature(handle, sensor, "nvmlDeviceGetTemperature")
+
+    def _temperature(self, handle: Any, sensor: int, call: str) -> int:
+        i = self._dev(handle, call)
+        if sensor != pynvml.NVML_TEMPERATURE_GPU:
+            raise pynvml.NVMLError_InvalidArgument()
+        return self._reading(i).temp
+
+    def nvmlDeviceGetPowerUsage(self, handle: Any) -> int:
+        return int(self._reading(self._dev(handle, "nvmlDeviceGetPowerUsage")).power_w * 1000)
+
+    def nvmlDeviceGetEnforcedPowerLimit(self, handle: Any) -> int:
+        self._dev(handle, "nvmlDeviceGetEnforcedPowerLimit")
+        return int(self.spec.power_limit_w * 1000)
+
+    def nvmlDeviceGetPowerManagementLimit(self, handle: Any) -> int:
+        self._dev(handle, "nvmlDeviceGetPowerManagementLimit")
+        return int(self.spec.power_limit_w * 1000)
+
+    def nvmlDeviceGetPowerManagementDefaultLimit(self, handle: Any) -> int:
+        self._dev(handle, "nvmlDeviceGetPowerManagementDefaultLimit")
+        return int(self.spec.power_limit_w * 1000)
+
+    def nvmlDeviceGetTotalEnergyConsumption(self, handle: Any) -> int:
+        return self._reading(self._dev(handle, "nvmlDeviceGetTotalEnergyConsumption")).energy_mj
+
+    def nvmlDeviceGetClockInfo(self, handle: Any, type: int) -> int:
+        r = self._reading(self._dev(handle, "nvmlDeviceGetClockInfo"))
+        if type in (pynvml.NVML_CLOCK_SM, pynvml.NVML_CLOCK_GRAPHICS):
+            return r.sm_mhz
+        if type == pynvml.NVML_CLOCK_MEM:
+            return r.mem_mhz
+        raise pynvml.NVMLError_NotSupported()
+
+    def nvmlDeviceGetMaxClockInfo(self, handle: Any, type: int) -> int:
+        self._dev(handle, "nvmlDeviceGetMaxClockInfo")
+        if type in (pynvml.NVML_CLOCK_SM, pynvml.NVML_CLOCK_GRAPHICS):
+            return self.spec.max_sm_mhz
+        if type == pynvml.NVML_CLOCK_MEM:
+            return self.spec.mem_mhz
+        raise pynvml.NVMLError_NotSupported()
+
+    def nvmlDeviceGetFanSpeed(self, handle: Any) -> int:
+        return self._reading(self._dev(handle, "nvmlDeviceGetFanSpeed")).fan
+
+    def nvmlDeviceGetNumFans(self, device: Any) -> int:
+        self._dev(device, "nvmlDeviceGetNumFans")
+        return 1
+
+    def nvmlDeviceGetPerformanceState(self, handle: Any) -> int:
+        return self._reading(self._dev(handle, "nvmlDeviceGetPerformanceState")).pstate
+
+    def nvmlDeviceGetPowerState(self, handle: Any) -> int:
+        return self._reading(self._dev(handle, "nvmlDeviceGetPowerState")).pstate
+
+    def nvmlDeviceGetCurrentClocksEventReasons(self, handle: Any) -> int:
+        return self._reading(self._dev(handle, "nvmlDeviceGetCurrentClocksEventReasons")).reasons
+
+    def nvmlDeviceGetCurrentClocksThrottleReasons(self, handle: Any) -> int:
+        return self._reading(self._dev(handle, "nvmlDeviceGetCurrentClocksThrottleReasons")).reasons
+
+    def nvmlDeviceGetEccMode(self, handle: Any) -> list[int]:
+        self._dev(handle, "nvmlDeviceGetEccMode")
+        on = 1 if self.spec.is_datacenter else 0
+        return [on, on]
+
+    def nvmlDeviceGetTotalEccErrors(self, handle: Any, errorType: int, counterType: int) -> int:
+        i = self._dev(handle, "nvmlDeviceGetTotalEccErrors")
+        double = errorType == pynvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED
+        return self._dbe[i] if double else self._sbe[i]
+
+    def nvmlDeviceGetRemappedRows(self, device: Any) -> tuple[int, int, int, int]:
+        i = self._dev(device, "nvmlDeviceGetRemappedRows")
+        return (0, self._remapped_unc[i], self._remapped_pending[i], 0)
+
+    def nvmlDeviceGetPcieReplayCounter(self, handle: Any) -> int:
+        self._dev(handle, "nvmlDeviceGetPcieReplayCounter")
+        return 0
+
+    def nvmlDeviceGetPcieThroughput(self, device: Any, counter: int) -> int:
+        """KB/s (the real call measures over 20 ms and blocks that long; the fake does not)."""
+        tx, rx = self.workload.pcie_rate(self._dev(device, "nvmlDeviceGetPcieThroughput"), self._now())
+        return int((tx if counter == pynvml.NVML_PCIE_UTIL_TX_BYTES else rx) / 1024)
+
+    def nvmlDeviceGetFieldValues(self, handle: Any, fieldIds: list[Any]) -> list[FakeFieldValue]:
+        i = self._dev(handle, "nvmlDeviceGetFieldValues")
+        r = self._reading(i)
+        now_us = int(self._now() * 1e6)
+        ull, ui = pynvml.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG, pynvml.NVML_VALUE_TYPE_UNSIGNED_INT
+        known: dict[int, tuple[int, int]] = {
+            pynvml.NVML_FI_DEV_ECC_SBE_VOL_TOTAL: (ull, self._sbe[i]),
+            pynvml.NVML_FI_DEV_ECC_DBE_VOL_TOTAL: (ull, self._dbe[i]),
+            pynvml.NVML_FI_DEV_ECC_SBE_AGG_TOTAL: (ull, self._sbe[i]),
+            pynvml.NVML_FI_DEV_ECC_DBE_AGG_TOTAL: (ull, self._dbe[i]),
+            pynvml.NVML_FI_DEV_MEMORY_TEMP: (ui, r.mem_temp),
+            pynvml.NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION: (ull, r.energy_mj),
+            pynvml.NVML_FI_DEV_PCIE_REPLAY_COUNTER: (ui, 0),
+            pynvml.NVML_FI_DEV_REMAPPED_COR: (ui, 0),
+            pynvml.NVML_FI_DEV_REMAPPED_UNC: (ui, self._remapped_unc[i]),
+            pynvml.NVML_FI_DEV_REMAPPED_PENDING: (ui, self._remapped_pending[i]),
+            pynvml.NVML_FI_DEV_REMAPPED_FAILURE: (ui, 0),
+            pynvml.NVML_FI_DEV_POWER_INSTANT: (ui, int(r.power_w * 1000)),
+            pynvml.NVML_FI_DEV_POWER_AVERAGE: (ui, int(r.power_w * 1000)),
+            pynvml.NVML_FI_DEV_POWER_CURRENT_LIMIT: (ui, int(self.spec.power_limit_w * 1000)),
+            pynvml.NVML_FI_DEV_PCIE_COUNT_TX_BYTES: (ull, r.pcie_tx),
+            pynvml.NVML_FI_DEV_PCIE_COUNT_RX_BYTES: (ull, r.pcie_rx),
+        }
+        out = []
+        for item in fieldIds:
+            field_id, scope = item if isinstance(item, tuple) else (item, 0)
+            value = FakeValue()
+            found = known.get(field_id)
+            if found is None or (i, field_id) in self._unsupported_fields:
+                ret, vtype = pynvml.NVML_ERROR_NOT_SUPPORTED, ull
+            else:
+                ret, (vtype, number) = pynvml.NVML_SUCCESS, found
+                if vtype == ull:
+                    value.ullVal = number
+                else:
+                    value.uiVal = number
+            out.append(FakeFieldValue(field_id, scope, now_us, 0, vtype, ret, value))
+        return out
+
+    # -- processes -------------------------------------------------------------------------------
+
+    def _processes(self, handle: Any, call: str) -> list[FakeProcessInfo]:
+        i = self._dev(handle, call)
+        return [
+            FakeProcessInfo(pid, used) for pid, _, used in self.workload.processes(i, self._now(), self._gen)
+        ]
+
+    def nvmlDeviceGetComputeRunningProcesses(self, handle: Any) -> list[FakeProcessInfo]:
+        return self._processes(handle, "nvmlDeviceGetComputeRunningProcesses")
+
+    def nvmlDeviceGetComputeRunningProcesses_v3(self, handle: Any) -> list[FakeProcessInfo]:
+        return self._processes(handle, "nvmlDeviceGetComputeRunningProcesses_v3")
+
+    def nvmlDeviceGetComputeRunningProcesses_v2(self, handle: Any) -> list[FakeProcessInfo]:
+        return self._processes(handle, "nvmlDeviceGetComputeRunningProcesses_v2")
+
+    def nvmlDeviceGetGraphicsRunningProcesses(self, handle: Any) -> list[FakeProcessInfo]:
+        self._dev(handle, "nvmlDeviceGetGraphicsRunningProcesses")
+        return []
+
+    # -- events ----------------------------------------------------------------------------------
+
+    def nvmlEventSetCreate(self) -> FakeEventSet:
+        self._check_init("nvmlEventSetCreate")
+        es = FakeEventSet()
+        with self._events_lock:
+            self._event_sets.append(es)
+        return es
+
+    def nvmlDeviceGetSupportedEventTypes(self, handle: Any) -> int:
+        self._dev(handle, "nvmlDeviceGetSupportedEventTypes")
+        return pynvml.nvmlEventTypeXidCriticalError | pynvml.nvmlEventTypeDoubleBitEccError
+
+    def nvmlDeviceRegisterEvents(self, handle: Any, eventTypes: int, eventSet: FakeEventSet) -> None:
+        i = self._dev(handle, "nvmlDeviceRegisterEvents")
+        if eventSet.is_freed:
+            raise pynvml.NVMLError_InvalidArgument()
+        eventSet.masks[i] = eventSet.masks.get(i, 0) | eventTypes
+
+    def nvmlEventSetWait_v2(self, eventSet: FakeEventSet, timeoutms: int) -> FakeEventData:
+        self._check_init("nvmlEventSetWait_v2")
+        with eventSet.cond:
+            if not eventSet.queue and timeoutms > 0 and self.blocking_event_wait and not eventSet.is_freed:
+                eventSet.cond.wait(timeoutms / 1000.0)
+            if eventSet.is_freed:
+                raise pynvml.NVMLError_InvalidArgument()
+            if not eventSet.queue:
+                raise pynvml.NVMLError_Timeout()
+            return eventSet.queue.popleft()
+
+    def nvmlEventSetWait(self, eventSet: FakeEventSet, timeoutms: int) -> FakeEventData:
+        return self.nvmlEventSetWait_v2(eventSet, timeoutms)
+
+    def nvmlEventSetFree(self, eventSet: FakeEventSet) -> None:
+        self._check_init("nvmlEventSetFree")
+        with eventSet.cond:
+            eventSet.is_freed = True
+            eventSet.cond.notify_all()
+        with self._events_lock:
+            if eventSet in self._event_sets:
+                self._event_sets.remove(eventSet)

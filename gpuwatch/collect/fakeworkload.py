@@ -1,0 +1,344 @@
+"""The simulated GPUs behind FakeNvml: model specs and a deterministic workload over time.
+
+Every figure is a function of (seed, GPU index, seconds since start) and the throttle mask, except
+the energy and PCIe byte counters, which integrate power and traffic on a 10 s grid.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import pynvml
+
+MIB = 1 << 20
+_MASK = (1 << 64) - 1
+
+
+@dataclass(frozen=True)
+class GpuModelSpec:
+    """Published figures of one GPU model (reserved memory and idle figures approximate)."""
+
+    name: str
+    memory_mib: int
+    reserved_mib: int
+    power_limit_w: float
+    idle_power_w: float
+    max_sm_mhz: int
+    idle_sm_mhz: int
+    mem_mhz: int
+    idle_mem_mhz: int
+    is_datacenter: bool  # HBM with ECC, memory temperature and row remapping; passively cooled (no fan)
+    pci_device_id: int
+
+
+MODELS: dict[str, GpuModelSpec] = {
+    m.name: m
+    for m in (
+        GpuModelSpec(
+            "NVIDIA H100 80GB HBM3", 81559, 525, 700.0, 72.0, 1980, 345, 2619, 2619, True, 0x233010DE
+        ),
+        GpuModelSpec(
+            "NVIDIA A100-SXM4-80GB", 81920, 552, 400.0, 58.0, 1410, 210, 1593, 1593, True, 0x20B210DE
+        ),
+        GpuModelSpec("NVIDIA H200", 143771, 580, 700.0, 76.0, 1980, 345, 3201, 3201, True, 0x233510DE),
+        GpuModelSpec(
+            "NVIDIA GeForce RTX 4090", 24564, 340, 450.0, 22.0, 2520, 210, 10501, 405, False, 0x268410DE
+        ),
+    )
+}
+WORKLOADS = ("mixed", "training", "inference", "idle")
+# "mixed" on 8 GPUs: four training, two inference, one idle, one warming up (later ones train).
+_MIXED_ROLES = ("training", "inference", "idle", "warmup", "training", "training", "inference", "training")
+_HGX_BUSES = (0x18, 0x2A, 0x3A, 0x5D, 0x9A, 0xAB, 0xBA, 0xDB)
+# (process name, uid, cgroup kind) of the process each role runs
+ROLE_PROCESS = {
+    "training": ("python", 1000, "kubepods"),
+    "warmup": ("python", 1000, "host"),
+    "inference": ("vllm", 0, "docker"),
+}
+_HW_SLOWDOWN = (
+    pynvml.nvmlClocksEventReasonHwSlowdown
+    | pynvml.nvmlClocksEventReasonHwThermalSlowdown
+    | pynvml.nvmlClocksEventReasonHwPowerBrakeSlowdown
+)
+
+
+def mix(*keys: int) -> int:
+    """Hash integers to 64 bits (splitmix64 finaliser)."""
+    x = 0x9E3779B97F4A7C15
+    for k in keys:
+        x = ((x ^ (k & _MASK)) * 0xBF58476D1CE4E5B9) & _MASK
+        x ^= x >> 31
+    x = (x * 0x94D049BB133111EB) & _MASK
+    return x ^ (x >> 29)
+
+
+def _h01(*keys: int) -> float:
+    """A deterministic pseudo-random number in [0, 1)."""
+    return (mix(*keys) >> 11) / 9007199254740992.0
+
+
+class _Integral:
+    """The integral from 0 to t of rate(s) on a 10 s grid, memoised; a jump over a day is bridged at the mean."""
+
+    STEP = 10.0
+    MAX_GAP = 8640
+    KEEP = 512
+
+    def __init__(self, rate: Callable[[float], float]) -> None:
+        self.rate = rate
+        self.base = 0  # grid index of values[0]
+        self.values = [0.0]
+
+    def at(self, t: float) -> float:
+        if t <= 0:
+            return 0.0
+        k = int(t // self.STEP)
+        last = self.base + len(self.values) - 1
+        if k < self.base:  # the clock went back past what is kept: interpolate
+            return self.values[0] * t / (self.base * self.STEP)
+        if k - last > self.MAX_GAP:
+            mean = sum(self.rate((last + (k - last) * j / 16) * self.STEP) for j in range(16)) / 16
+            self.values = [self.values[-1] + mean * (k - last) * self.STEP]
+            self.base = last = k
+        while last < k:
+            self.values.append(self.values[-1] + self.rate(last * self.STEP) * self.STEP)
+            last += 1
+        if len(self.values) > 2 * self.KEEP:
+            del self.values[: -self.KEEP]
+            self.base = last - len(self.values) + 1
+        return self.values[k - self.base] + self.rate(k * self.STEP) * (t - k * self.STEP)
+
+
+@dataclass(frozen=True, slots=True)
+class Reading:
+    """Every changing figure of one GPU at one instant."""
+
+    util: int
+    mem_util: int
+    app_used_mib: float  # used by processes, excluding what the driver reserves
+    power_w: float
+    temp: int
+    mem_temp: int
+    sm_mhz: int
+    mem_mhz: int
+    pstate: int
+    reasons: int
+    fan: int
+    energy_mj: int
+    pcie_tx: int
+    pcie_rx: int
+
+
+class Workload:
+    """What each simulated GPU is doing at time t (seconds since `start`)."""
+
+    def __init__(self, gpu_count: int, spec: GpuModelSpec, workload: str, seed: int, start: float) -> None:
+        if workload not in WORKLOADS:
+            raise ValueError(f"unknown workload {workload!r}; choose one of: {', '.join(WORKLOADS)}")
+        self.spec = spec
+        self.seed = seed
+        self.start = start
+        self.roles = [self._role(workload, i) for i in range(gpu_count)]
+        self.throttle = [0] * gpu_count  # clock-event reason masks injected as faults
+        self._cache: dict[int, tuple[float, int, Reading]] = {}
+        self._knots: dict[tuple[int, int, int], float] = {}
+        self._energy = [_Integral(lambda t, i=i: self._power(i, t)[0] * 1000.0) for i in range(gpu_count)]
+        self._tx = [_Integral(lambda t, i=i: self._pcie_rate(i, t)[0]) for i in range(gpu_count)]
+        self._rx = [_Integral(lambda t, i=i: self._pcie_rate(i, t)[1]) for i in range(gpu_count)]
+
+    def _smooth(self, i: int, channel: int, t: float, period: float) -> float:
+        """Value noise in [0, 1): random knots every `period` seconds, smoothly interpolated."""
+        x = t / period
+        k = math.floor(x)
+        fr = x - k
+        fr = fr * fr * (3.0 - 2.0 * fr)
+        a = self._knot(i, channel, k)
+        return a + (self._knot(i, channel, k + 1) - a) * fr
+
+    def _knot(self, i: int, channel: int, k: int) -> float:
+        key = (i, channel, k)
+        value = self._knots.get(key)
+        if value is None:
+            if len(self._knots) > 50_000:
+                self._knots.clear()
+            value = self._knots[key] = _h01(self.seed, i, channel, k)
+        return value
+
+    @staticmethod
+    def _role(workload: str, i: int) -> str:
+        if workload != "mixed":
+            return workload
+        role = _MIXED_ROLES[i % len(_MIXED_ROLES)]
+        return "training" if role == "warmup" and i >= len(_MIXED_ROLES) else role
+
+    # -- identity --------------------------------------------------------------------------------
+
+    def uuid(self, i: int) -> str:
+        h = f"{mix(self.seed, i, 101):016x}{mix(self.seed, i, 102):016x}"
+        return f"GPU-{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:32]}"
+
+    def pci_bus(self, i: int) -> tuple[int, int]:
+        """(domain, bus) as on an HGX board: eight GPUs a domain."""
+        return i // len(_HGX_BUSES), _HGX_BUSES[i % len(_HGX_BUSES)]
+
+    # -- signals ---------------------------------------------------------------------------------
+
+    def _train_util(self, i: int, t: float) -> float:
+        if (t + 120.0) % 600.0 < 20.0:  # evaluation / checkpoint every 10 minutes, in step on all GPUs
+            return 20.0 + 20.0 * self._knot(i, 101, int(t))
+        return min(100.0, max(85.0, 93.0 + 7.0 * (2.0 * self._smooth(i, 1, t, 3.0) - 1.0)))
+
+    def _util(self, i: int, t: float) -> float:
+        role = self.roles[i]
+        if role == "training":
+            return self._train_util(i, t)
+        if role == "inference":
+            burst = max(0.0, (self._smooth(i, 2, t, 4.0) - 0.3) / 0.7)
+            return 97.0 * burst**0.8
+        if role == "warmup" and t >= 60.0:  # loading for a minute, then ramping up over four
+            return min(1.0, (t - 60.0) / 240.0) * self._train_util(i, t)
+        return 0.0
+
+    def _app_used_mib(self, i: int, t: float) -> float:
+        spec, role = self.spec, self.roles[i]
+        usable = spec.memory_mib - spec.reserved_mib
+        idle = 0.005 * spec.memory_mib * (1.0 + self._knot(i, 103, 0))
+        if role == "training":
+            frac = 0.70 + 0.25 * self._knot(i, 104, 0) + 0.004 * (self._smooth(i, 4, t, 30.0) - 0.5)
+        elif role == "inference":
+            frac = 0.895 + 0.002 * self._knot(i, 104, 0)
+        elif role == "warmup" and t >= 20.0:
+            frac = max(idle / usable, 0.85 * min(1.0, (t - 20.0) / 180.0))
+        else:
+            return idle
+        return frac * usable
+
+    def _power(self, i: int, t: float) -> tuple[float, bool]:
+        """Power draw in W, and whether the software power cap holds it down."""
+        spec = self.spec
+        u = self._util(i, t) / 100.0
+        wobble = 2.0 * self._smooth(i, 5, t, 2.0) - 1.0
+        if u <= 0.0:
+            busy = 8.0 if self.roles[i] != "idle" else 0.0  # a process holding the GPU in P0
+            return spec.idle_power_w + busy + 1.5 * wobble, False
+        p = spec.idle_power_w + (0.99 * spec.power_limit_w - spec.idle_power_w) * u**1.25
+        p += 0.01 * spec.power_limit_w * wobble
+        if self.throttle[i] & pynvml.nvmlClocksEventReasonHwPowerBrakeSlowdown:
+            p *= 0.5
+        cap = 0.965 * spec.power_limit_w
+        return (cap, True) if p >= cap else (p, False)
+
+    def _pcie_rate(self, i: int, t: float) -> tuple[float, float]:
+        """PCIe (TX, RX) rate in bytes per second."""
+        role, u = self.roles[i], self._util(i, t) / 100.0
+        jitter = 0.5 + self._smooth(i, 6, t, 5.0)
+        if role == "warmup" and 20.0 <= t < 60.0:  # loading weights from host memory
+            return 0.05e9, 11e9 * jitter
+        if role in ("training", "warmup"):
+            return 0.4e9 * u * jitter, 1.5e9 * u * jitter
+        if role == "inference":
+            return 0.12e9 * u * jitter, 0.25e9 * u * jitter
+        return 2e3 * jitter, 3e3 * jitter
+
+    def pcie_rate(self, i: int, now: float) -> tuple[float, float]:
+        """PCIe (TX, RX) bytes per second of GPU `i` at Unix time `now`."""
+        return self._pcie_rate(i, now - self.start)
+
+    def reading(self, i: int, now: float, generation: int) -> Reading:
+        """All figures of GPU `i` at Unix time `now`; cached until `now` or `generation` changes."""
+        cached = self._cache.get(i)
+        if cached is not None and cached[0] == now and cached[1] == generation:
+            return cached[2]
+        spec, t, throttle = self.spec, now - self.start, self.throttle[i]
+        util = self._util(i, t)
+        power, capped = self._power(i, t)
+        # the die warms with the power of the last minutes
+        lagged = (
+            0.5 * self._power(i, t - 10)[0]
+            + 0.3 * self._power(i, t - 40)[0]
+            + 0.2 * self._power(i, t - 120)[0]
+        )
+        temp = 27.0 + 48.0 * lagged / spec.power_limit_w + 1.5 * (self._smooth(i, 7, t, 20.0) - 0.5)
+        if throttle & (
+            pynvml.nvmlClocksEventReasonHwThermalSlowdown | pynvml.nvmlClocksEventReasonHwSlowdown
+        ):
+            temp = max(temp, 89.0 + 3.0 * self._knot(i, 108, 0))
+        elif throttle & pynvml.nvmlClocksEventReasonSwThermalSlowdown:
+            temp = max(temp, 85.0 + 2.0 * self._knot(i, 108, 0))
+        role = self.roles[i]
+        pstate = 8 if role == "idle" or (role == "warmup" and t < 20.0) else 0
+        reasons = throttle | (pynvml.nvmlClocksEventReasonGpuIdle if util < 0.5 else 0)
+        reasons |= pynvml.nvmlClocksEventReasonSwPowerCap if capped else 0
+        if pstate == 8:
+            sm = float(spec.idle_sm_mhz)
+        elif util < 0.5:
+            sm = 0.9 * spec.max_sm_mhz
+        else:
+            sm = spec.max_sm_mhz - 15.0 * int(4 * self._smooth(i, 9, t, 7.0))
+        if capped:
+            sm *= 0.93
+        if throttle & _HW_SLOWDOWN:
+            sm *= 0.45
+        elif throttle & pynvml.nvmlClocksEventReasonSwThermalSlowdown:
+            sm *= 0.75
+        mem_util = util * (0.6 if role == "inference" else 0.45) * (0.8 + 0.4 * self._smooth(i, 10, t, 3.0))
+        reading = Reading(
+            util=int(round(util)),
+            mem_util=int(round(mem_util)),
+            app_used_mib=self._app_used_mib(i, t),
+            power_w=round(power, 3),
+            temp=int(round(temp)),
+            mem_temp=int(round(temp + 4.0)),
+            sm_mhz=int(15 * round(sm / 15)),
+            mem_mhz=spec.idle_mem_mhz if pstate == 8 else spec.mem_mhz,
+            pstate=pstate,
+            reasons=reasons,
+            fan=min(100, int(30 + 0.45 * util + max(0.0, temp - 50.0) * 0.5)),
+            # the driver was loaded some hours before the simulation starts
+            energy_mj=int(
+                spec.idle_power_w * 3.6e6 * (2 + 20 * self._knot(i, 111, 0)) + self._energy[i].at(t)
+            ),
+            pcie_tx=int(1e12 * self._knot(i, 112, 0) + self._tx[i].at(t)),
+            pcie_rx=int(4e12 * self._knot(i, 113, 0) + self._rx[i].at(t)),
+        )
+        self._cache[i] = (now, generation, reading)
+        return reading
+
+    # -- processes -------------------------------------------------------------------------------
+
+    def pid_of(self, i: int) -> int:
+        return 20000 + 101 * i + self.seed % 97
+
+    def processes(self, i: int, now: float, generation: int) -> list[tuple[int, str, int]]:
+        """The compute processes of GPU `i`: (pid, name, used bytes)."""
+        role = self.roles[i]
+        if role not in ROLE_PROCESS or (role == "warmup" and now - self.start < 20.0):
+            return []
+        used = int(self.reading(i, now, generation).app_used_mib) * MIB
+        return [(self.pid_of(i), ROLE_PROCESS[role][0], used)]
+
+    def write_proc_root(self, root: Path) -> None:
+        """Write `<root>/<pid>/{comm,status,cgroup}` for every simulated process."""
+        for i, role in enumerate(self.roles):
+            if role not in ROLE_PROCESS:
+                continue
+            name, uid, kind = ROLE_PROCESS[role]
+            cid = f"{mix(self.seed, i, 14):016x}{mix(self.seed, i, 15):016x}" * 2
+            pod = f"{mix(self.seed, i, 16):016x}{mix(self.seed, i, 17):016x}"
+            pod_uid = f"{pod[:8]}_{pod[8:12]}_{pod[12:16]}_{pod[16:20]}_{pod[20:]}"
+            cgroup = {
+                "docker": f"0::/system.slice/docker-{cid}.scope\n",
+                "kubepods": "0::/kubepods.slice/kubepods-besteffort.slice/"
+                f"kubepods-besteffort-pod{pod_uid}.slice/cri-containerd-{cid}.scope\n",
+                "host": "0::/user.slice/user-1000.slice/session-3.scope\n",
+            }[kind]
+            d = root / str(self.pid_of(i))
+            d.mkdir(parents=True, exist_ok=True)
+            (d / "comm").write_text(name + "\n")
+            ids = f"{uid}\t{uid}\t{uid}\t{uid}"
+            (d / "status").write_text(f"Name:\t{name}\nUid:\t{ids}\nGid:\t{ids}\n")
+            (d / "cgroup").write_text(cgroup)

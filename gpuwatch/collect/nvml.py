@@ -1,0 +1,324 @@
+"""GpuCollector: every GPU of a host, sampled through NVML into dcgm-exporter-named samples.
+
+Runs unchanged on the real `pynvml` module and on `FakeNvml`; error mapping lives in `nvml_device`.
+Metric names, units and labels: `gpu_metrics.GPU_METRICS` (and docs/metrics.md).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from pathlib import Path, PurePath
+from typing import Any
+
+from gpuwatch.collect.gpu_metrics import GPU_METRICS
+from gpuwatch.collect.gpu_status import GpuIdentity, GpuProcess, GpuStatus, XidEvent
+from gpuwatch.collect.nvml_device import GpuState, NvmlDevices
+from gpuwatch.collect.processes import ProcessInfo, read_process_info
+from gpuwatch.errors import NvmlUnavailable
+from gpuwatch.model import Batch, Labels, Sample, make_labels
+
+__all__ = [
+    "DEMO_HINT",
+    "GPU_METRICS",
+    "GpuCollector",
+    "GpuIdentity",
+    "GpuProcess",
+    "GpuStatus",
+    "XidEvent",
+    "load_nvml",
+]
+
+DEMO_HINT = "run `gpuwatch serve --demo` to try gpuwatch with simulated GPUs"
+_MAX_EVENTS_PER_WAIT = 256
+
+
+def load_nvml() -> Any:
+    """Return the real `pynvml` module (from nvidia-ml-py); nvmlInit is left to GpuCollector.open."""
+    try:
+        import pynvml
+    except ImportError as exc:  # pragma: no cover - nvidia-ml-py is a dependency
+        raise NvmlUnavailable(f"no NVIDIA GPU found (nvidia-ml-py is not installed); {DEMO_HINT}") from exc
+    return pynvml
+
+
+class GpuCollector:
+    """Samples all GPUs of one host; `collect` runs every tick, `wait_events` on its own thread."""
+
+    def __init__(
+        self,
+        nvml: Any,
+        *,
+        hostname: str,
+        proc_root: Path = Path("/proc"),
+        logger: logging.Logger | None = None,
+        reprobe_interval_s: float = 30.0,
+        pcie_throughput_fallback: bool = False,
+    ) -> None:
+        """`pcie_throughput_fallback`: where the PCIe byte counters are unsupported, call
+        nvmlDeviceGetPcieThroughput instead (it blocks ~20 ms per call and direction)."""
+        self._nvml = nvml
+        self._hostname = hostname
+        self._proc_root = proc_root
+        self._log = logger or logging.getLogger(__name__)
+        self._reprobe_ms = int(reprobe_interval_s * 1000)
+        self._pcie_fallback = pcie_throughput_fallback
+        self._gpus: list[GpuState] = []
+        self._lock = threading.Lock()  # GPU state: collect, snapshot
+        self._events_lock = threading.Lock()  # XID state, shared with wait_events
+        self._wait_lock = threading.Lock()  # held while waiting on the event set
+        self._stopping = threading.Event()
+        self._event_set: Any = None
+        self._is_open = False
+        self._proc_info: dict[int, ProcessInfo] = {}
+        self.driver_version: str | None = None
+        self._dev = NvmlDevices(nvml, self._log, self._reprobe_ms)
+
+    @property
+    def gpus(self) -> list[GpuIdentity]:
+        """The GPUs open() found, in index order (identities refresh when a lost GPU comes back)."""
+        return [gpu.identity for gpu in self._gpus]
+
+    # -- life cycle ------------------------------------------------------------------------------
+
+    def open(self) -> list[GpuIdentity]:
+        """Initialise NVML and enumerate the GPUs; raise NvmlUnavailable if there are none."""
+        nvml = self._nvml
+        try:
+            nvml.nvmlInit()
+        except nvml.NVMLError as exc:
+            raise NvmlUnavailable(f"no NVIDIA GPU found (NVML: {self._describe(exc)}); {DEMO_HINT}") from exc
+        try:
+            count = nvml.nvmlDeviceGetCount()
+        except nvml.NVMLError as exc:
+            self._shutdown()
+            raise NvmlUnavailable(f"no NVIDIA GPU found (NVML: {self._describe(exc)}); {DEMO_HINT}") from exc
+        if count == 0:
+            self._shutdown()
+            raise NvmlUnavailable(f"no NVIDIA GPU found (NVML reports 0 GPUs); {DEMO_HINT}")
+        self._is_open = True
+        self._stopping.clear()
+        self.driver_version = self._dev.query(None, "driver_version", nvml.nvmlSystemGetDriverVersion)
+        self._gpus = [GpuState(i, self._hostname) for i in range(count)]
+        for gpu in self._gpus:
+            gpu.fields = dict(self._dev.field_table)
+            self._dev.attach(gpu)
+        self._event_set = self._dev.query(None, "xid_events", nvml.nvmlEventSetCreate)
+        for gpu in self._gpus:
+            self._register_events(gpu)
+        return [gpu.identity for gpu in self._gpus]
+
+    def _describe(self, exc: BaseException) -> str:
+        nvml = self._nvml
+        if isinstance(exc, nvml.NVMLError_LibraryNotFound):
+            return "driver library not found"
+        if isinstance(exc, nvml.NVMLError_DriverNotLoaded):
+            return "driver not loaded"
+        if isinstance(exc, nvml.NVMLError_NoPermission):
+            return "no permission to open the GPU devices"
+        if isinstance(exc, nvml.NVMLError_LibRmVersionMismatch):
+            return "driver library and kernel module differ; reload the nvidia module or reboot"
+        return str(exc)
+
+    def _register_events(self, gpu: GpuState) -> None:
+        nvml = self._nvml
+        if self._event_set is not None and not gpu.is_lost:
+            self._dev.query(
+                gpu,
+                "xid_events",
+                nvml.nvmlDeviceRegisterEvents,
+                gpu.handle,
+                nvml.nvmlEventTypeXidCriticalError,
+                self._event_set,
+            )
+
+    def _reprobe(self, gpu: GpuState) -> None:
+        self._dev.attach(gpu)
+        if not gpu.is_lost:
+            self._log.warning("GPU %d (%s) answers again", gpu.index, gpu.identity.uuid)
+            self._register_events(gpu)
+
+    def close(self) -> None:
+        """Free the event set and shut NVML down; stop the wait_events thread first (or it returns within its timeout)."""
+        self._stopping.set()
+        with self._wait_lock:
+            if self._event_set is not None:
+                self._dev.query(None, "event_set_free", self._nvml.nvmlEventSetFree, self._event_set)
+                self._event_set = None
+        with self._lock:
+            if self._is_open:
+                self._shutdown()
+                self._is_open = False
+
+    def _shutdown(self) -> None:
+        self._dev.query(None, "shutdown", self._nvml.nvmlShutdown)
+
+    # -- sampling --------------------------------------------------------------------------------
+    def _pcie_rates(self, gpu: GpuState, f: dict[str, float], timestamp_ms: int) -> None:
+        """Turn the cumulative PCIe byte counters into B/s gauges, as dcgm-exporter's DCGM_FI_PROF_PCIE_*."""
+        for counter, rate in (
+            ("gpuwatch_pcie_tx_bytes_total", "DCGM_FI_PROF_PCIE_TX_BYTES"),
+            ("gpuwatch_pcie_rx_bytes_total", "DCGM_FI_PROF_PCIE_RX_BYTES"),
+        ):
+            value = f.get(counter)
+            if value is None:
+                continue
+            prev = gpu.prev_counters.get(counter)
+            if prev is not None and timestamp_ms > prev[0] and value >= prev[1]:
+                f[rate] = (value - prev[1]) * 1000.0 / (timestamp_ms - prev[0])
+            gpu.prev_counters[counter] = (timestamp_ms, value)
+        if self._pcie_fallback and not any(n.startswith("gpuwatch_pcie_") for n in gpu.fields.values()):
+            nvml = self._nvml
+            for key, direction, rate in (
+                ("pcie_tx_throughput", nvml.NVML_PCIE_UTIL_TX_BYTES, "DCGM_FI_PROF_PCIE_TX_BYTES"),
+                ("pcie_rx_throughput", nvml.NVML_PCIE_UTIL_RX_BYTES, "DCGM_FI_PROF_PCIE_RX_BYTES"),
+            ):
+                kib = self._dev.query(gpu, key, nvml.nvmlDeviceGetPcieThroughput, gpu.handle, direction)
+                if kib is not None:
+                    f[rate] = kib * 1024.0
+
+    def _process(self, pid: int, used: int | None) -> GpuProcess:
+        info = self._proc_info.get(pid)
+        if info is None:
+            info = read_process_info(self._proc_root, pid)
+            if not info.name:  # not in our /proc (another PID namespace) or already gone
+                name = self._dev.query(None, "process_name", self._nvml.nvmlSystemGetProcessName, pid)
+                if name:
+                    info = ProcessInfo(PurePath(str(name)).name, info.user, info.container_id)
+            self._proc_info[pid] = info
+        return GpuProcess(pid, info.name, info.user, info.container_id, used)
+
+    def collect(self, timestamp_ms: int) -> Batch:
+        """Sample every GPU once; one sample per (metric, GPU), all stamped `timestamp_ms`."""
+        samples: list[Sample] = []
+        seen: set[int] = set()
+        with self._lock:
+            if not self._is_open:
+                raise RuntimeError("GpuCollector.collect() before open()")
+            self._dev.now_ms = timestamp_ms
+            for gpu in self._gpus:
+                if gpu.is_lost and timestamp_ms >= gpu.next_probe_ms:
+                    self._reprobe(gpu)
+                reading = None if gpu.is_lost else self._dev.read(gpu)
+                labels = gpu.labels
+                if reading is None:
+                    samples.append(Sample("gpuwatch_gpu_lost", labels, 1.0))
+                else:
+                    figures, procs = reading
+                    self._pcie_rates(gpu, figures, timestamp_ms)
+                    samples.extend([Sample(name, labels, value) for name, value in figures.items()])
+                    mask = figures.get("DCGM_FI_DEV_CLOCKS_EVENT_REASONS")
+                    if mask is not None:
+                        bits = int(mask)
+                        samples.extend(
+                            [
+                                Sample("gpuwatch_clock_throttled", rl, 1.0 if bits & bit else 0.0)
+                                for bit, rl in gpu.throttle_labels
+                            ]
+                        )
+                    for p in procs:
+                        seen.add(p.pid)
+                        if p.usedGpuMemory is not None:
+                            proc = self._process(p.pid, p.usedGpuMemory)
+                            samples.append(
+                                Sample(
+                                    "gpuwatch_process_gpu_memory_bytes",
+                                    self._process_labels(gpu, proc),
+                                    float(p.usedGpuMemory),
+                                )
+                            )
+                    samples.append(Sample("gpuwatch_gpu_lost", labels, 0.0))
+                with self._events_lock:
+                    samples.append(Sample("DCGM_FI_DEV_XID_ERRORS", labels, float(gpu.last_xid)))
+                    for xid, n in gpu.xid_counts.items():
+                        samples.append(
+                            Sample("gpuwatch_xid_errors_total", gpu.labels_with("xid", str(xid)), float(n))
+                        )
+            for pid in self._proc_info.keys() - seen:
+                del self._proc_info[pid]
+        return Batch(timestamp_ms, samples)
+
+    def _process_labels(self, gpu: GpuState, proc: GpuProcess) -> Labels:
+        key = f"{proc.pid}\0{proc.name}\0{proc.user}\0{proc.container_id}"
+        labels = gpu.extra_labels.get(("process", key))
+        if labels is None:
+            labels = make_labels(
+                {
+                    **gpu.label_map,
+                    "pid": str(proc.pid),
+                    "process_name": proc.name,
+                    "user": proc.user,
+                    "container_id": proc.container_id,
+                }
+            )
+            if len(gpu.extra_labels) > 4096:  # PIDs come and go; keep the cache bounded
+                gpu.extra_labels.clear()
+            gpu.extra_labels[("process", key)] = labels
+        return labels
+
+    def snapshot(self) -> list[GpuStatus]:
+        """Read every GPU now, for `gpuwatch smi` and status pages (no PCIe rates: they need two ticks)."""
+        out: list[GpuStatus] = []
+        with self._lock:
+            if not self._is_open:
+                raise RuntimeError("GpuCollector.snapshot() before open()")
+            for gpu in self._gpus:
+                if gpu.is_lost:
+                    self._reprobe(gpu)
+                reading = None if gpu.is_lost else self._dev.read(gpu)
+                ident = gpu.identity
+                if reading is None:
+                    out.append(GpuStatus(ident.index, ident.uuid, ident.name, ident.pci_bus_id, True))
+                    continue
+                figures, procs = reading
+                with self._events_lock:
+                    figures["DCGM_FI_DEV_XID_ERRORS"] = float(gpu.last_xid)
+                processes = [self._process(p.pid, p.usedGpuMemory) for p in procs]
+                out.append(
+                    GpuStatus(
+                        ident.index, ident.uuid, ident.name, ident.pci_bus_id, False, figures, processes
+                    )
+                )
+        return out
+
+    # -- XID events ------------------------------------------------------------------------------
+
+    def wait_events(self, timeout_ms: int) -> list[XidEvent]:
+        """Block up to `timeout_ms` for XID events and return them; they also go into the next collect().
+
+        Run it in a loop on a dedicated thread; after close() it returns [] at once.
+        """
+        nvml = self._nvml
+        events: list[XidEvent] = []
+        with self._wait_lock:
+            es = self._event_set
+            wait = timeout_ms
+            while es is not None and not self._stopping.is_set() and len(events) < _MAX_EVENTS_PER_WAIT:
+                try:
+                    data = nvml.nvmlEventSetWait_v2(es, wait)
+                except nvml.NVMLError_Timeout:
+                    break
+                except nvml.NVMLError as exc:
+                    self._log.warning("waiting for XID events failed (%s: %s)", type(exc).__name__, exc)
+                    self._stopping.wait(timeout_ms / 1000.0)  # do not spin on a persistent error
+                    break
+                wait = 0  # drain what else is queued without blocking
+                if data.eventType & nvml.nvmlEventTypeXidCriticalError:
+                    events.append(XidEvent(self._index_of(data.device), int(data.eventData)))
+        if es is None and not self._stopping.is_set():
+            self._stopping.wait(timeout_ms / 1000.0)  # no event support: behave like a quiet wait
+        with self._events_lock:
+            for ev in events:
+                if 0 <= ev.gpu_index < len(self._gpus):
+                    gpu = self._gpus[ev.gpu_index]
+                    gpu.last_xid = ev.xid
+                    gpu.xid_counts[ev.xid] = gpu.xid_counts.get(ev.xid, 0) + 1
+                self._log.warning("GPU %d: XID %d", ev.gpu_index, ev.xid)
+        return events
+
+    def _index_of(self, device: Any) -> int:
+        for gpu in self._gpus:
+            if gpu.handle is device:
+                return gpu.index
+        index = self._dev.query(None, "device_index", self._nvml.nvmlDeviceGetIndex, device)
+        return int(index) if index is not None else -1
