@@ -27,15 +27,13 @@ from gpuwatch.query.frames import (
     make_labelset,
     merge_same_labels,
 )
-from gpuwatch.query.parse import parse
-from gpuwatch.query.regex import translate
+from gpuwatch.query.parse import matchers_of, parse
 from gpuwatch.query.values import Matrix, Result, Sample, Scalar, Series, String, Vector
 
 Frame = ScalarFrame | VectorFrame | RangeFrame | StringFrame
 
 MAX_POINTS = 11_000
 _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
-_MATCH_OPS = {"MatchOp.Equal": "=", "MatchOp.NotEqual": "!=", "MatchOp.Re": "=~", "MatchOp.NotRe": "!~"}
 
 
 class Queryable(Protocol):
@@ -183,17 +181,8 @@ class _Evaluation:
 
     # Data ------------------------------------------------------------------------------------
 
-    def _matchers(self, vs: Any) -> tuple[Matcher, ...]:
-        out = []
-        if vs.name:
-            out.append(Matcher(NAME, "=", vs.name))
-        for m in vs.matchers.matchers:
-            op = _MATCH_OPS[str(m.op)]
-            out.append(Matcher(m.name, op, translate(m.value) if op in ("=~", "!~") else m.value))
-        return tuple(out)
-
     def select(self, vs: Any, start_ms: int, end_ms: int) -> list[SeriesData]:
-        key = self._matchers(vs)
+        key = matchers_of(vs)
         cached = self.cache.get(key)
         if cached is not None and cached[0] <= start_ms and end_ms <= cached[1]:
             return cached[2]

@@ -8,7 +8,9 @@ from typing import Any
 
 import promql_parser as pp
 
+from gpuwatch.model import Matcher
 from gpuwatch.query.errors import PromQLParseError, Unsupported
+from gpuwatch.query.regex import translate
 
 # Functions that only make sense on native histograms (the store holds floats only).
 NATIVE_HISTOGRAM_FUNCTIONS = frozenset(
@@ -119,3 +121,27 @@ def check_supported(expr: Any) -> None:
         return True
 
     pp.walk(expr, visit)
+
+
+_MATCH_OPS = {"MatchOp.Equal": "=", "MatchOp.NotEqual": "!=", "MatchOp.Re": "=~", "MatchOp.NotRe": "!~"}
+
+
+def matchers_of(vs: Any) -> tuple[Matcher, ...]:
+    """Return a vector selector's matchers (metric name as `__name__`), regexes made Python-ready."""
+    out = []
+    if vs.name:
+        out.append(Matcher("__name__", "=", vs.name))
+    for m in vs.matchers.matchers:
+        op = _MATCH_OPS[str(m.op)]
+        out.append(Matcher(m.name, op, translate(m.value) if op in ("=~", "!~") else m.value))
+    return tuple(out)
+
+
+def selector_matchers(text: str) -> list[Matcher]:
+    """Parse a series selector such as `up{job="node"}` (the API's match[] parameter)."""
+    expr = parse(text).expr
+    while isinstance(expr, pp.ParenExpr):
+        expr = expr.expr
+    if not isinstance(expr, pp.VectorSelector):
+        raise PromQLParseError(f'invalid parameter "match[]": {text!r} is not a series selector')
+    return list(matchers_of(expr))

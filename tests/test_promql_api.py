@@ -1,0 +1,165 @@
+"""The Prometheus-compatible HTTP API, on a minimal Flask app over a real in-memory store."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+from flask import Flask
+from flask.testing import FlaskClient
+
+from gpuwatch.clock import FakeClock
+from gpuwatch.store import Store
+from gpuwatch.web.promapi import bp
+
+T0 = 1_700_000_000_000  # ms
+
+
+@pytest.fixture()
+def client() -> Iterator[FlaskClient]:
+    clock = FakeClock(start=T0 / 1000 + 3600)
+    store = Store.open(None, clock=clock, flush_interval_s=3600.0)
+    t = np.arange(T0, T0 + 3600_000, 15_000, dtype=np.int64)
+    for gpu in ("0", "1"):
+        store.append_series(
+            "DCGM_FI_DEV_GPU_UTIL", (("Hostname", "n1"), ("gpu", gpu)), t, np.full(len(t), 50.0 + int(gpu))
+        )
+    store.append_series("requests_total", (("job", "api"),), t, np.arange(len(t), dtype=np.float64) * 15)
+    store.flush()
+    app = Flask(__name__)
+    app.register_blueprint(bp)
+    app.extensions["gpuwatch"] = SimpleNamespace(
+        store=store,
+        clock=clock,
+        settings=SimpleNamespace(query_timeout_s=30.0, query_max_samples=1_000_000, lookback_s=300.0),
+        metric_metadata=lambda: {"requests_total": [{"type": "counter", "help": "Requests.", "unit": ""}]},
+    )
+    yield app.test_client()
+    store.close()
+
+
+def test_instant_query_shape(client: FlaskClient) -> None:
+    r = client.get(
+        "/api/v1/query", query_string={"query": "DCGM_FI_DEV_GPU_UTIL", "time": (T0 + 600_000) / 1000}
+    )
+    assert r.status_code == 200
+    body = r.get_json()
+    assert body["status"] == "success"
+    assert body["data"]["resultType"] == "vector"
+    first = body["data"]["result"][0]
+    assert first["metric"] == {"__name__": "DCGM_FI_DEV_GPU_UTIL", "Hostname": "n1", "gpu": "0"}
+    assert first["value"] == [1700000600, "50"]
+
+
+def test_instant_query_defaults_to_clock_and_accepts_rfc3339(client: FlaskClient) -> None:
+    r = client.get("/api/v1/query", query_string={"query": "sum(rate(requests_total[5m]))"})
+    assert float(r.get_json()["data"]["result"][0]["value"][1]) == pytest.approx(1.0)
+    r = client.get("/api/v1/query", query_string={"query": "1.5", "time": "2023-11-14T22:23:20.123Z"})
+    assert r.get_json()["data"] == {"resultType": "scalar", "result": [1700000600.123, "1.5"]}
+
+
+def test_range_query_get_and_form_post(client: FlaskClient) -> None:
+    params = {
+        "query": "rate(requests_total[1m])",
+        "start": T0 / 1000 + 600,
+        "end": T0 / 1000 + 900,
+        "step": "60s",
+    }
+    for r in (
+        client.get("/api/v1/query_range", query_string=params),
+        client.post("/api/v1/query_range", data=params),
+    ):
+        body = r.get_json()
+        assert r.status_code == 200, body
+        assert body["data"]["resultType"] == "matrix"
+        series = body["data"]["result"][0]
+        assert series["metric"] == {"job": "api"}
+        assert [round(float(v[1]), 9) for v in series["values"]] == [1.0] * 6
+        assert series["values"][0][0] == 1700000600
+
+
+def test_parse_error_is_bad_data(client: FlaskClient) -> None:
+    r = client.get("/api/v1/query", query_string={"query": "sum(", "time": "1700000000"})
+    assert r.status_code == 400
+    body = r.get_json()
+    assert body["status"] == "error" and body["errorType"] == "bad_data" and body["error"]
+
+
+def test_execution_error_is_422(client: FlaskClient) -> None:
+    r = client.get("/api/v1/query", query_string={"query": "histogram_count(x)", "time": "1700000000"})
+    assert r.status_code == 422
+    assert r.get_json()["errorType"] == "execution"
+    assert "native histograms" in r.get_json()["error"]
+
+
+def test_too_many_points_is_bad_data(client: FlaskClient) -> None:
+    params = {"query": "up", "start": "0", "end": "1000000", "step": "1"}
+    r = client.get("/api/v1/query_range", query_string=params)
+    assert r.status_code == 400
+    assert "exceeded maximum resolution of 11,000 points per timeseries" in r.get_json()["error"]
+
+
+def test_bad_step_and_time(client: FlaskClient) -> None:
+    r = client.get(
+        "/api/v1/query_range", query_string={"query": "up", "start": "0", "end": "10", "step": "fast"}
+    )
+    assert r.status_code == 400 and r.get_json()["errorType"] == "bad_data"
+    r = client.get("/api/v1/query", query_string={"query": "up", "time": "yesterday"})
+    assert r.status_code == 400
+
+
+def test_sample_limit_is_execution_error_and_server_keeps_serving(client: FlaskClient) -> None:
+    client.application.extensions["gpuwatch"].settings.query_max_samples = 10
+    r = client.get("/api/v1/query", query_string={"query": "count_over_time(requests_total[1h])"})
+    assert r.status_code == 422
+    assert "too many samples" in r.get_json()["error"]
+    client.application.extensions["gpuwatch"].settings.query_max_samples = 1_000_000
+    assert client.get("/api/v1/query", query_string={"query": "1"}).status_code == 200
+
+
+def test_timeout_is_503(client: FlaskClient) -> None:
+    r = client.get("/api/v1/query", query_string={"query": "up", "timeout": "-1s"})
+    assert r.status_code in (400, 503)
+    r = client.get("/api/v1/query", query_string={"query": "requests_total", "timeout": "-1"})
+    assert r.status_code == 503
+    assert r.get_json()["errorType"] == "timeout"
+
+
+def test_series_labels_and_values(client: FlaskClient) -> None:
+    r = client.get("/api/v1/series", query_string={"match[]": 'DCGM_FI_DEV_GPU_UTIL{gpu=~"0|1"}'})
+    assert r.get_json()["data"] == [
+        {"__name__": "DCGM_FI_DEV_GPU_UTIL", "Hostname": "n1", "gpu": "0"},
+        {"__name__": "DCGM_FI_DEV_GPU_UTIL", "Hostname": "n1", "gpu": "1"},
+    ]
+    assert client.get("/api/v1/series").status_code == 400
+    r = client.get("/api/v1/labels")
+    assert r.get_json()["data"] == ["Hostname", "__name__", "gpu", "job"]
+    r = client.post("/api/v1/labels", data={"match[]": "requests_total"})
+    assert r.get_json()["data"] == ["__name__", "job"]
+    r = client.get("/api/v1/label/__name__/values")
+    assert r.get_json()["data"] == ["DCGM_FI_DEV_GPU_UTIL", "requests_total"]
+    r = client.get("/api/v1/label/gpu/values", query_string={"limit": "1"})
+    body = r.get_json()
+    assert body["data"] == ["0"] and body["warnings"]
+
+
+def test_metadata_and_buildinfo(client: FlaskClient) -> None:
+    r = client.get("/api/v1/metadata")
+    assert r.get_json()["data"]["requests_total"][0]["type"] == "counter"
+    assert client.get("/api/v1/metadata", query_string={"metric": "nope"}).get_json()["data"] == {}
+    info = client.get("/api/v1/status/buildinfo").get_json()["data"]
+    assert set(info) >= {"version", "revision", "branch", "buildUser", "buildDate", "goVersion"}
+
+
+def test_web_module_does_not_import_duckdb() -> None:
+    import ast
+    from pathlib import Path
+
+    import gpuwatch.web.promapi as mod
+
+    tree = ast.parse(Path(mod.__file__).read_text())
+    names = {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+    names |= {n.module or "" for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
+    assert not any(n.startswith(("duckdb", "gpuwatch.collect", "gpuwatch.store")) for n in names)
