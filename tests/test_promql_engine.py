@@ -1,0 +1,189 @@
+"""The PromQL engine on its own: results, JSON form, limits, errors, range/instant agreement."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import numpy as np
+import pytest
+
+from gpuwatch.errors import QueryError
+from gpuwatch.model import Matcher, SeriesData, make_labels
+from gpuwatch.query import (
+    Engine,
+    Matrix,
+    PromQLEvalError,
+    PromQLParseError,
+    QueryTimeout,
+    QueryTooLarge,
+    Scalar,
+    String,
+    Unsupported,
+    Vector,
+    format_value,
+    to_prometheus_json,
+)
+from tests.promql_harness import ArrayStore
+
+
+class CountingSource:
+    """A Queryable over ArrayStore that counts select calls."""
+
+    def __init__(self, store: ArrayStore) -> None:
+        self.store = store
+        self.calls = 0
+
+    def select(self, matchers: Sequence[Matcher], start_ms: int, end_ms: int) -> list[SeriesData]:
+        self.calls += 1
+        return self.store.select(matchers, start_ms, end_ms)
+
+
+@pytest.fixture()
+def source() -> CountingSource:
+    store = ArrayStore()
+    for i in range(0, 24 * 240):  # 24 h at 15 s
+        t = i * 15_000
+        for gpu in range(4):
+            store.append({"__name__": "util", "gpu": str(gpu)}, t, float((i * (gpu + 1)) % 100))
+            store.append({"__name__": "req_total", "gpu": str(gpu)}, t, float(i * (gpu + 1) % 5000))
+        for le, share in (("0.1", 0.2), ("0.5", 0.7), ("+Inf", 1.0)):
+            store.append({"__name__": "lat_bucket", "le": le}, t, math.floor(i * 10 * share))
+    store.prepare()
+    return CountingSource(store)
+
+
+@pytest.mark.parametrize(
+    ("value", "text"),
+    [
+        (1.5, "1.5"),
+        (2.0, "2"),
+        (1e20, "100000000000000000000"),
+        (1e-7, "0.0000001"),
+        (-0.0, "-0"),
+        (float("nan"), "NaN"),
+        (float("inf"), "+Inf"),
+        (float("-inf"), "-Inf"),
+        (0.1 + 0.2, "0.30000000000000004"),
+    ],
+)
+def test_format_value_matches_go(value: float, text: str) -> None:
+    assert format_value(value) == text
+
+
+def test_json_shapes(source: CountingSource) -> None:
+    eng = Engine(source)
+    assert to_prometheus_json(eng.instant("1 + 1", 1_000)) == {"resultType": "scalar", "result": [1, "2"]}
+    assert to_prometheus_json(eng.instant('"hi"', 1_500)) == {"resultType": "string", "result": [1.5, "hi"]}
+    vec = to_prometheus_json(eng.instant('util{gpu="1"}', 60_000))
+    assert vec == {
+        "resultType": "vector",
+        "result": [{"metric": {"__name__": "util", "gpu": "1"}, "value": [60, "8"]}],
+    }
+    mat = to_prometheus_json(eng.range('util{gpu="0"}', 0, 30_000, 15_000))
+    assert mat["result"][0]["values"] == [[0, "0"], [15, "1"], [30, "2"]]
+
+
+def test_result_types(source: CountingSource) -> None:
+    eng = Engine(source)
+    assert isinstance(eng.instant("time()", 5_000), Scalar)
+    assert isinstance(eng.instant('"x"', 5_000), String)
+    assert isinstance(eng.instant("util", 5_000), Vector)
+    raw = eng.instant("util[1m]", 60_000)
+    assert isinstance(raw, Matrix) and len(raw.series) == 4 and len(raw.series[0].timestamps_ms) == 4
+    assert isinstance(eng.range("time()", 0, 60_000, 15_000), Matrix)
+
+
+@pytest.mark.parametrize(
+    "expr",
+    [
+        "util",
+        "rate(req_total[5m])",
+        "sum by (gpu) (increase(req_total[1h])) > 10",
+        "histogram_quantile(0.9, sum by (le) (rate(lat_bucket[5m])))",
+        "avg_over_time(util[30m])",
+        "util / on(gpu) group_left util",
+        "topk(2, util)",
+        "quantile_over_time(0.5, util[10m])",
+        "deriv(util[5m])",
+        "changes(util[5m]) + resets(req_total[10m])",
+        "max_over_time(rate(req_total[1m])[5m:1m])",
+        "util offset 5m unless util < 50",
+        "stddev(util) + count_values by (gpu) ('v', util) * 0",
+    ],
+)
+def test_range_agrees_with_instant(source: CountingSource, expr: str) -> None:
+    eng = Engine(source)
+    start, end, step = 3_600_000, 3_600_000 + 10 * 60_000, 60_000
+    mat = eng.range(expr, start, end, step)
+    by_labels = {tuple(sorted(s.labels.items())): s for s in mat.series}
+    for t in range(start, end + 1, step):
+        inst = eng.instant(expr, t)
+        assert isinstance(inst, Vector)
+        for sample in inst:
+            s = by_labels[tuple(sorted(sample.labels.items()))]
+            (hit,) = np.flatnonzero(s.timestamps_ms == t)
+            assert s.values[hit] == pytest.approx(sample.value, nan_ok=True)
+        count = sum(int((s.timestamps_ms == t).any()) for s in mat.series)
+        assert count == len(inst)
+
+
+def test_each_selector_fetched_once_per_range_query(source: CountingSource) -> None:
+    eng = Engine(source)
+    eng.range("rate(req_total[5m]) / rate(req_total[5m])", 0, 86_400_000, 15_000)
+    assert source.calls == 1
+
+
+def test_limits(source: CountingSource) -> None:
+    with pytest.raises(QueryTooLarge, match="too many samples"):
+        Engine(source, max_samples=100).instant("count_over_time(util[1h])", 3_600_000)
+    with pytest.raises(QueryTooLarge, match="exceeded maximum resolution of 11,000 points per timeseries"):
+        Engine(source).range("util", 0, 86_400_000, 1_000)
+    ticks = iter(range(1000))
+    with pytest.raises(QueryTimeout):
+        Engine(source, timeout_s=2.0, monotonic=lambda: float(next(ticks))).instant(
+            "sum(util) + sum(util)", 0
+        )
+
+
+def test_errors_are_query_errors(source: CountingSource) -> None:
+    eng = Engine(source)
+    with pytest.raises(PromQLParseError):
+        eng.instant("sum(", 0)
+    for expr, feature in [
+        ("histogram_count(util)", "native histograms"),
+        ("limitk(1, util)", "limitk"),
+        ("util + fill(0) util", "fill()"),
+    ]:
+        with pytest.raises(Unsupported, match=feature.replace("(", r"\(").replace(")", r"\)")):
+            eng.instant(expr, 0)
+    with pytest.raises(PromQLEvalError, match="many-to-many"):
+        eng.instant("util + on() util", 60_000)
+    with pytest.raises(PromQLEvalError):
+        eng.range("util[5m]", 0, 60_000, 15_000)
+    assert issubclass(Unsupported, QueryError) and issubclass(QueryTimeout, QueryError)
+
+
+def test_staleness_and_lookback() -> None:
+    from gpuwatch.model import STALE_NAN
+
+    store = ArrayStore()
+    for t, v in [(0, 1.0), (10_000, 2.0), (20_000, STALE_NAN)]:
+        store.append({"__name__": "m"}, t, v)
+    store.prepare()
+    eng = Engine(store, lookback_ms=60_000)
+    assert [s.value for s in eng.instant("m", 15_000)] == [2.0]
+    assert len(eng.instant("m", 25_000)) == 0
+    assert eng.instant("count_over_time(m[1m])", 30_000).samples[0].value == 2.0
+    assert make_labels({"__name__": "m"}) == ()
+
+
+def test_rate_over_a_day_is_fast(source: CountingSource) -> None:
+    import time
+
+    eng = Engine(source)
+    t0 = time.perf_counter()
+    eng.range("histogram_quantile(0.99, sum by (le) (rate(lat_bucket[5m])))", 0, 86_400_000, 15_000)
+    eng.range("sum by (gpu) (rate(req_total[1m]))", 0, 86_400_000, 15_000)
+    eng.range("avg_over_time(util[30m])", 0, 86_400_000, 15_000)
+    assert time.perf_counter() - t0 < 5.0
