@@ -8,6 +8,7 @@ import os
 import signal
 import socket
 import sys
+import threading
 from collections.abc import Sequence
 from pathlib import Path
 from types import FrameType
@@ -92,10 +93,13 @@ def _serve(settings: Settings) -> int:
             )
             return 2
 
-        def stop(signum: int, frame: FrameType | None) -> None:
-            raise KeyboardInterrupt
+        stop = threading.Event()
 
-        signal.signal(signal.SIGTERM, stop)
+        def on_signal(signum: int, frame: FrameType | None) -> None:
+            stop.set()
+
+        signal.signal(signal.SIGTERM, on_signal)
+        signal.signal(signal.SIGINT, on_signal)
         runtime.start()
         gpus = f"{len(runtime.gpu.gpus)} GPU(s)" if runtime.gpu is not None else "no GPUs"
         mode = " (demo: simulated GPUs)" if settings.demo else ""
@@ -108,12 +112,16 @@ def _serve(settings: Settings) -> int:
             mode,
             settings.data_dir,
         )
-        try:
-            server.run()
-        except KeyboardInterrupt:
-            log.info("shutting down: flushing the store")
-        finally:
-            server.close()
+        # The HTTP server runs in its own thread so that the main thread only waits for a signal and
+        # then shuts down in order: stop accepting, stop sampling, flush and checkpoint the store.
+        web = threading.Thread(target=server.run, name="gpuwatch-http", daemon=True)
+        web.start()
+        while not stop.wait(1.0):
+            if not web.is_alive():
+                log.error("the HTTP server stopped unexpectedly; shutting down")
+                break
+        log.info("shutting down: flushing the store")
+        server.close()
     finally:
         runtime.close()
     return 0
