@@ -11,6 +11,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import IO
 
 import pytest
 import requests
@@ -42,6 +43,7 @@ class Server:
     env: dict[str, str]
     proc: subprocess.Popen[str] | None = None
     log_path: Path = field(default=Path())
+    _log_file: IO[str] | None = None
 
     @property
     def url(self) -> str:
@@ -49,7 +51,7 @@ class Server:
 
     def start(self, timeout_s: float = 30.0) -> Server:
         self.log_path = self.data_dir.parent / f"serve-{self.port}-{time.monotonic_ns()}.log"
-        log = self.log_path.open("w")
+        self._log_file = log = self.log_path.open("w")
         self.proc = subprocess.Popen(
             [*GPUWATCH, "serve", "--host", "127.0.0.1", "--port", str(self.port), "--data-dir", str(self.data_dir),
              *self.args],
@@ -88,6 +90,9 @@ class Server:
                 self.proc.kill()
                 self.proc.wait()
                 raise AssertionError(f"gpuwatch did not stop on signal {sig}; log:\n{self.log}") from None
+        if self._log_file is not None:
+            self._log_file.close()
+            self._log_file = None
         return int(self.proc.returncode)
 
 
@@ -115,5 +120,5 @@ def serve(tmp_path: Path) -> Iterator[callable]:  # type: ignore[valid-type]
 
     yield start
     for srv in servers:
-        if srv.proc is not None and srv.proc.poll() is None:
+        if srv.proc is not None:
             srv.stop(signal.SIGKILL)
