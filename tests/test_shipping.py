@@ -98,4 +98,6 @@ def test_wheel_carries_templates_and_serves_page(tmp_path: Path) -> None:
     finally:
         proc.terminate()
         proc.wait(30)
+        if proc.stdout is not None:
+            proc.stdout.close()
     assert proc.returncode == 0

@@ -21,7 +21,12 @@ def _asset_dir(name: str) -> str:
 
 def create_app(runtime: Any) -> Flask:
     """Build the Flask app around `runtime`; opens no files and starts no threads."""
-    app = Flask(__name__, template_folder=_asset_dir("templates"), static_folder=_asset_dir("static"))
+    app = Flask(
+        __name__,
+        template_folder=_asset_dir("templates"),
+        static_folder=_asset_dir("static"),
+        static_url_path="/static",
+    )
     app.extensions["gpuwatch"] = runtime
     app.json.sort_keys = False  # type: ignore[attr-defined]
 
