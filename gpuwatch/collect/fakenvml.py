@@ -16,6 +16,7 @@ from __future__ import annotations
 import inspect
 import threading
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -23,7 +24,7 @@ from typing import Any
 import pynvml
 
 from gpuwatch.clock import Clock, SystemClock
-from gpuwatch.collect.fakeworkload import MIB, MODELS, GpuModelSpec, Workload
+from gpuwatch.collect.fakeworkload import MIB, MODELS, GpuModelSpec, Reading, Workload
 
 __all__ = ["FakeNvml", "MODELS", "GpuModelSpec"]
 
@@ -166,6 +167,7 @@ class FakeNvml:
         self._remapped_pending = [0] * gpu_count
         self._event_sets: list[FakeEventSet] = []
         self._events_lock = threading.Lock()
+        self._fields = self._field_table()
         calls = _DATACENTER_UNSUPPORTED_CALLS if self.spec.is_datacenter else _CONSUMER_UNSUPPORTED_CALLS
         for i in range(gpu_count):
             for call in calls:
@@ -211,7 +213,7 @@ class FakeNvml:
     def _now(self) -> float:
         return self.clock.now()
 
-    def _reading(self, i: int) -> Any:
+    def _reading(self, i: int) -> Reading:
         return self.workload.reading(i, self._now(), self._gen)
 
     # -- faults ----------------------------------------------------------------------------------
@@ -462,42 +464,46 @@ class FakeNvml:
         tx, rx = self.workload.pcie_rate(self._dev(device, "nvmlDeviceGetPcieThroughput"), self._now())
         return int((tx if counter == pynvml.NVML_PCIE_UTIL_TX_BYTES else rx) / 1024)
 
+    def _field_table(self) -> dict[int, tuple[int, Callable[[int, Reading], int]]]:
+        """Field id -> (value type, value of GPU i given its reading)."""
+        ull, ui = pynvml.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG, pynvml.NVML_VALUE_TYPE_UNSIGNED_INT
+        limit_mw = int(self.spec.power_limit_w * 1000)
+        return {
+            pynvml.NVML_FI_DEV_ECC_SBE_VOL_TOTAL: (ull, lambda i, r: self._sbe[i]),
+            pynvml.NVML_FI_DEV_ECC_DBE_VOL_TOTAL: (ull, lambda i, r: self._dbe[i]),
+            pynvml.NVML_FI_DEV_ECC_SBE_AGG_TOTAL: (ull, lambda i, r: self._sbe[i]),
+            pynvml.NVML_FI_DEV_ECC_DBE_AGG_TOTAL: (ull, lambda i, r: self._dbe[i]),
+            pynvml.NVML_FI_DEV_MEMORY_TEMP: (ui, lambda i, r: r.mem_temp),
+            pynvml.NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION: (ull, lambda i, r: r.energy_mj),
+            pynvml.NVML_FI_DEV_PCIE_REPLAY_COUNTER: (ui, lambda i, r: 0),
+            pynvml.NVML_FI_DEV_REMAPPED_COR: (ui, lambda i, r: 0),
+            pynvml.NVML_FI_DEV_REMAPPED_UNC: (ui, lambda i, r: self._remapped_unc[i]),
+            pynvml.NVML_FI_DEV_REMAPPED_PENDING: (ui, lambda i, r: self._remapped_pending[i]),
+            pynvml.NVML_FI_DEV_REMAPPED_FAILURE: (ui, lambda i, r: 0),
+            pynvml.NVML_FI_DEV_POWER_INSTANT: (ui, lambda i, r: int(r.power_w * 1000)),
+            pynvml.NVML_FI_DEV_POWER_AVERAGE: (ui, lambda i, r: int(r.power_w * 1000)),
+            pynvml.NVML_FI_DEV_POWER_CURRENT_LIMIT: (ui, lambda i, r: limit_mw),
+            pynvml.NVML_FI_DEV_PCIE_COUNT_TX_BYTES: (ull, lambda i, r: r.pcie_tx),
+            pynvml.NVML_FI_DEV_PCIE_COUNT_RX_BYTES: (ull, lambda i, r: r.pcie_rx),
+        }
+
     def nvmlDeviceGetFieldValues(self, handle: Any, fieldIds: list[Any]) -> list[FakeFieldValue]:
         i = self._dev(handle, "nvmlDeviceGetFieldValues")
         r = self._reading(i)
         now_us = int(self._now() * 1e6)
-        ull, ui = pynvml.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG, pynvml.NVML_VALUE_TYPE_UNSIGNED_INT
-        known: dict[int, tuple[int, int]] = {
-            pynvml.NVML_FI_DEV_ECC_SBE_VOL_TOTAL: (ull, self._sbe[i]),
-            pynvml.NVML_FI_DEV_ECC_DBE_VOL_TOTAL: (ull, self._dbe[i]),
-            pynvml.NVML_FI_DEV_ECC_SBE_AGG_TOTAL: (ull, self._sbe[i]),
-            pynvml.NVML_FI_DEV_ECC_DBE_AGG_TOTAL: (ull, self._dbe[i]),
-            pynvml.NVML_FI_DEV_MEMORY_TEMP: (ui, r.mem_temp),
-            pynvml.NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION: (ull, r.energy_mj),
-            pynvml.NVML_FI_DEV_PCIE_REPLAY_COUNTER: (ui, 0),
-            pynvml.NVML_FI_DEV_REMAPPED_COR: (ui, 0),
-            pynvml.NVML_FI_DEV_REMAPPED_UNC: (ui, self._remapped_unc[i]),
-            pynvml.NVML_FI_DEV_REMAPPED_PENDING: (ui, self._remapped_pending[i]),
-            pynvml.NVML_FI_DEV_REMAPPED_FAILURE: (ui, 0),
-            pynvml.NVML_FI_DEV_POWER_INSTANT: (ui, int(r.power_w * 1000)),
-            pynvml.NVML_FI_DEV_POWER_AVERAGE: (ui, int(r.power_w * 1000)),
-            pynvml.NVML_FI_DEV_POWER_CURRENT_LIMIT: (ui, int(self.spec.power_limit_w * 1000)),
-            pynvml.NVML_FI_DEV_PCIE_COUNT_TX_BYTES: (ull, r.pcie_tx),
-            pynvml.NVML_FI_DEV_PCIE_COUNT_RX_BYTES: (ull, r.pcie_rx),
-        }
         out = []
         for item in fieldIds:
             field_id, scope = item if isinstance(item, tuple) else (item, 0)
             value = FakeValue()
-            found = known.get(field_id)
+            found = self._fields.get(field_id)
             if found is None or (i, field_id) in self._unsupported_fields:
-                ret, vtype = pynvml.NVML_ERROR_NOT_SUPPORTED, ull
+                ret, vtype = pynvml.NVML_ERROR_NOT_SUPPORTED, pynvml.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG
             else:
-                ret, (vtype, number) = pynvml.NVML_SUCCESS, found
-                if vtype == ull:
-                    value.ullVal = number
+                ret, (vtype, get) = pynvml.NVML_SUCCESS, found
+                if vtype == pynvml.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG:
+                    value.ullVal = get(i, r)
                 else:
-                    value.uiVal = number
+                    value.uiVal = get(i, r)
             out.append(FakeFieldValue(field_id, scope, now_us, 0, vtype, ret, value))
         return out
 

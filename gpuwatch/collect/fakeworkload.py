@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 import pynvml
@@ -146,9 +147,9 @@ class Workload:
         self.throttle = [0] * gpu_count  # clock-event reason masks injected as faults
         self._cache: dict[int, tuple[float, int, Reading]] = {}
         self._knots: dict[tuple[int, int, int], float] = {}
-        self._energy = [_Integral(lambda t, i=i: self._power(i, t)[0] * 1000.0) for i in range(gpu_count)]
-        self._tx = [_Integral(lambda t, i=i: self._pcie_rate(i, t)[0]) for i in range(gpu_count)]
-        self._rx = [_Integral(lambda t, i=i: self._pcie_rate(i, t)[1]) for i in range(gpu_count)]
+        self._energy = [_Integral(partial(self._power_mw, i)) for i in range(gpu_count)]
+        self._tx = [_Integral(partial(self._pcie_direction, i, 0)) for i in range(gpu_count)]
+        self._rx = [_Integral(partial(self._pcie_direction, i, 1)) for i in range(gpu_count)]
 
     def _smooth(self, i: int, channel: int, t: float, period: float) -> float:
         """Value noise in [0, 1): random knots every `period` seconds, smoothly interpolated."""
@@ -231,6 +232,12 @@ class Workload:
             p *= 0.5
         cap = 0.965 * spec.power_limit_w
         return (cap, True) if p >= cap else (p, False)
+
+    def _power_mw(self, i: int, t: float) -> float:
+        return self._power(i, t)[0] * 1000.0
+
+    def _pcie_direction(self, i: int, direction: int, t: float) -> float:
+        return self._pcie_rate(i, t)[direction]
 
     def _pcie_rate(self, i: int, t: float) -> tuple[float, float]:
         """PCIe (TX, RX) rate in bytes per second."""

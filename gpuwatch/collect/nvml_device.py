@@ -88,10 +88,12 @@ class NvmlDevices:
             if hasattr(nvml, n)
         )
         self._lost_errors = (nvml.NVMLError_GpuIsLost, nvml.NVMLError_Unknown, nvml.NVMLError_ResetRequired)
+        # per-field returns that mean "not here"; InvalidArgument: a field id this driver does not know
         self._absent_codes = {
             nvml.NVML_ERROR_NOT_SUPPORTED,
             nvml.NVML_ERROR_NO_PERMISSION,
             nvml.NVML_ERROR_FUNCTION_NOT_FOUND,
+            nvml.NVML_ERROR_INVALID_ARGUMENT,
         }
         self._value_attr = {
             nvml.NVML_VALUE_TYPE_DOUBLE: "dVal",
