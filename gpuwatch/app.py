@@ -11,7 +11,7 @@ from gpuwatch import __version__
 from gpuwatch.clock import Clock, SystemClock
 from gpuwatch.collect.nvml import GPU_METRICS, GpuCollector, load_nvml
 from gpuwatch.config import Settings
-from gpuwatch.errors import NvmlUnavailable
+from gpuwatch.errors import ConfigError, NvmlUnavailable
 from gpuwatch.exposition import format_text
 from gpuwatch.jobs import JobRegistry
 from gpuwatch.model import Batch, MetricInfo, Sample, make_labels
@@ -166,7 +166,10 @@ def make_nvml(settings: Settings, clock: Clock) -> Any:
     if settings.demo:
         from gpuwatch.collect.fakenvml import FakeNvml
 
-        return FakeNvml(gpu_count=settings.demo_gpus, model=settings.demo_model, workload="mixed", clock=clock)
+        try:
+            return FakeNvml(gpu_count=settings.demo_gpus, model=settings.demo_model, workload="mixed", clock=clock)
+        except ValueError as e:
+            raise ConfigError(f"config error: demo_model: {e}") from None
     return load_nvml()
 
 
