@@ -6,7 +6,7 @@ equal small numbers, which is what regular timestamps and slowly moving gauges b
 almost nothing that way.
 
 - Timestamps are stored as deltas of deltas: a regular 1 s scrape is a run of zeros.
-- Values are tried as decimals first (ALP-like): the smallest exponent e in 0..4 for which most
+- Values are tried as decimals first (ALP-like): the smallest exponent e in 0..6 for which most
   values v satisfy `rint(v * 10**e) / 10**e == v` bit for bit. Those integers are stored as deltas, or
   deltas of deltas for steadily rising counters, whichever is narrower. Values that do not fit (NaN
   payloads such as Prometheus's staleness marker, +-Inf, -0.0, odd fractions) are stored verbatim as
@@ -23,7 +23,7 @@ import numpy as np
 
 _LEVEL = 6
 _MAX_EXACT = float(2**53)
-_MAX_DECIMALS = 4
+_MAX_DECIMALS = 6
 _EXCEPTION_SHARE = 0.1
 _DECIMAL = 1
 _XOR = 2
