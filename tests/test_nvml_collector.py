@@ -185,9 +185,13 @@ def test_lost_gpu_others_keep_coming_and_it_is_reprobed(
     for _ in range(5):
         batch = tick(collector, clock)
     assert fake.calls["nvmlDeviceGetHandleByIndex"] == handles  # not re-probed every tick
+    batch = tick(collector, clock, 30)  # re-probed, still lost: not announced again
+    assert fake.calls["nvmlDeviceGetHandleByIndex"] == handles + 1
+    assert values(batch, "gpuwatch_gpu_lost")["5"] == 1.0
+    assert sum("GPU 5" in r.getMessage() and "lost" in r.getMessage() for r in caplog.records) == 1
     fake.recover_gpu(5)
     batch = tick(collector, clock, 30)
-    assert fake.calls["nvmlDeviceGetHandleByIndex"] == handles + 1
+    assert fake.calls["nvmlDeviceGetHandleByIndex"] == handles + 2
     assert values(batch, "gpuwatch_gpu_lost")["5"] == 0.0 and "5" in values(batch, "DCGM_FI_DEV_GPU_UTIL")
 
 

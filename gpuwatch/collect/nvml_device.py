@@ -33,6 +33,7 @@ class GpuState:
         self.hostname = hostname
         self.handle: Any = None
         self.is_lost = False
+        self.is_probing = False  # re-probing a lost GPU: do not announce the loss again
         self.next_probe_ms = 0
         self.skipped: set[str] = set()  # calls found unsupported; never asked again
         self.warned: set[tuple[str, str]] = set()
@@ -170,7 +171,7 @@ class NvmlDevices:
         return None
 
     def mark_lost(self, gpu: GpuState, why: str) -> None:
-        if not gpu.is_lost:
+        if not gpu.is_lost and not gpu.is_probing:
             self._log.warning(
                 "GPU %d (%s) is lost (%s); re-probing every %d s",
                 gpu.index,
@@ -185,16 +186,19 @@ class NvmlDevices:
     def attach(self, gpu: GpuState) -> None:
         """Get the handle and identity of `gpu`; on failure it is lost (and re-probed later)."""
         nvml = self._nvml
-        gpu.is_lost = False
-        handle = self.query(gpu, "handle", nvml.nvmlDeviceGetHandleByIndex, gpu.index)
-        if handle is None:
-            gpu.skipped.discard("handle")  # never "unsupported": keep probing
-            self.mark_lost(gpu, "no handle")
-            return
-        gpu.handle = handle
-        uuid = self.query(gpu, "uuid", nvml.nvmlDeviceGetUUID, handle)
-        name = self.query(gpu, "name", nvml.nvmlDeviceGetName, handle)
-        pci = self.query(gpu, "pci_info", nvml.nvmlDeviceGetPciInfo, handle)
+        gpu.is_probing, gpu.is_lost = gpu.is_lost, False
+        try:
+            handle = self.query(gpu, "handle", nvml.nvmlDeviceGetHandleByIndex, gpu.index)
+            if handle is None:
+                gpu.skipped.discard("handle")  # never "unsupported": keep probing
+                self.mark_lost(gpu, "no handle")
+                return
+            gpu.handle = handle
+            uuid = self.query(gpu, "uuid", nvml.nvmlDeviceGetUUID, handle)
+            name = self.query(gpu, "name", nvml.nvmlDeviceGetName, handle)
+            pci = self.query(gpu, "pci_info", nvml.nvmlDeviceGetPciInfo, handle)
+        finally:
+            gpu.is_probing = False
         if gpu.is_lost:
             return
         bus_id = pci.busId if pci is not None else ""
