@@ -128,3 +128,14 @@ def test_unknown_demo_model_is_a_config_error(tmp_path: Path, clock: FakeClock) 
     settings = type(settings)(**{**settings.__dict__, "demo_model": "GeForce 256"})
     with pytest.raises(ConfigError, match="demo_model"):
         build_runtime(settings, "h", clock=clock)
+
+
+def test_readme_has_the_gpu_metric_table() -> None:
+    import subprocess
+    import sys
+
+    from tests.conftest import ROOT
+
+    table = subprocess.run([sys.executable, "-m", "gpuwatch.collect.gpu_metrics"], capture_output=True, text=True,
+                           check=True).stdout.strip()
+    assert table in (ROOT / "README.md").read_text(), "README's metric table is stale"
