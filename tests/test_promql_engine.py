@@ -187,3 +187,51 @@ def test_rate_over_a_day_is_fast(source: CountingSource) -> None:
     eng.range("sum by (gpu) (rate(req_total[1m]))", 0, 86_400_000, 15_000)
     eng.range("avg_over_time(util[30m])", 0, 86_400_000, 15_000)
     assert time.perf_counter() - t0 < 5.0
+
+
+@pytest.mark.parametrize(
+    ("text", "step_ms", "range_ms", "rewritten"),
+    [
+        ("changes(m[26m+4m])", 0, 0, "changes(m[1800000ms])"),
+        ("m[30m]", 0, 0, "m[30m]"),
+        ("m[1h30m % 1h]", 0, 0, "m[1800000ms]"),
+        (
+            "sum_over_time(m[29s+1s:20*500ms] offset -(2*5s))",
+            0,
+            0,
+            "sum_over_time(m[30000ms:10000ms] offset -10000ms)",
+        ),
+        ("m offset (-2 ^ 2)", 0, 0, "m offset -4000ms"),
+        ("m offset -step()*2", 5_000, 0, "m offset -5000ms*2"),
+        ("count_over_time(m[max_of(min_of(step()+1, 1h), 1ms)])", 5_000, 0, "count_over_time(m[6000ms])"),
+        ("m offset min_of(range(), 8s)", 5_000, 10_000, "m offset 8000ms"),
+        ("m offset range()", 0, 0, "m "),
+        ('m{a="[1+1]", offset="x"}[5m] offset 5m', 0, 0, 'm{a="[1+1]", offset="x"}[5m] offset 5m'),
+        ("sum by (offset) (m)", 0, 0, "sum by (offset) (m)"),
+    ],
+)
+def test_duration_expressions_rewrite(text: str, step_ms: int, range_ms: int, rewritten: str) -> None:
+    from gpuwatch.query.durations import rewrite
+
+    assert rewrite(text, step_ms, range_ms) == rewritten
+
+
+def test_duration_expressions_evaluate(source: CountingSource) -> None:
+    eng = Engine(source)
+    plain = eng.instant("count_over_time(util[5m])", 3_600_000)
+    assert eng.instant("count_over_time(util[4m+60s])", 3_600_000) == plain
+    shifted = to_prometheus_json(eng.range("util offset 1m", 3_600_000, 3_660_000, 30_000))
+    doubled = eng.range("util offset (step()*2)", 3_600_000, 3_660_000, 30_000)
+    assert to_prometheus_json(doubled) == shifted
+    with pytest.raises(PromQLParseError, match="greater than 0"):
+        eng.instant("util[1m-1m]", 0)
+
+
+def test_range_modifiers_are_unsupported_or_rejected(source: CountingSource) -> None:
+    eng = Engine(source)
+    with pytest.raises(Unsupported, match="'anchored' range modifier"):
+        eng.instant("increase(req_total[5m] anchored)", 0)
+    with pytest.raises(Unsupported, match="'smoothed' range modifier"):
+        eng.instant("rate(req_total[5m] smoothed)", 0)
+    with pytest.raises(PromQLParseError, match="smoothed modifier can only be used with"):
+        eng.instant("deriv(util[5m] smoothed)", 0)

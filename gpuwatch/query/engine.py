@@ -100,7 +100,7 @@ class Engine:
                 f"exceeded maximum resolution of {self.max_points:,} points per timeseries. "
                 "Try decreasing the query resolution (?step=XX)"
             )
-        query = parse(expr)
+        query = parse(expr, step_ms=step_ms, range_ms=end_ms - start_ms)
         ev = _Evaluation(self, start_ms, end_ms, timeout_s, query.invalid_utf8)
         ts = np.arange(start_ms, end_ms + 1, step_ms, dtype=np.int64)
         frame = ev.eval(query.expr, ts)

@@ -9,6 +9,7 @@ from typing import Any
 import promql_parser as pp
 
 from gpuwatch.model import Matcher
+from gpuwatch.query.durations import check_modifier_use, rewrite, unsupported_modifier
 from gpuwatch.query.errors import PromQLParseError, Unsupported
 from gpuwatch.query.regex import translate
 
@@ -80,18 +81,38 @@ def _invalid_utf8_literals(text: str) -> frozenset[str]:
     return frozenset(out)
 
 
-def parse(text: str) -> ParsedQuery:
-    """Parse `text`, raising PromQLParseError or Unsupported."""
-    if not text.strip():
-        raise PromQLParseError("empty query")
+def _parse_text(text: str) -> Any:
+    """Call promql-parser, turning its errors (ValueError, or a Rust panic) into PromQLParseError."""
     try:
-        expr = pp.parse(text)
+        return pp.parse(text)
     except ValueError as exc:
         raise PromQLParseError(f"parse error: {exc}") from None
     except BaseException as exc:  # the Rust extension can raise a PanicException
         if isinstance(exc, (KeyboardInterrupt, SystemExit)):
             raise
         raise PromQLParseError(f"parse error: {exc}") from None
+
+
+def parse(text: str, *, step_ms: int = 0, range_ms: int = 0) -> ParsedQuery:
+    """Parse `text`, raising PromQLParseError or Unsupported.
+
+    `step_ms` and `range_ms` are the query's step and end - start (0 for an instant query): the
+    values of `step()` and `range()` in duration expressions, which promql-parser cannot read and
+    which are therefore evaluated into plain durations before parsing.
+    """
+    if not text.strip():
+        raise PromQLParseError("empty query")
+    try:
+        expr = _parse_text(text)
+    except PromQLParseError as first:
+        modifier = unsupported_modifier(text)
+        if modifier is not None:
+            check_modifier_use(text)
+            raise Unsupported(f"the '{modifier}' range modifier") from None
+        rewritten = rewrite(text, step_ms, range_ms)
+        if rewritten == text:
+            raise first from None
+        expr = _parse_text(rewritten)
     check_supported(expr)
     return ParsedQuery(text=text, expr=expr, invalid_utf8=_invalid_utf8_literals(text))
 
