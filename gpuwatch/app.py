@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from pathlib import Path
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -185,7 +186,12 @@ def build_runtime(settings: Settings, hostname: str, clock: Clock | None = None,
     try:
         if nvml is None:
             nvml = make_nvml(settings, clock)
-        gpu: GpuCollector | None = GpuCollector(nvml, hostname=hostname)
+        proc_root = Path("/proc")
+        if settings.demo and hasattr(nvml, "write_proc_root"):
+            # Simulated processes get simulated /proc entries, so users and containers show too.
+            proc_root = settings.data_dir / "demo-proc"
+            nvml.write_proc_root(proc_root)
+        gpu: GpuCollector | None = GpuCollector(nvml, hostname=hostname, proc_root=proc_root)
         problem: str | None = None
         try:
             gpu.open()  # type: ignore[union-attr]

@@ -8,6 +8,7 @@ import os
 import signal
 import socket
 import sys
+import tempfile
 import threading
 from collections.abc import Sequence
 from pathlib import Path
@@ -133,16 +134,22 @@ def _smi(settings: Settings) -> int:
     from gpuwatch.collect.nvml import GpuCollector
     from gpuwatch.smi import format_smi
 
-    collector = GpuCollector(make_nvml(settings, SystemClock()), hostname=_hostname(settings))
-    try:
-        collector.open()
-    except NvmlUnavailable as e:
-        print(f"gpuwatch: {e}", file=sys.stderr)
-        return 1
-    try:
-        print(format_smi(collector.snapshot()), end="")
-    finally:
-        collector.close()
+    with tempfile.TemporaryDirectory(prefix="gpuwatch-smi-") as tmp:
+        nvml = make_nvml(settings, SystemClock())
+        proc_root = Path("/proc")
+        if settings.demo:
+            proc_root = Path(tmp)
+            nvml.write_proc_root(proc_root)
+        collector = GpuCollector(nvml, hostname=_hostname(settings), proc_root=proc_root)
+        try:
+            collector.open()
+        except NvmlUnavailable as e:
+            print(f"gpuwatch: {e}", file=sys.stderr)
+            return 1
+        try:
+            print(format_smi(collector.snapshot(), driver_version=collector.driver_version), end="")
+        finally:
+            collector.close()
     return 0
 
 
