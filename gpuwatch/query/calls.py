@@ -140,6 +140,18 @@ def evaluate_call(ev: Any, node: Any, ts: np.ndarray) -> Any:
         return functions.apply_math(name, ev.vector_arg(args[0], ts))
     if name == "time":
         return ScalarFrame(ts / 1000.0)
+    if name in ("start", "end", "range", "step"):
+        # The query's own bounds, in seconds: start() and end() are the first and last step.
+        value = {
+            "start": ev.start_ms,
+            "end": ev.end_ms,
+            "range": ev.end_ms - ev.start_ms,
+            "step": ev.step_ms,
+        }[name]
+        return ScalarFrame(np.full(n, value / 1000.0))
+    if name in ("min_of", "max_of"):
+        a, b = ev.scalar_arg(args[0], ts), ev.scalar_arg(args[1], ts)
+        return ScalarFrame(np.minimum(a, b) if name == "min_of" else np.maximum(a, b))
     if name == "pi":
         return ScalarFrame(np.full(n, np.pi))
     if name == "vector":

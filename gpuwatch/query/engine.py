@@ -101,7 +101,7 @@ class Engine:
                 "Try decreasing the query resolution (?step=XX)"
             )
         query = parse(expr, step_ms=step_ms, range_ms=end_ms - start_ms)
-        ev = _Evaluation(self, start_ms, end_ms, timeout_s, query.invalid_utf8)
+        ev = _Evaluation(self, start_ms, end_ms, timeout_s, query.invalid_utf8, step_ms)
         ts = np.arange(start_ms, end_ms + 1, step_ms, dtype=np.int64)
         frame = ev.eval(query.expr, ts)
         return _range_result(frame, ts)
@@ -158,8 +158,10 @@ class _Evaluation:
         end_ms: int,
         timeout_s: float | None,
         invalid_utf8: frozenset[str] = frozenset(),
+        step_ms: int = 0,
     ) -> None:
         self.engine = engine
+        self.step_ms = step_ms  # 0 in an instant query, as step() is in Prometheus
         self.invalid_utf8 = invalid_utf8
         self.start_ms = start_ms
         self.end_ms = end_ms

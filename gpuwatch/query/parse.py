@@ -38,6 +38,12 @@ IMPLEMENTED_EXPERIMENTAL = frozenset(
         "sort_by_label",
         "sort_by_label_desc",
         "double_exponential_smoothing",
+        "start",
+        "end",
+        "range",
+        "step",
+        "min_of",
+        "max_of",
     }
 )
 
