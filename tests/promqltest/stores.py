@@ -1,0 +1,121 @@
+"""Stores the harness loads test data into: gpuwatch's real DuckDB store, or a small numpy one."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from typing import Protocol
+
+import numpy as np
+
+from gpuwatch.clock import FakeClock
+from gpuwatch.model import Matcher, SeriesData, make_labels
+
+
+class TestStore(Protocol):
+    def append(self, labels: dict[str, str], t_ms: int, value: float) -> None: ...
+    def prepare(self) -> None: ...
+    def clear(self) -> None: ...
+    def close(self) -> None: ...
+    def select(self, matchers: Sequence[Matcher], start_ms: int, end_ms: int) -> list[SeriesData]: ...
+
+
+def _matches(labels: dict[str, str], m: Matcher) -> bool:
+    value = labels.get(m.name, "")
+    if m.op == "=":
+        return value == m.value
+    if m.op == "!=":
+        return value != m.value
+    hit = re.fullmatch(f"(?s:{m.value})", value) is not None
+    return hit if m.op == "=~" else not hit
+
+
+class ArrayStore:
+    """A tiny in-memory store over numpy arrays (for comparing with the real store)."""
+
+    def __init__(self) -> None:
+        self._pending: dict[tuple[tuple[str, str], ...], list[tuple[int, float]]] = {}
+        self._series: list[tuple[dict[str, str], np.ndarray, np.ndarray]] = []
+
+    def append(self, labels: dict[str, str], t_ms: int, value: float) -> None:
+        self._pending.setdefault(tuple(sorted(labels.items())), []).append((t_ms, value))
+
+    def prepare(self) -> None:
+        if not self._pending:
+            return
+        merged: dict[tuple[tuple[str, str], ...], dict[int, float]] = {}
+        for labels, t, v in self._series:
+            merged[tuple(sorted(labels.items()))] = dict(zip(t.tolist(), v.tolist(), strict=True))
+        for key, samples in self._pending.items():
+            merged.setdefault(key, {}).update(samples)
+        self._pending = {}
+        self._series = []
+        for key, samples in merged.items():
+            ts = sorted(samples)
+            self._series.append(
+                (
+                    dict(key),
+                    np.array(ts, dtype=np.int64),
+                    np.array([samples[t] for t in ts], dtype=np.float64),
+                )
+            )
+
+    def clear(self) -> None:
+        self._pending = {}
+        self._series = []
+
+    def close(self) -> None:
+        self.clear()
+
+    def select(self, matchers: Sequence[Matcher], start_ms: int, end_ms: int) -> list[SeriesData]:
+        out = []
+        for labels, t, v in self._series:
+            if all(_matches(labels, m) for m in matchers):
+                lo, hi = np.searchsorted(t, start_ms, "left"), np.searchsorted(t, end_ms, "right")
+                if hi > lo:
+                    out.append(
+                        SeriesData(labels.get("__name__", ""), make_labels(labels), t[lo:hi], v[lo:hi])
+                    )
+        return out
+
+
+class RealStore:
+    """gpuwatch's DuckDB store, in memory; `clear` opens a fresh one."""
+
+    def __init__(self) -> None:
+        from gpuwatch.store import Store
+
+        self._open = lambda: Store.open(None, clock=FakeClock(), flush_interval_s=3600.0)
+        self._store = self._open()
+        self._pending: dict[tuple[tuple[str, str], ...], list[tuple[int, float]]] = {}
+
+    def append(self, labels: dict[str, str], t_ms: int, value: float) -> None:
+        self._pending.setdefault(tuple(sorted(labels.items())), []).append((t_ms, value))
+
+    def prepare(self) -> None:
+        if not self._pending:
+            return
+        for key, samples in self._pending.items():
+            labels = dict(key)
+            samples.sort(key=lambda s: s[0])
+            t = np.array([s[0] for s in samples], dtype=np.int64)
+            v = np.array([s[1] for s in samples], dtype=np.float64)
+            self._store.append_series(labels.get("__name__", ""), make_labels(labels), t, v)
+        self._pending = {}
+        self._store.flush()
+
+    def clear(self) -> None:
+        self._store.close()
+        self._store = self._open()
+        self._pending = {}
+
+    def close(self) -> None:
+        self._store.close()
+
+    def select(self, matchers: Sequence[Matcher], start_ms: int, end_ms: int) -> list[SeriesData]:
+        return self._store.select(matchers, start_ms, end_ms)
+
+
+def make_store(backend: str) -> TestStore:
+    """Return the store named by `backend` ("store" or "array")."""
+    return RealStore() if backend == "store" else ArrayStore()
