@@ -11,18 +11,27 @@ pytestmark = pytest.mark.skipif(
     reason=f"PromQL conformance data not found at {harness.DATA_DIR}",
 )
 
+# Core/extended cases that fail for a documented reason (docs/promql.md): their loaded data
+# holds native-histogram samples the float-only store cannot hold, or they depend on delayed
+# `__name__` removal. Any other failure is a regression.
+KNOWN_FAILURES = (
+    {("aggregators.test", line) for line in (447, 453, 459, 467, 474, 573)}
+    | {("functions.test", line) for line in (300, 551, 660, 663, 666, 1061, 1065, 2020)}
+    | {("name_label_dropping.test", line) for line in (59, 64, 69, 74, 89, 115, 119, 123)}
+)
+
 
 @pytest.fixture(scope="module")
 def run(request: pytest.FixtureRequest) -> tuple[list[harness.Outcome], dict]:
-    outcomes, info = harness.run_all(backend="store")
+    outcomes, info = harness.run_all(tiers=harness.TIERS, backend="store")
     capman = request.config.pluginmanager.getplugin("capturemanager")
     table = harness.format_table(outcomes)
     passed = harness.passed_per_tier(outcomes)
     totals = harness.totals_per_tier(info)
+    per_tier = ", ".join(f"{t} {passed[t]}/{totals[t]}" for t in harness.TIERS)
     text = (
         f"\nPromQL conformance (Prometheus v3.14.0 test files)\n{table}\n"
-        f"per tier: core {passed['core']}/{totals['core']}, extended {passed['extended']}/{totals['extended']}\n"
-        f"{harness.closing_line(outcomes)}\n"
+        f"per tier: {per_tier}\n{harness.closing_line(outcomes)}\n"
     )
     if capman is not None:
         with capman.global_and_fixture_disabled():
@@ -52,7 +61,25 @@ def test_passing_cases_not_below_floor(run: tuple[list[harness.Outcome], dict]) 
         )
 
 
-def test_unsupported_never_wrong_for_out_tier_smoke() -> None:
-    # Out-of-tier syntax must end as Unsupported (or a real error), never crash the harness.
-    outcomes, _ = harness.run_all(tiers=("out",), files=["fill-modifier.test"], backend="array")
-    assert all(o.outcome != "error" for o in outcomes)
+def test_no_wrong_answers(run: tuple[list[harness.Outcome], dict]) -> None:
+    # Whatever the engine cannot do must end as Unsupported (or the error Prometheus expects),
+    # never as a result that differs from Prometheus's.
+    outcomes, _ = run
+    wrong = [
+        f"{o.file}:{o.line} ({o.tier}) {o.reason}"
+        for o in outcomes
+        if o.outcome in ("failed", "error") and (o.file, o.line) not in KNOWN_FAILURES
+    ]
+    assert not wrong, "\n".join(wrong)
+
+
+def test_core_cases_are_never_unsupported(run: tuple[list[harness.Outcome], dict]) -> None:
+    outcomes, _ = run
+    assert not [f"{o.file}:{o.line}" for o in outcomes if o.tier == "core" and o.outcome == "unsupported"]
+
+
+def test_array_backend_agrees_with_store() -> None:
+    outcomes, _ = harness.run_all(
+        tiers=harness.TIERS, files=["subquery.test", "at_modifier.test"], backend="array"
+    )
+    assert all(o.outcome in ("passed", "unsupported") for o in outcomes)
