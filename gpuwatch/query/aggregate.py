@@ -38,7 +38,7 @@ def aggregate(
     for key, rows in _groups(frame, grouping, without).items():
         v = frame.values[rows]
         m = frame.present[rows]
-        present = m.any(axis=0)
+        present = np.asarray(m.any(axis=0))
         with np.errstate(all="ignore"):
             if op == "sum":
                 res = kahan_result(*kahan_rows(v, m))

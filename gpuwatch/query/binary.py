@@ -106,7 +106,7 @@ def _by_signature(frame: VectorFrame, matching: Matching) -> tuple[list[LabelSet
 
 
 def _any_present(frame: VectorFrame, groups: dict[LabelSet, list[int]]) -> dict[LabelSet, np.ndarray]:
-    return {sig: frame.present[rows].any(axis=0) for sig, rows in groups.items()}
+    return {sig: np.asarray(frame.present[rows].any(axis=0)) for sig, rows in groups.items()}
 
 
 def set_operation(op: str, lhs: VectorFrame, rhs: VectorFrame, matching: Matching) -> VectorFrame:

@@ -143,7 +143,7 @@ def merge_same_labels(frame: VectorFrame) -> VectorFrame:
 def check_unique_labels(frame: VectorFrame) -> None:
     """Fail when two rows that have any value share a label set (Prometheus's matrix check)."""
     seen: set[LabelSet] = set()
-    has_any = frame.present.any(axis=1)
+    has_any = np.asarray(frame.present.any(axis=1))
     for ls, ok in zip(frame.labels, has_any.tolist(), strict=True):
         if not ok:
             continue

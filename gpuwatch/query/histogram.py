@@ -92,7 +92,7 @@ def histogram_quantile(q: np.ndarray, frame: VectorFrame) -> VectorFrame:
         rows = [m[1] for m in members]
         counts = frame.values[rows]
         pres = frame.present[rows]
-        any_present = pres.any(axis=0)
+        any_present = np.asarray(pres.any(axis=0))
         full = pres.all(axis=0)
         res = np.full(n, np.nan)
         if full.any():
