@@ -206,6 +206,7 @@ def test_rate_over_a_day_is_fast(source: CountingSource) -> None:
         ("count_over_time(m[max_of(min_of(step()+1, 1h), 1ms)])", 5_000, 0, "count_over_time(m[6000ms])"),
         ("m offset min_of(range(), 8s)", 5_000, 10_000, "m offset 8000ms"),
         ("m offset range()", 0, 0, "m "),
+        ("m offset 0s", 0, 0, "m "),
         ('m{a="[1+1]", offset="x"}[5m] offset 5m', 0, 0, 'm{a="[1+1]", offset="x"}[5m] offset 5m'),
         ("sum by (offset) (m)", 0, 0, "sum by (offset) (m)"),
     ],

@@ -243,7 +243,7 @@ def _offset(text: str, i: int, out: list[str], step_s: float, range_s: float) ->
     except ValueError:
         return i
     atom = text[i : reader.pos]
-    if _PLAIN.fullmatch(atom):
+    if _PLAIN.fullmatch(atom) and value != 0:
         return i
     ms = _to_ms(value)
     if ms == 0:  # promql-parser refuses `offset 0ms`; no offset is the same thing
