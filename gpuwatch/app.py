@@ -67,7 +67,7 @@ class Runtime:
         self.store.append(batch)
 
     def _self_samples(self) -> list[Sample]:
-        stats = self.store.stats()
+        stats = self.store.counters()
         out = [
             Sample("gpuwatch_build_info", make_labels({"version": __version__}), 1.0),
             Sample("gpuwatch_gpus", (), float(len(self.gpu.gpus) if self.gpu is not None else 0)),

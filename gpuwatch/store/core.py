@@ -251,8 +251,20 @@ class Store:
 
     # -- housekeeping ---------------------------------------------------------------------------------
 
+    def counters(self) -> dict[str, Any]:
+        """Return the in-memory counters of stats() without touching the database (cheap, for every tick)."""
+        w = self._writer
+        return {
+            "series": len(self._snapshot().by_id),
+            "write_errors": w.write_errors if w else 0,
+            "dropped_samples": self._dropped + (w.dropped_samples if w else 0),
+            "queue_depth": w.queue.qsize() if w else 0,
+            "pending_samples": w.pending_samples if w else 0,
+            "last_flush_ms": w.last_flush_ms if w else None,
+        }
+
     def stats(self) -> dict[str, Any]:
-        """Return counters for /-/health and /metrics."""
+        """Return counters for /-/health and /metrics, with sample counts and file size (queries the database)."""
         snap = self._snapshot()
         row = (
             self._cursor()
