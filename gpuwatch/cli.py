@@ -1,4 +1,4 @@
-"""Command line: gpuwatch serve | demo | smi | --version."""
+"""Command line: gpuwatch serve | demo | smi | import | query | --version."""
 
 from __future__ import annotations
 
@@ -46,6 +46,13 @@ def _parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("smi", help="print the GPUs' current figures once, like nvidia-smi")
     _add_common(p)
+
+    from gpuwatch.querycli import add_import_arguments, add_query_arguments
+
+    help_text = "import Prometheus text or OpenMetrics files (with timestamps) into the store"
+    add_import_arguments(sub.add_parser("import", help=help_text, description=help_text))
+    help_text = "evaluate a PromQL expression on a running server (--url) or a stopped data directory"
+    add_query_arguments(sub.add_parser("query", help=help_text, description=help_text))
     return parser
 
 
@@ -160,6 +167,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command is None:
         parser.print_help()
         return 2
+    if args.command in ("import", "query"):
+        from gpuwatch import querycli
+
+        run = querycli.run_import if args.command == "import" else querycli.run_query
+        try:
+            return run(args, dict(os.environ))
+        except KeyboardInterrupt:
+            return 130
     try:
         settings = _settings(args, dict(os.environ))
         if args.command in ("serve", "demo"):

@@ -41,5 +41,8 @@ def create_app(runtime: Any) -> Flask:
         prom_bp = None
     if prom_bp is not None:
         app.register_blueprint(prom_bp)
+    from gpuwatch.web.importapi import bp as import_bp
+
+    app.register_blueprint(import_bp)
     register_error_handlers(app)
     return app

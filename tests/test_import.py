@@ -1,0 +1,147 @@
+"""Import: the library function and POST /api/v1/import/prometheus with a real in-memory store."""
+
+from __future__ import annotations
+
+import gzip
+import math
+from collections.abc import Iterator
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+from flask import Flask
+from flask.testing import FlaskClient
+
+from gpuwatch.clock import FakeClock
+from gpuwatch.importer import import_text, prepare
+from gpuwatch.model import Matcher
+from gpuwatch.store import Store
+from gpuwatch.web import importapi
+
+NOW_MS = 1_700_000_000_000
+GOOD = (
+    b"# HELP DCGM_FI_DEV_GPU_UTIL GPU utilization.\n# TYPE DCGM_FI_DEV_GPU_UTIL gauge\n"
+    b'DCGM_FI_DEV_GPU_UTIL{gpu="0"} 40 1699999940000\n'
+    b'DCGM_FI_DEV_GPU_UTIL{gpu="0"} 50 1699999970000\n'
+    b'DCGM_FI_DEV_GPU_UTIL{gpu="1"} 7 1699999970000\n'
+    b'vllm:num_requests_running{model_name="m"} 3\n'
+)
+
+
+@pytest.fixture
+def store() -> Iterator[Store]:
+    s = Store.open(None, clock=FakeClock(NOW_MS / 1000))
+    yield s
+    s.close()
+
+
+@pytest.fixture
+def client(store: Store) -> FlaskClient:
+    app = Flask(__name__)
+    app.register_blueprint(importapi.bp)
+    app.extensions["gpuwatch"] = SimpleNamespace(store=store, clock=FakeClock(NOW_MS / 1000))
+    return app.test_client()
+
+
+def _all(store: Store) -> dict[tuple[str, tuple], list[tuple[int, float]]]:
+    out = {}
+    for s in store.select([Matcher("__name__", "=~", ".+")], 0, 2**62):
+        out[(s.name, s.labels)] = list(zip(s.timestamps_ms.tolist(), s.values.tolist(), strict=True))
+    return out
+
+
+def test_import_text_writes_series_sorted_with_now_for_missing_timestamps(store: Store) -> None:
+    text = GOOD + b'DCGM_FI_DEV_GPU_UTIL{gpu="0"} 45 1699999955000\n'
+    result = import_text(store, text, now_ms=NOW_MS)
+    assert (result.samples, result.series, result.errors) == (5, 3, [])
+    got = _all(store)
+    assert got[("DCGM_FI_DEV_GPU_UTIL", (("gpu", "0"),))] == [
+        (1699999940000, 40.0),
+        (1699999955000, 45.0),
+        (1699999970000, 50.0),
+    ]
+    assert got[("vllm:num_requests_running", (("model_name", "m"),))] == [(NOW_MS, 3.0)]
+
+
+def test_prepare_keeps_last_of_repeated_timestamp_and_drops_empty_labels() -> None:
+    p = prepare(b'm{a=""} 1 10\nm 2 10\nm 3 5\nn NaN\n', now_ms=NOW_MS)
+    by_name = {s.name: s for s in p.series}
+    assert len(p.series) == 2 and by_name["m"].labels == ()
+    assert by_name["m"].timestamps_ms.tolist() == [5, 10] and by_name["m"].values.tolist() == [3.0, 2.0]
+    assert math.isnan(by_name["n"].values[0]) and by_name["n"].timestamps_ms.dtype == np.int64
+
+
+def test_import_text_rejects_everything_on_a_bad_line(store: Store) -> None:
+    import_text(store, b"old 1 1000\n", now_ms=NOW_MS)
+    before = _all(store)
+    result = import_text(store, GOOD + b"bad line here\n", now_ms=NOW_MS)
+    assert result.is_rejected and [e.line_no for e in result.errors] == [7]
+    assert _all(store) == before
+
+
+def test_import_text_partial_writes_good_lines(store: Store) -> None:
+    result = import_text(store, GOOD + b"bad line here\n", now_ms=NOW_MS, partial=True)
+    assert result.samples == 4 and [e.line_no for e in result.errors] == [7]
+
+
+def test_api_imports_and_answers_counts(client: FlaskClient, store: Store) -> None:
+    resp = client.post("/api/v1/import/prometheus", data=GOOD)
+    assert resp.status_code == 200, resp.json
+    assert resp.json["data"] == {"samples": 4, "series": 3, "errors": [], "errorCount": 0}
+    assert len(_all(store)) == 3
+
+
+def test_api_bad_line_is_400_with_line_number_and_store_unchanged(client: FlaskClient, store: Store) -> None:
+    client.post("/api/v1/import/prometheus", data=b"kept 1 1000\n")
+    before = _all(store)
+    resp = client.post("/api/v1/import/prometheus", data=GOOD + b'x{a="1" 2\n' + b"1bad 3\n")
+    assert resp.status_code == 400
+    body = resp.json
+    assert body["status"] == "error" and body["errorType"] == "bad_data"
+    assert body["error"].startswith("line 7: ") and "line 8: invalid metric name" in body["error"]
+    assert [e["line"] for e in body["data"]["errors"]] == [7, 8]
+    assert _all(store) == before
+
+
+def test_api_lists_at_most_20_errors(client: FlaskClient) -> None:
+    resp = client.post("/api/v1/import/prometheus", data=b"bad\n" * 30)
+    assert resp.status_code == 400
+    assert len(resp.json["data"]["errors"]) == 20 and resp.json["data"]["errorCount"] == 30
+    assert resp.json["error"].endswith("(and 10 more)")
+
+
+def test_api_partial(client: FlaskClient, store: Store) -> None:
+    resp = client.post("/api/v1/import/prometheus?partial=1", data=GOOD + b"oops\n")
+    assert resp.status_code == 200
+    assert resp.json["data"]["samples"] == 4 and resp.json["data"]["errors"] == [
+        {"line": 7, "error": "missing value"}
+    ]
+
+
+def test_api_openmetrics_by_content_type_and_gzip(client: FlaskClient, store: Store) -> None:
+    body = gzip.compress(b"# TYPE t gauge\nt 1 1700000000.5\n# EOF\n")
+    resp = client.post(
+        "/api/v1/import/prometheus",
+        data=body,
+        headers={"Content-Encoding": "gzip", "Content-Type": "application/openmetrics-text; version=1.0.0"},
+    )
+    assert resp.status_code == 200, resp.json
+    assert _all(store)[("t", ())] == [(1700000000500, 1.0)]
+    # the same body declared as text: `# EOF` is a comment there, the float timestamp is an error
+    resp = client.post("/api/v1/import/prometheus?format=text", data=b"t 1 1700000000.5\n# EOF\n")
+    assert resp.status_code == 400 and "expected integer milliseconds" in resp.json["error"]
+
+
+def test_api_body_size_cap(client: FlaskClient, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(importapi, "MAX_BODY_BYTES", 100)
+    resp = client.post("/api/v1/import/prometheus", data=b"m 1\n" * 50)
+    assert resp.status_code == 413 and resp.json["status"] == "error"
+    resp = client.post(
+        "/api/v1/import/prometheus", data=gzip.compress(b"m 1\n" * 50), headers={"Content-Encoding": "gzip"}
+    )
+    assert resp.status_code == 413
+
+
+def test_api_bad_gzip(client: FlaskClient) -> None:
+    resp = client.post("/api/v1/import/prometheus", data=b"not gzip", headers={"Content-Encoding": "gzip"})
+    assert resp.status_code == 400 and "gzip" in resp.json["error"]
