@@ -120,11 +120,14 @@ def _exposition(draw: st.DrawFn) -> tuple[list[Sample], dict[str, MetricInfo]]:
     for name in {s.name for s in samples}:
         kind = draw(st.sampled_from([None, "gauge", "counter", "unknown"]))
         if kind is not None:
-            metadata[name] = MetricInfo(name, kind, draw(st.text(st.characters(exclude_categories=("Cs",)))))
+            # The format cannot carry leading blanks of HELP text (the parser skips the separator, as
+            # Go's does) nor a final CR (CRLF tolerance); keep those out.
+            help_text = draw(st.text(st.characters(exclude_categories=("Cs",)))).lstrip(" \t").rstrip("\r")
+            metadata[name] = MetricInfo(name, kind, help_text)
     return samples, metadata
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=200, deadline=None)
 @given(_exposition())
 def test_round_trip_through_format_text(case: tuple[list[Sample], dict[str, MetricInfo]]) -> None:
     samples, metadata = case
@@ -133,3 +136,55 @@ def test_round_trip_through_format_text(case: tuple[list[Sample], dict[str, Metr
     _same([(n, lab, v) for n, lab, _, v in result.samples], [(s.name, s.labels, s.value) for s in samples])
     for name, info in metadata.items():
         assert (result.metadata[name].type, result.metadata[name].help) == (info.type, info.help)
+
+
+_pieces = st.sampled_from(
+    [
+        "m",
+        "vllm:x",
+        "{",
+        "}",
+        'a="1"',
+        ",",
+        '"',
+        "\\",
+        " ",
+        "\t",
+        "\n",
+        "\r",
+        "#",
+        " # ",
+        "EOF",
+        "TYPE",
+        "HELP",
+        "UNIT",
+        "gauge",
+        "1",
+        "-Inf",
+        "NaN",
+        "1e999",
+        "0x1",
+        "=",
+        "le",
+        "_bucket",
+        "\ufeff",
+        "\xff",
+        "\x00",
+    ]
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(_pieces, max_size=40).map("".join), st.sampled_from([None, True, False]))
+def test_parser_never_raises(text: str, openmetrics: bool | None) -> None:
+    result = parse(text.encode("utf-8", "surrogatepass"), openmetrics=openmetrics)
+    assert all(1 <= e.line_no <= max(result.lines, 1) for e in result.errors)
+    for name, labels, _, value in result.samples:
+        assert isinstance(name, str) and isinstance(value, float)
+        assert len({k for k, _ in labels}) == len(labels)
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.binary(max_size=200))
+def test_parser_never_raises_on_bytes(data: bytes) -> None:
+    parse(data)
