@@ -176,8 +176,9 @@ class Parser:
         default_timestamp_ms: int | None = None,
     ) -> ParseResult:
         """Parse one exposition; `openmetrics=None` guesses the format from a final `# EOF`."""
+        bad_lines: list[int] = []
         if isinstance(data, str):
-            text, bad_lines = data, []
+            text = data
         else:
             text, bad_lines = decode_lines(bytes(data))
         if text.startswith("\ufeff"):
@@ -275,14 +276,13 @@ class _State:
             if v - v and v == v and value[-1] not in "fFyY":
                 self.error(line_no, f"value out of range: {value!r}")
                 continue
+            t: int | None = default_ts
             if ts:
                 try:
                     t = timestamp_ms(ts, om)
                 except LineError as e:
                     self.error(line_no, str(e))
                     continue
-            else:
-                t = default_ts
             if name in checks and not self.check(line_no, name, le, quantile):
                 continue
             if exemplar and not self.exemplar(line_no, exemplar):
