@@ -39,11 +39,25 @@ def main() -> None:
     port = free_port()
     with tempfile.TemporaryDirectory() as data:
         env = {k: v for k, v in os.environ.items() if not k.startswith("GPUWATCH_")}
-        env.update(GPUWATCH_DEMO_GPUS=str(args.gpus), GPUWATCH_SAMPLE_INTERVAL=args.interval,
-                   GPUWATCH_LOG_LEVEL="warning")
+        env.update(
+            GPUWATCH_DEMO_GPUS=str(args.gpus),
+            GPUWATCH_SAMPLE_INTERVAL=args.interval,
+            GPUWATCH_LOG_LEVEL="warning",
+        )
         proc = subprocess.Popen(
-            [sys.executable, "-m", "gpuwatch.cli", "serve", "--demo", "--host", "127.0.0.1", "--port", str(port),
-             "--data-dir", data],
+            [
+                sys.executable,
+                "-m",
+                "gpuwatch.cli",
+                "serve",
+                "--demo",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(port),
+                "--data-dir",
+                data,
+            ],
             env=env,
         )
         try:
@@ -71,11 +85,15 @@ def main() -> None:
             jobs = requests.get(f"http://127.0.0.1:{port}/-/jobs", timeout=5).json()["jobs"]
             sample = next(j for j in jobs if j["name"] == "sample")
             print(f"machine: {os.cpu_count()} vCPU, Python {platform.python_version()}, {platform.machine()}")
-            print(f"gpus={args.gpus} interval={args.interval} measured={wall:.0f}s after {args.warmup:.0f}s warm-up")
+            print(
+                f"gpus={args.gpus} interval={args.interval} measured={wall:.0f}s after {args.warmup:.0f}s warm-up"
+            )
             print(f"cpu: {100 * cpu / wall:.2f}% of one core")
             print(f"rss: peak {peak_rss / 2**20:.1f} MiB")
-            print(f"sample job: {sample['runs']} runs, {sample['failures']} failures, "
-                  f"last {1000 * (sample['last_duration_s'] or 0):.1f} ms")
+            print(
+                f"sample job: {sample['runs']} runs, {sample['failures']} failures, "
+                f"last {1000 * (sample['last_duration_s'] or 0):.1f} ms"
+            )
         finally:
             proc.terminate()
             proc.wait(60)

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import logging
 import threading
-from pathlib import Path
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from gpuwatch import __version__
@@ -23,14 +23,20 @@ log = logging.getLogger("gpuwatch")
 SELF_METRICS: tuple[MetricInfo, ...] = (
     MetricInfo("gpuwatch_build_info", "gauge", "gpuwatch version; always 1.", "", ("version",)),
     MetricInfo("gpuwatch_gpus", "gauge", "Number of GPUs gpuwatch samples (0 when NVML is unavailable).", ""),
-    MetricInfo("gpuwatch_nvml_up", "gauge", "1 if NVML answered at start-up, 0 if no GPU or driver was found.", ""),
+    MetricInfo(
+        "gpuwatch_nvml_up", "gauge", "1 if NVML answered at start-up, 0 if no GPU or driver was found.", ""
+    ),
     MetricInfo("gpuwatch_store_series", "gauge", "Series in the store.", ""),
     MetricInfo("gpuwatch_store_queue_depth", "gauge", "Batches waiting to be written to the store.", ""),
     MetricInfo("gpuwatch_store_write_errors_total", "counter", "Failed writes to the store since start.", ""),
     MetricInfo("gpuwatch_job_runs_total", "counter", "Runs of each scheduled job since start.", "", ("job",)),
     MetricInfo("gpuwatch_job_failures_total", "counter", "Failed runs of each scheduled job.", "", ("job",)),
     MetricInfo(
-        "gpuwatch_job_last_duration_seconds", "gauge", "How long the last run of each job took.", "seconds", ("job",)
+        "gpuwatch_job_last_duration_seconds",
+        "gauge",
+        "How long the last run of each job took.",
+        "seconds",
+        ("job",),
     ),
 )
 
@@ -81,7 +87,9 @@ class Runtime:
             out.append(Sample("gpuwatch_job_runs_total", labels, float(job["runs"])))  # type: ignore[arg-type]
             out.append(Sample("gpuwatch_job_failures_total", labels, float(job["failures"])))  # type: ignore[arg-type]
             if job["last_duration_s"] is not None:
-                out.append(Sample("gpuwatch_job_last_duration_seconds", labels, float(job["last_duration_s"])))  # type: ignore[arg-type]
+                out.append(
+                    Sample("gpuwatch_job_last_duration_seconds", labels, float(job["last_duration_s"]))
+                )  # type: ignore[arg-type]
         return out
 
     def retention(self) -> None:
@@ -109,7 +117,9 @@ class Runtime:
 
     def metric_metadata(self) -> dict[str, list[dict[str, str]]]:
         """Return metadata as Prometheus's /api/v1/metadata shapes it."""
-        return {n: [{"type": m.type, "help": m.help, "unit": m.unit}] for n, m in sorted(self.metadata.items())}
+        return {
+            n: [{"type": m.type, "help": m.help, "unit": m.unit}] for n, m in sorted(self.metadata.items())
+        }
 
     def status(self) -> dict[str, Any]:
         """Return a short status for /-/health and the overview page."""
@@ -168,7 +178,9 @@ def make_nvml(settings: Settings, clock: Clock) -> Any:
         from gpuwatch.collect.fakenvml import FakeNvml
 
         try:
-            return FakeNvml(gpu_count=settings.demo_gpus, model=settings.demo_model, workload="mixed", clock=clock)
+            return FakeNvml(
+                gpu_count=settings.demo_gpus, model=settings.demo_model, workload="mixed", clock=clock
+            )
         except ValueError as e:
             raise ConfigError(f"config error: demo_model: {e}") from None
     return load_nvml()

@@ -187,8 +187,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
     except Exception as e:  # the last line of defence: one line for the user, details in the debug log
         log.debug("unexpected error", exc_info=True)
-        print(f"gpuwatch: internal error: {type(e).__name__}: {e} (run with GPUWATCH_LOG_LEVEL=debug for details)",
-              file=sys.stderr)
+        print(
+            f"gpuwatch: internal error: {type(e).__name__}: {e} (run with GPUWATCH_LOG_LEVEL=debug for details)",
+            file=sys.stderr,
+        )
         return 1
 
 

@@ -147,10 +147,14 @@ OPTIONS: tuple[Option, ...] = (
         2.0,
         "How often samples are written to disk; at most this much is lost on a crash.",
     ),
-    Option("retention", _parse_positive_duration(3600, 10 * 31536000), 30 * 86400.0, "How long samples are kept."),
+    Option(
+        "retention", _parse_positive_duration(3600, 10 * 31536000), 30 * 86400.0, "How long samples are kept."
+    ),
     Option("query_timeout", _parse_positive_duration(0.1, 3600), 120.0, "Longest time one query may run."),
     Option("query_max_samples", _parse_int(1000, 10**10), 50_000_000, "Most samples one query may load."),
-    Option("lookback", _parse_positive_duration(1, 86400), 300.0, "PromQL lookback delta for instant vectors."),
+    Option(
+        "lookback", _parse_positive_duration(1, 86400), 300.0, "PromQL lookback delta for instant vectors."
+    ),
     Option("log_level", _parse_level, "info", "Log level: debug, info, warning or error."),
 )
 
@@ -216,7 +220,9 @@ def _read_file(path: Path) -> dict[str, Any]:
 def _apply(key: str, raw: object, source: str) -> Any:
     option = _BY_KEY.get(key)
     if option is None:
-        raise ConfigError(f"config error: {source}: unknown setting '{key}'; known settings: {', '.join(_BY_KEY)}")
+        raise ConfigError(
+            f"config error: {source}: unknown setting '{key}'; known settings: {', '.join(_BY_KEY)}"
+        )
     try:
         return option.parse(raw)
     except ValueError as e:

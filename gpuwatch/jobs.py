@@ -58,7 +58,9 @@ class JobRegistry:
             except Exception as e:  # the job wrapper is the one place that catches everything
                 state.failures += 1
                 state.last_error = f"{type(e).__name__}: {e}"
-                log.warning("job %s failed: %s", name, state.last_error, exc_info=log.isEnabledFor(logging.DEBUG))
+                log.warning(
+                    "job %s failed: %s", name, state.last_error, exc_info=log.isEnabledFor(logging.DEBUG)
+                )
                 return False
             else:
                 state.last_error = None

@@ -99,5 +99,7 @@ def read_overview(store: Selectable, now_ms: int, window_ms: int = 30_000) -> li
     for uuid, found in procs.items():
         # A process is current only if it was seen in the GPU's newest tick.
         row = rows[uuid]
-        row.processes = sorted((p for t, p in found if t == row.last_seen_ms), key=lambda p: -p.used_memory_mib)
+        row.processes = sorted(
+            (p for t, p in found if t == row.last_seen_ms), key=lambda p: -p.used_memory_mib
+        )
     return sorted(rows.values(), key=lambda r: (r.hostname, int(r.gpu) if r.gpu.isdigit() else 10**9, r.uuid))

@@ -53,8 +53,17 @@ class Server:
         self.log_path = self.data_dir.parent / f"serve-{self.port}-{time.monotonic_ns()}.log"
         self._log_file = log = self.log_path.open("w")
         self.proc = subprocess.Popen(
-            [*GPUWATCH, "serve", "--host", "127.0.0.1", "--port", str(self.port), "--data-dir", str(self.data_dir),
-             *self.args],
+            [
+                *GPUWATCH,
+                "serve",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(self.port),
+                "--data-dir",
+                str(self.data_dir),
+                *self.args,
+            ],
             stdout=log,
             stderr=subprocess.STDOUT,
             text=True,

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from gpuwatch import config
-from gpuwatch.config import OPTIONS, DEFAULT_PORT, load, parse_duration
+from gpuwatch.config import DEFAULT_PORT, OPTIONS, load, parse_duration
 from gpuwatch.errors import ConfigError
 
 README = Path(__file__).resolve().parent.parent / "README.md"
@@ -63,7 +63,16 @@ def test_data_dir_expands_user(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(
     ("text", "seconds"),
-    [("15s", 15), ("1m30s", 90), ("500ms", 0.5), ("30d", 30 * 86400), ("2", 2), (3, 3), ("1.5", 1.5), ("1h", 3600)],
+    [
+        ("15s", 15),
+        ("1m30s", 90),
+        ("500ms", 0.5),
+        ("30d", 30 * 86400),
+        ("2", 2),
+        (3, 3),
+        ("1.5", 1.5),
+        ("1h", 3600),
+    ],
 )
 def test_parse_duration(text: object, seconds: float) -> None:
     assert parse_duration(text) == seconds
@@ -95,7 +104,12 @@ def test_parse_duration_rejects(text: object) -> None:
         ("file", "host", "[1, 2]", "host: expected a text value"),
         ("file", "query_max_samples", "10", "query_max_samples: expected a whole number"),
         ("env", "PORT", "x", "environment GPUWATCH_PORT: port: expected a whole number"),
-        ("env", "SAMPLE_INTERVAL", "soon", "environment GPUWATCH_SAMPLE_INTERVAL: sample_interval: expected a duration"),
+        (
+            "env",
+            "SAMPLE_INTERVAL",
+            "soon",
+            "environment GPUWATCH_SAMPLE_INTERVAL: sample_interval: expected a duration",
+        ),
         ("env", "NOPE", "1", "unknown variable GPUWATCH_NOPE"),
         ("flag", "port", "abc", "command line: port: expected a whole number"),
     ],
@@ -138,6 +152,8 @@ def test_empty_file_is_defaults(tmp_path: Path) -> None:
 
 def test_every_setting_documented_in_readme() -> None:
     readme = README.read_text()
-    assert config.settings_table() in readme, "README's settings table is stale: paste config.settings_table()"
+    assert config.settings_table() in readme, (
+        "README's settings table is stale: paste config.settings_table()"
+    )
     for o in OPTIONS:
         assert f"`GPUWATCH_{o.key.upper()}`" in readme

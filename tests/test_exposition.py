@@ -11,9 +11,15 @@ from gpuwatch.model import MetricInfo, Sample, make_labels
 
 
 def test_round_trip_through_prometheus_client_parser() -> None:
-    meta = {"DCGM_FI_DEV_GPU_UTIL": MetricInfo("DCGM_FI_DEV_GPU_UTIL", "gauge", "GPU utilization (in %).", "%")}
+    meta = {
+        "DCGM_FI_DEV_GPU_UTIL": MetricInfo("DCGM_FI_DEV_GPU_UTIL", "gauge", "GPU utilization (in %).", "%")
+    }
     samples = [
-        Sample("DCGM_FI_DEV_GPU_UTIL", make_labels({"gpu": "0", "UUID": "GPU-1", "modelName": 'odd "name"\\x\n'}), 97),
+        Sample(
+            "DCGM_FI_DEV_GPU_UTIL",
+            make_labels({"gpu": "0", "UUID": "GPU-1", "modelName": 'odd "name"\\x\n'}),
+            97,
+        ),
         Sample("DCGM_FI_DEV_GPU_UTIL", make_labels({"gpu": "1", "UUID": "GPU-2"}), 0.5),
         Sample("weird_value", (), float("nan")),
         Sample("weird_value", make_labels({"k": "v"}), float("inf")),

@@ -47,7 +47,12 @@ def test_demo_serves_metrics_page_and_health(serve) -> None:  # type: ignore[no-
     for s in util.samples:
         assert DCGM_LABELS <= set(s.labels) and 0 <= s.value <= 100
         assert s.labels["modelName"] == "NVIDIA H100 80GB HBM3"
-    for name in ("DCGM_FI_DEV_FB_USED", "DCGM_FI_DEV_GPU_TEMP", "DCGM_FI_DEV_POWER_USAGE", "DCGM_FI_DEV_SM_CLOCK"):
+    for name in (
+        "DCGM_FI_DEV_FB_USED",
+        "DCGM_FI_DEV_GPU_TEMP",
+        "DCGM_FI_DEV_POWER_USAGE",
+        "DCGM_FI_DEV_SM_CLOCK",
+    ):
         assert len(families[name].samples) == 8, name
 
     wait_until(lambda: len(overview_gpus(srv)) == 8, 20, "overview never showed 8 GPUs")
@@ -89,7 +94,10 @@ def test_second_server_on_same_data_dir_exits_2(serve, tmp_path: Path) -> None: 
     serve("--demo", data_dir=data)
     proc = subprocess.run(
         [*GPUWATCH, "serve", "--demo", "--port", str(free_port()), "--data-dir", str(data)],
-        capture_output=True, text=True, env=clean_env(), timeout=60,
+        capture_output=True,
+        text=True,
+        env=clean_env(),
+        timeout=60,
     )
     assert proc.returncode == 2
     assert "in use by a running gpuwatch" in proc.stderr
@@ -99,9 +107,21 @@ def test_second_server_on_same_data_dir_exits_2(serve, tmp_path: Path) -> None: 
 def test_port_in_use_exits_2(serve, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     srv = serve("--demo")
     proc = subprocess.run(
-        [*GPUWATCH, "serve", "--demo", "--host", "127.0.0.1", "--port", str(srv.port), "--data-dir",
-         str(tmp_path / "other")],
-        capture_output=True, text=True, env=clean_env(), timeout=60,
+        [
+            *GPUWATCH,
+            "serve",
+            "--demo",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(srv.port),
+            "--data-dir",
+            str(tmp_path / "other"),
+        ],
+        capture_output=True,
+        text=True,
+        env=clean_env(),
+        timeout=60,
     )
     assert proc.returncode == 2
     assert f"cannot listen on 127.0.0.1:{srv.port}" in proc.stderr and "Traceback" not in proc.stderr
@@ -134,14 +154,20 @@ def test_without_driver_starts_says_so_once_and_serves(serve) -> None:  # type: 
 def test_bad_config_one_line_exit_2(tmp_path: Path) -> None:
     cfg = tmp_path / "g.yml"
     cfg.write_text("sample_interval: fast\n")
-    proc = subprocess.run([*GPUWATCH, "serve", "--config", str(cfg)], capture_output=True, text=True,
-                          env=clean_env(), timeout=60)
+    proc = subprocess.run(
+        [*GPUWATCH, "serve", "--config", str(cfg)],
+        capture_output=True,
+        text=True,
+        env=clean_env(),
+        timeout=60,
+    )
     assert proc.returncode == 2
     assert proc.stderr == (
         f"gpuwatch: config error: {cfg}: sample_interval: expected a duration like 15s, got 'fast'\n"
     )
-    proc = subprocess.run([*GPUWATCH, "serve", "--port", "http"], capture_output=True, text=True,
-                          env=clean_env(), timeout=60)
+    proc = subprocess.run(
+        [*GPUWATCH, "serve", "--port", "http"], capture_output=True, text=True, env=clean_env(), timeout=60
+    )
     assert proc.returncode == 2 and proc.stderr.startswith("gpuwatch: config error: command line: port:")
 
 
@@ -150,7 +176,8 @@ def test_version_and_smi_demo() -> None:
 
     proc = subprocess.run([*GPUWATCH, "--version"], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0 and proc.stdout.strip() == f"gpuwatch {__version__}"
-    proc = subprocess.run([*GPUWATCH, "smi", "--demo"], capture_output=True, text=True, env=clean_env(), timeout=60)
+    proc = subprocess.run(
+        [*GPUWATCH, "smi", "--demo"], capture_output=True, text=True, env=clean_env(), timeout=60
+    )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.count("NVIDIA H100 80GB HBM3") == 8
-

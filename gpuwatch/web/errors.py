@@ -23,8 +23,13 @@ def register_error_handlers(app: Flask) -> None:
     def http_error(e: HTTPException):  # type: ignore[no-untyped-def]
         code = e.code or 500
         if _wants_json():
-            return jsonify({"status": "error", "errorType": "bad_data" if code < 500 else "internal",
-                            "error": e.description}), code
+            return jsonify(
+                {
+                    "status": "error",
+                    "errorType": "bad_data" if code < 500 else "internal",
+                    "error": e.description,
+                }
+            ), code
         return render_template("error.html", code=code, message=e.description), code
 
     @app.errorhandler(GpuwatchError)

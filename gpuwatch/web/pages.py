@@ -13,7 +13,9 @@ bp = Blueprint("pages", __name__)
 
 def _overview() -> dict[str, object]:
     runtime = current_app.extensions["gpuwatch"]
-    window_ms = int(max(30.0, 5 * runtime.settings.sample_interval + 2 * runtime.settings.flush_interval) * 1000)
+    window_ms = int(
+        max(30.0, 5 * runtime.settings.sample_interval + 2 * runtime.settings.flush_interval) * 1000
+    )
     rows = read_overview(runtime.store, runtime.clock.now_ms(), window_ms)
     gpus = []
     for r in rows:
