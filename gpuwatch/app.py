@@ -84,12 +84,12 @@ class Runtime:
         ]
         for job in self.jobs.states():
             labels = make_labels({"job": str(job["name"])})
-            out.append(Sample("gpuwatch_job_runs_total", labels, float(job["runs"])))  # type: ignore[arg-type]
-            out.append(Sample("gpuwatch_job_failures_total", labels, float(job["failures"])))  # type: ignore[arg-type]
+            out.append(Sample("gpuwatch_job_runs_total", labels, float(job["runs"])))
+            out.append(Sample("gpuwatch_job_failures_total", labels, float(job["failures"])))
             if job["last_duration_s"] is not None:
                 out.append(
                     Sample("gpuwatch_job_last_duration_seconds", labels, float(job["last_duration_s"]))
-                )  # type: ignore[arg-type]
+                )
         return out
 
     def retention(self) -> None:

@@ -6,6 +6,7 @@ import logging
 import threading
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
+from typing import Any
 
 from gpuwatch.clock import Clock
 
@@ -71,6 +72,6 @@ class JobRegistry:
         finally:
             lock.release()
 
-    def states(self) -> list[dict[str, object]]:
+    def states(self) -> list[dict[str, Any]]:
         """Return every job's state as plain dicts."""
         return [asdict(state) for _, state in self._jobs.values()]

@@ -12,17 +12,22 @@ import pytest
 from tests.conftest import ROOT
 
 
-def _ruff() -> str:
-    found = Path(sys.executable).parent / "ruff"
+def _tool(name: str) -> str:
+    found = Path(sys.executable).parent / name
     if found.exists():
         return str(found)
-    which = shutil.which("ruff")
+    which = shutil.which(name)
     if which is None:
-        pytest.skip("ruff is not installed (pip install -e '.[test]')")
+        pytest.skip(f"{name} is not installed (pip install -e '.[test]')")
     return which
 
 
 @pytest.mark.parametrize("args", [["check", "."], ["format", "--check", "."]], ids=["check", "format"])
 def test_ruff(args: list[str]) -> None:
-    proc = subprocess.run([_ruff(), *args], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    proc = subprocess.run([_tool("ruff"), *args], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_mypy() -> None:
+    proc = subprocess.run([_tool("mypy"), "gpuwatch"], cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout + proc.stderr

@@ -30,19 +30,12 @@ def create_app(runtime: Any) -> Flask:
     app.extensions["gpuwatch"] = runtime
     app.json.sort_keys = False  # type: ignore[attr-defined]
 
+    from gpuwatch.web.importapi import bp as import_bp
     from gpuwatch.web.ops import bp as ops_bp
     from gpuwatch.web.pages import bp as pages_bp
+    from gpuwatch.web.promapi import bp as prom_bp
 
-    app.register_blueprint(ops_bp)
-    app.register_blueprint(pages_bp)
-    try:
-        from gpuwatch.web.promapi import bp as prom_bp
-    except ImportError:  # pragma: no cover - the Prometheus API lands with the query engine
-        prom_bp = None
-    if prom_bp is not None:
-        app.register_blueprint(prom_bp)
-    from gpuwatch.web.importapi import bp as import_bp
-
-    app.register_blueprint(import_bp)
+    for bp in (ops_bp, pages_bp, prom_bp, import_bp):
+        app.register_blueprint(bp)
     register_error_handlers(app)
     return app
