@@ -1,0 +1,79 @@
+"""The runtime's jobs over a real store with a fake clock: sampling, retention, XID events, self metrics."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from gpuwatch.app import Runtime, build_runtime
+from gpuwatch.clock import FakeClock
+from gpuwatch.collect.fakenvml import FakeNvml
+from gpuwatch.config import load
+from gpuwatch.model import Matcher
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock(1_790_000_000)
+
+
+@pytest.fixture
+def nvml(clock: FakeClock) -> FakeNvml:
+    return FakeNvml(gpu_count=2, clock=clock, blocking_event_wait=False)
+
+
+@pytest.fixture
+def runtime(tmp_path: Path, clock: FakeClock, nvml: FakeNvml) -> Iterator[Runtime]:
+    settings = load(None, {}, {"data_dir": str(tmp_path / "data"), "demo": True})
+    rt = build_runtime(settings, "node-1", clock=clock, nvml=nvml)
+    yield rt
+    rt.close()
+
+
+def util_points(rt: Runtime) -> int:
+    rt.store.flush()
+    series = rt.store.select([Matcher("__name__", "=", "DCGM_FI_DEV_GPU_UTIL")], 0, 2**62)
+    return sum(len(s.timestamps_ms) for s in series)
+
+
+def test_retention_job_drops_old_samples(runtime: Runtime, clock: FakeClock) -> None:
+    for _ in range(3):
+        runtime.jobs.run("sample")
+        clock.advance(1)
+    assert util_points(runtime) == 6
+    clock.advance(31 * 86400)
+    runtime.jobs.run("sample")
+    assert runtime.jobs.run("retention") is True
+    assert util_points(runtime) == 2, "only the newest tick is within 30 days"
+
+
+def test_xid_event_reaches_the_store(runtime: Runtime, clock: FakeClock, nvml: FakeNvml) -> None:
+    runtime.jobs.run("sample")
+    nvml.inject_xid(1, 79)
+    assert runtime.gpu is not None
+    runtime.gpu.wait_events(0)
+    clock.advance(1)
+    runtime.jobs.run("sample")
+    runtime.store.flush()
+    (xid,) = runtime.store.select(
+        [Matcher("__name__", "=", "DCGM_FI_DEV_XID_ERRORS"), Matcher("gpu", "=", "1")], 0, 2**62
+    )
+    assert list(xid.values) == [0.0, 79.0]
+    (count,) = runtime.store.select([Matcher("__name__", "=", "gpuwatch_xid_errors_total")], 0, 2**62)
+    assert dict(count.labels)["xid"] == "79" and count.values[-1] == 1
+
+
+def test_self_metrics_are_stored(runtime: Runtime, clock: FakeClock) -> None:
+    runtime.jobs.run("sample")
+    clock.advance(1)
+    runtime.jobs.run("sample")
+    runtime.store.flush()
+    names = {s.name for s in runtime.store.select([Matcher("__name__", "=~", "gpuwatch_.*")], 0, 2**62)}
+    assert {
+        "gpuwatch_build_info",
+        "gpuwatch_gpus",
+        "gpuwatch_store_series",
+        "gpuwatch_job_runs_total",
+    } <= names
