@@ -34,6 +34,9 @@ DB_FILE = "gpuwatch.duckdb"
 _BACKPRESSURE_ITEMS = 64
 
 
+MEMORY_LIMIT_MB = 64
+
+
 class Store:
     """Time-series samples in DuckDB; build it with `Store.open`."""
 
@@ -87,6 +90,12 @@ class Store:
                 data_dir.mkdir(parents=True, exist_ok=True)
                 lock = DirLock(data_dir)
                 con = duckdb.connect(str(path), read_only=read_only)
+                # An appliance shares the machine with training jobs: DuckDB's defaults (80% of RAM,
+                # one thread per core, a 128 MB allocator cache) let a 64-GPU node grow past 200 MB
+                # of RSS. Blocks of the file are re-read from disk (page cache) when evicted.
+                con.execute(f"SET memory_limit = '{MEMORY_LIMIT_MB}MB'")
+                con.execute("SET allocator_flush_threshold = '4MB'")
+                con.execute("SET threads = 1")
                 if not read_only:
                     # DuckDB's default (16 MB) checkpoints so often during bulk loads that rewritten
                     # blocks leave the file ~60% free space; 256 MB keeps it within 2% of the data.
