@@ -111,10 +111,11 @@ def _serve(settings: Settings) -> int:
         runtime.start()
         gpus = f"{len(runtime.gpu.gpus)} GPU(s)" if runtime.gpu is not None else "no GPUs"
         mode = " (demo: simulated GPUs)" if settings.demo else ""
+        shown_host = "localhost" if settings.host in ("0.0.0.0", "::", "") else settings.host
         log.info(
             "gpuwatch %s serving http://%s:%s/ with %s%s; data in %s",
             __version__,
-            settings.host,
+            shown_host,
             settings.port,
             gpus,
             mode,

@@ -133,7 +133,8 @@ OPTIONS: tuple[Option, ...] = (
         "data_dir",
         _parse_path,
         None,
-        "Directory for the DuckDB store (default: $XDG_DATA_HOME/gpuwatch, else ~/.local/share/gpuwatch).",
+        "Directory for the DuckDB store (default: $XDG_DATA_HOME/gpuwatch, else ~/.local/share/gpuwatch; "
+        "with `demo`, the same name with `-demo` appended).",
         "--data-dir",
     ),
     Option("demo", _parse_bool, False, "Simulate GPUs instead of reading NVML.", "--demo"),
@@ -254,7 +255,9 @@ def load(
         if raw is not None:
             values[key] = _apply(key, raw, "command line")
     if values["data_dir"] is None:
-        values["data_dir"] = _default_data_dir(env)
+        # Simulated history must never mix with a real GPU's: the demo gets its own default directory.
+        default = _default_data_dir(env)
+        values["data_dir"] = default.with_name(default.name + "-demo") if values["demo"] else default
     return Settings(**values, config_file=file)
 
 

@@ -34,6 +34,12 @@ def test_xdg_data_home(tmp_path: Path) -> None:
     assert load(env={"XDG_DATA_HOME": str(tmp_path)}).data_dir == tmp_path / "gpuwatch"
 
 
+def test_demo_has_its_own_default_data_dir(tmp_path: Path) -> None:
+    assert load(None, {"XDG_DATA_HOME": str(tmp_path)}, {"demo": True}).data_dir == tmp_path / "gpuwatch-demo"
+    explicit = load(None, {}, {"demo": True, "data_dir": str(tmp_path / "mine")})
+    assert explicit.data_dir == tmp_path / "mine"
+
+
 def test_precedence_file_env_flags(tmp_path: Path) -> None:
     f = write(tmp_path, "port: 9001\nhost: 127.0.0.1\nsample_interval: 5s\nretention: 7d\n")
     s = load(f, {})
