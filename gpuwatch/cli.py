@@ -92,7 +92,14 @@ def _serve(settings: Settings) -> int:
     try:
         app = create_app(runtime)
         try:
-            server = create_server(app, host=settings.host, port=settings.port, threads=8, ident="gpuwatch")
+            server = create_server(
+                app,
+                host=settings.host,
+                port=settings.port,
+                threads=8,
+                ident="gpuwatch",
+                asyncore_loop_timeout=5,  # waitress wakes its loop by a trigger; no need to poll each second
+            )
         except OSError as e:
             print(
                 f"gpuwatch: cannot listen on {settings.host}:{settings.port}: {e.strerror or e}; "
@@ -125,7 +132,7 @@ def _serve(settings: Settings) -> int:
         # then shuts down in order: stop accepting, stop sampling, flush and checkpoint the store.
         web = threading.Thread(target=server.run, name="gpuwatch-http", daemon=True)
         web.start()
-        while not stop.wait(1.0):
+        while not stop.wait(5.0):
             if not web.is_alive():
                 log.error("the HTTP server stopped unexpectedly; shutting down")
                 break

@@ -157,7 +157,7 @@ class Store:
         if self._closed or self._writer is None:
             self._dropped += len(batch.samples)
             return
-        self._writer.queue.put(("batch", batch))
+        self._writer.batches.append(batch)
 
     def append_series(self, name: str, labels: Labels, timestamps_ms: np.ndarray, values: np.ndarray) -> None:
         """Queue many samples of one series (import, backfill); waits while a lot is already queued."""
@@ -267,7 +267,7 @@ class Store:
             "series": len(self._snapshot().by_id),
             "write_errors": w.write_errors if w else 0,
             "dropped_samples": self._dropped + (w.dropped_samples if w else 0),
-            "queue_depth": w.queue.qsize() if w else 0,
+            "queue_depth": (w.queue.qsize() + len(w.batches)) if w else 0,
             "pending_samples": w.pending_samples if w else 0,
             "last_flush_ms": w.last_flush_ms if w else None,
         }
@@ -298,7 +298,7 @@ class Store:
             "write_errors": w.write_errors if w else 0,
             "last_error": w.last_error if w else "",
             "dropped_samples": self._dropped + (w.dropped_samples if w else 0),
-            "queue_depth": w.queue.qsize() if w else 0,
+            "queue_depth": (w.queue.qsize() + len(w.batches)) if w else 0,
             "pending_samples": w.pending_samples if w else 0,
             "last_flush_ms": w.last_flush_ms if w else None,
             "last_compact_ms": w.last_compact_ms if w else None,

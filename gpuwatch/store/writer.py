@@ -8,6 +8,7 @@ the data it concerned stays buffered and is retried on the next flush, and the t
 
 from __future__ import annotations
 
+import collections
 import json
 import logging
 import queue
@@ -54,6 +55,9 @@ class Writer:
         self._compact_rows = compact_rows
         self._flush_rows = flush_rows
         self.queue: queue.Queue[Any] = queue.Queue()
+        # Live batches wait here without waking the thread (a wake-up per tick costs more CPU than the
+        # write itself on small VMs); the thread drains them every flush interval or when asked to work.
+        self.batches: collections.deque[Batch] = collections.deque()
         self._thread = threading.Thread(target=self._run, name="gpuwatch-store-writer", daemon=True)
         cur = self._cur
         self._ids: dict[tuple[str, Labels], int] = {}
@@ -93,6 +97,10 @@ class Writer:
 
     # -- the thread ---------------------------------------------------------------------------------
 
+    def _drain_batches(self) -> None:
+        while self.batches:
+            self._add_batch(self.batches.popleft())
+
     def _run(self) -> None:
         while True:
             try:
@@ -100,6 +108,7 @@ class Writer:
             except queue.Empty:
                 item = None
             try:
+                self._drain_batches()
                 if item is not None and self._dispatch(item):
                     return
                 while self._pending_rows < self._flush_rows:
@@ -107,6 +116,7 @@ class Writer:
                         item = self.queue.get_nowait()
                     except queue.Empty:
                         break
+                    self._drain_batches()
                     if self._dispatch(item):
                         return
                 self._maybe_flush()
