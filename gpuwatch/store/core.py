@@ -22,10 +22,12 @@ import numpy as np
 from gpuwatch.clock import Clock
 from gpuwatch.errors import StoreError
 from gpuwatch.model import Batch, Labels, Matcher, SeriesData
+from gpuwatch.store import runs as runs_table
 from gpuwatch.store import schema
 from gpuwatch.store.catalog import Catalog, Entry, Snapshot, match
 from gpuwatch.store.lock import DirLock
 from gpuwatch.store.read import ids_with_samples, read_samples
+from gpuwatch.store.runs import RunRecord, RunUpdate
 from gpuwatch.store.writer import _STOP, Writer
 
 log = logging.getLogger(__name__)
@@ -184,6 +186,11 @@ class Store:
         cutoff = now_ms - int(self._retention_s * 1000)
         return int(self._ask(lambda: self._need_writer().apply_retention(cutoff)))
 
+    def upsert_run(self, update: RunUpdate) -> None:
+        """Record a training run's start, finish or latest step; waits for the writer."""
+        writer = self._need_writer()
+        self._ask(lambda: runs_table.upsert(writer._cur, update))
+
     def _need_writer(self) -> Writer:
         if self._writer is None:
             raise StoreError("the store is open read-only")
@@ -257,6 +264,15 @@ class Store:
         """Return the sorted values of `label` among matching series."""
         entries = self._entries(matchers, start_ms, end_ms)
         return sorted({e.label_map[label] for e in entries if label in e.label_map})
+
+    def runs(self) -> list[RunRecord]:
+        """Return the metadata of every training run, the most recently started first."""
+        if self._closed:
+            raise StoreError("the store is closed")
+        try:
+            return runs_table.read_all(self._cursor())
+        except duckdb.Error as exc:
+            raise StoreError(f"store read failed: {exc}") from None
 
     # -- housekeeping ---------------------------------------------------------------------------------
 

@@ -8,6 +8,8 @@ Tables (private to `gpuwatch.store`):
 - `chunks(series_id, t_min_ms, t_max_ms, n, seq, ts, vs)`: compacted samples, one row per series and
   stretch of time, with timestamps and values encoded by `gpuwatch.store.codec`. `seq` orders writes,
   so the newest write of a duplicate (series, time) wins.
+- `runs(name, status, start_ms, end_ms, total_steps, config, host, gpus, last_step, last_seen_ms,
+  updated_ms)`: training-run metadata (`gpuwatch.store.runs`); config and gpus as JSON text.
 """
 
 from __future__ import annotations
@@ -28,6 +30,24 @@ MIGRATIONS: tuple[tuple[int, str], ...] = (
         CREATE TABLE chunks (series_id INTEGER NOT NULL, t_min_ms BIGINT NOT NULL,
                              t_max_ms BIGINT NOT NULL, n INTEGER NOT NULL, seq BIGINT NOT NULL,
                              ts BLOB NOT NULL, vs BLOB NOT NULL);
+        """,
+    ),
+    (
+        2,
+        """
+        CREATE TABLE runs (
+            name VARCHAR PRIMARY KEY,
+            status VARCHAR NOT NULL,
+            start_ms BIGINT,
+            end_ms BIGINT,
+            total_steps BIGINT,
+            config VARCHAR,
+            host VARCHAR,
+            gpus VARCHAR,
+            last_step DOUBLE,
+            last_seen_ms BIGINT,
+            updated_ms BIGINT NOT NULL
+        );
         """,
     ),
 )

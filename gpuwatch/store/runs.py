@@ -1,0 +1,120 @@
+"""Training-run metadata in the `runs` table: written on the writer's cursor, read on any cursor."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+import duckdb
+
+_COLUMNS = (
+    "name, status, start_ms, end_ms, total_steps, config, host, gpus, last_step, last_seen_ms, updated_ms"
+)
+
+
+@dataclass(frozen=True)
+class RunRecord:
+    """One training run as stored; times in Unix milliseconds, `config` and `gpus` decoded from JSON."""
+
+    name: str
+    status: str  # running | ok | failed
+    start_ms: int | None
+    end_ms: int | None
+    total_steps: int | None
+    config: dict[str, Any] | None
+    host: str | None
+    gpus: list[Any] | None
+    last_step: float | None
+    last_seen_ms: int | None
+
+
+@dataclass(frozen=True)
+class RunUpdate:
+    """A change to one run; None fields leave the stored value as it is.
+
+    `action` is `init` (start or resume: status running, end cleared), `finish` (status and end set)
+    or `seen` (last step and last seen moved forward; creates a running run if the name is new).
+    """
+
+    name: str
+    action: str
+    time_ms: int
+    status: str | None = None
+    total_steps: int | None = None
+    config: dict[str, Any] | None = None
+    host: str | None = None
+    gpus: list[Any] | None = None
+    last_step: float | None = None
+
+
+def _json(value: Any) -> str | None:
+    return None if value is None else json.dumps(value, separators=(",", ":"), allow_nan=False)
+
+
+def upsert(cur: duckdb.DuckDBPyConnection, u: RunUpdate) -> None:
+    """Apply one update (on the writer's cursor)."""
+    row = cur.execute("SELECT start_ms FROM runs WHERE name = ?", [u.name]).fetchone()
+    if row is None:
+        cur.execute(
+            f"INSERT INTO runs ({_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            [
+                u.name,
+                u.status if u.action == "finish" and u.status else "running",
+                u.time_ms,
+                u.time_ms if u.action == "finish" else None,
+                u.total_steps,
+                _json(u.config),
+                u.host,
+                _json(u.gpus),
+                u.last_step,
+                u.time_ms,
+                u.time_ms,
+            ],
+        )
+        return
+    if u.action == "init":
+        cur.execute(
+            "UPDATE runs SET status = 'running', end_ms = NULL, total_steps = coalesce(?, total_steps), "
+            "config = coalesce(?, config), host = coalesce(?, host), gpus = coalesce(?, gpus), "
+            "last_seen_ms = greatest(coalesce(last_seen_ms, 0), ?), updated_ms = ? WHERE name = ?",
+            [u.total_steps, _json(u.config), u.host, _json(u.gpus), u.time_ms, u.time_ms, u.name],
+        )
+    elif u.action == "finish":
+        cur.execute(
+            "UPDATE runs SET status = ?, end_ms = ?, total_steps = coalesce(?, total_steps), "
+            "last_step = coalesce(?, last_step), last_seen_ms = greatest(coalesce(last_seen_ms, 0), ?), "
+            "updated_ms = ? WHERE name = ?",
+            [u.status or "ok", u.time_ms, u.total_steps, u.last_step, u.time_ms, u.time_ms, u.name],
+        )
+    else:
+        # Pushes may arrive late or be retried: only a newer sighting moves the last step.
+        cur.execute(
+            "UPDATE runs SET last_step = CASE WHEN ? >= coalesce(last_seen_ms, 0) THEN coalesce(?, last_step) "
+            "ELSE last_step END, last_seen_ms = greatest(coalesce(last_seen_ms, 0), ?), updated_ms = ? "
+            "WHERE name = ?",
+            [u.time_ms, u.last_step, u.time_ms, u.time_ms, u.name],
+        )
+
+
+def read_all(cur: duckdb.DuckDBPyConnection) -> list[RunRecord]:
+    """Return every run, the most recently started first."""
+    rows = cur.execute(
+        "SELECT name, status, start_ms, end_ms, total_steps, config, host, gpus, last_step, last_seen_ms "
+        "FROM runs ORDER BY start_ms DESC NULLS LAST, name"
+    ).fetchall()
+    return [
+        RunRecord(
+            name=r[0],
+            status=r[1],
+            start_ms=r[2],
+            end_ms=r[3],
+            total_steps=r[4],
+            config=json.loads(r[5]) if r[5] is not None else None,
+            host=r[6],
+            gpus=json.loads(r[7]) if r[7] is not None else None,
+            last_step=r[8],
+            last_seen_ms=r[9],
+        )
+        for r in rows
+    ]
