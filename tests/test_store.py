@@ -143,6 +143,46 @@ def test_duplicate_timestamps_last_write_wins(store: Store) -> None:
     assert (s.timestamps_ms.tolist(), s.values.tolist()) == ([5000], [4.0])
 
 
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    writes=st.lists(
+        st.tuples(st.booleans(), st.integers(0, 3 * 7200), st.integers(1, 3000), st.integers(1, 3)),
+        min_size=1,
+        max_size=6,
+    ),
+    window=st.tuples(st.integers(-100, 4 * 7200), st.integers(0, 4 * 7200)),
+)
+def test_overlapping_chunks_and_head_newest_write_wins(
+    clock: FakeClock, writes: list[tuple[bool, int, int, int]], window: tuple[int, int]
+) -> None:
+    want: dict[int, float] = {}
+    with Store.open(None, clock=clock) as s:
+        for k, (bulk, first, count, step) in enumerate(writes):
+            t = (first + np.arange(count if bulk else min(count, 50)) * step).astype(np.int64) * 1000
+            v = np.arange(t.size, dtype=np.float64) + 0.25 * k
+            if bulk and t.size >= 1024:
+                s.append_series("m", (), t, v)
+            else:
+                for ti, vi in zip(t.tolist(), v.tolist(), strict=True):
+                    s.append(Batch(ti, [Sample("m", (), vi)]))
+            s.flush()
+            want.update(zip(t.tolist(), v.tolist(), strict=True))
+            lo = window[0] * 1000
+            hi = lo + window[1] * 1000
+            for _ in range(2):
+                got = s.select([], lo, hi)
+                expect = sorted(x for x in want if lo <= x <= hi)
+                if not expect:
+                    assert got == []
+                else:
+                    (g,) = got
+                    assert g.timestamps_ms.tolist() == expect
+                    assert g.values.tolist() == [want[x] for x in expect]
+                if k % 2:
+                    break
+                s.compact()
+
+
 def test_compaction_keeps_data_identical_and_merges_windows(store: Store) -> None:
     hour = 3600 * 1000
     names = ["a", "b"]

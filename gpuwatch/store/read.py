@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator, Sequence
+from collections.abc import Collection, Iterator, Sequence
 from typing import Any
 
 import duckdb
 import numpy as np
 
-from gpuwatch.store.chunking import decode_row, dedupe_last
-from gpuwatch.store.codec import decode_times
+from gpuwatch.store.chunking import dedupe_last
+from gpuwatch.store.codec import decode_chunks, decode_times
 
 
 @contextlib.contextmanager
@@ -32,20 +32,17 @@ def _id_filter(ids: Sequence[int]) -> str:
 def read_samples(
     cur: duckdb.DuckDBPyConnection, ids: Sequence[int], start_ms: int, end_ms: int
 ) -> dict[int, tuple[np.ndarray, np.ndarray]]:
-    """Return {series id: (timestamps, values)} with start_ms <= t <= end_ms; empty series left out."""
+    """Return {series id: (timestamps, values)} with start_ms <= t <= end_ms; empty series left out.
+
+    All chunks of all the series are fetched in one statement and decoded together
+    (`codec.decode_chunks`); each series' samples are then a slice of the concatenation.
+    """
     if not ids:
         return {}
     where = _id_filter(ids)
     with _snapshot(cur):  # a compaction may move head rows into chunks between the two queries
         chunks, head = _fetch(cur, where, start_ms, end_ms)
-    parts: dict[int, list[tuple[np.ndarray, np.ndarray, np.ndarray | int]]] = {}
-    for sid, seq, n, t_min, t_max, ts, vs in chunks:
-        t, v = decode_row(n, ts, vs)
-        if t_min < start_ms or t_max > end_ms:
-            lo, hi = np.searchsorted(t, [start_ms, end_ms + 1])
-            t, v = t[lo:hi], v[lo:hi]
-        if t.size:
-            parts.setdefault(sid, []).append((t, v, seq))
+    head_parts: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray | int]] = {}
     h_ids = np.asarray(head["series_id"])
     if h_ids.size:
         h_t, h_seq = np.asarray(head["t_ms"]), np.asarray(head["seq"])
@@ -53,16 +50,72 @@ def read_samples(
         cuts = np.flatnonzero(h_ids[1:] != h_ids[:-1]) + 1
         for lo, hi in zip(np.r_[0, cuts], np.r_[cuts, h_ids.size], strict=True):
             t, v = dedupe_last(h_t[lo:hi], h_v[lo:hi], h_seq[lo:hi])
-            parts.setdefault(int(h_ids[lo]), []).append((t, v, int(h_seq[lo:hi].max())))
+            head_parts[int(h_ids[lo])] = (t, v, int(h_seq[lo:hi].max()))
+    parts: dict[int, list[tuple[np.ndarray, np.ndarray, np.ndarray | int]]] = {}
+    if len(chunks["n"]):
+        _chunk_parts(chunks, start_ms, end_ms, parts, head_parts.keys())
+    for sid, part in head_parts.items():
+        parts.setdefault(sid, []).append(part)
     return {sid: _combine(p) for sid, p in parts.items()}
 
 
-def _fetch(cur: duckdb.DuckDBPyConnection, where: str, start_ms: int, end_ms: int) -> tuple[list[Any], Any]:
+def _chunk_parts(
+    chunks: dict[str, np.ndarray],
+    start_ms: int,
+    end_ms: int,
+    parts: dict[int, list[tuple[np.ndarray, np.ndarray, np.ndarray | int]]],
+    in_head: Collection[int],
+) -> None:
+    """Decode all fetched chunk rows at once and add each series' samples in range to `parts`.
+
+    Each part carries the write order of its samples (`seq`: one number, or one per sample where a
+    series' chunks differ and the head has samples of it too), so that the newest write wins."""
+    n = np.asarray(chunks["n"], np.int64)
+    k = n.size
+    t, v = decode_chunks(n, list(chunks["ts"]), list(chunks["vs"]))
+    seq, sid = np.asarray(chunks["seq"], np.int64), np.asarray(chunks["series_id"], np.int64)
+    lo_t, hi_t = np.asarray(chunks["t_min_ms"], np.int64), np.asarray(chunks["t_max_ms"], np.int64)
+    first = np.zeros(k + 1, np.int64)
+    np.cumsum(n, out=first[1:])
+    # Chunks reaching outside the range (at most a few per series): drop their samples outside it.
+    cut = np.flatnonzero((lo_t < start_ms) | (hi_t > end_ms))
+    if cut.size:
+        keep = np.ones(t.size, bool)
+        for i in cut.tolist():
+            a, b = int(first[i]), int(first[i + 1])
+            lo, hi = np.searchsorted(t[a:b], [start_ms, end_ms + 1])
+            keep[a : a + lo] = False
+            keep[a + hi : b] = False
+            n[i] = hi - lo
+        t, v = t[keep], v[keep]
+        np.cumsum(n, out=first[1:])
+    # Within a chunk, timestamps rise strictly; between chunks of a series they may not (chunks
+    # written in one window before a merge, or by separate bulk appends), and then the newest wins.
+    full = np.flatnonzero(n)
+    same = sid[full[1:]] == sid[full[:-1]]
+    overlap = set(sid[full[1:]][same & (t[first[full[1:]]] <= t[first[full[:-1] + 1] - 1])].tolist())
+    # One (t, v) run per series; the chunks come ordered by series, then time.
+    bounds = np.r_[0, np.flatnonzero(sid[1:] != sid[:-1]) + 1, k]
+    for a, b in zip(bounds[:-1].tolist(), bounds[1:].tolist(), strict=True):
+        lo, hi = int(first[a]), int(first[b])
+        if hi == lo:
+            continue
+        st, sv = t[lo:hi], v[lo:hi]
+        s_id, s_seq = int(sid[a]), seq[a:b]
+        order: np.ndarray | int = int(s_seq[0])
+        if (s_id in in_head or s_id in overlap) and not (s_seq == s_seq[0]).all():
+            order = np.repeat(s_seq, n[a:b])
+        if s_id in overlap and s_id not in in_head:  # with head samples too, `_combine` does this
+            st, sv = dedupe_last(st, sv, np.broadcast_to(np.asarray(order, np.int64), st.shape))
+        parts.setdefault(s_id, []).append((st, sv, order))
+
+
+def _fetch(cur: duckdb.DuckDBPyConnection, where: str, start_ms: int, end_ms: int) -> tuple[Any, Any]:
     chunks = cur.execute(
         f"SELECT series_id, seq, n, t_min_ms, t_max_ms, ts, vs FROM chunks WHERE {where} "
         "AND t_max_ms >= ? AND t_min_ms <= ? ORDER BY series_id, t_min_ms, seq",
         [start_ms, end_ms],
-    ).fetchall()
+    ).fetchnumpy()
     head = cur.execute(
         f"SELECT series_id, t_ms, v_bits, seq FROM head WHERE {where} AND t_ms >= ? AND t_ms <= ? "
         "ORDER BY series_id, t_ms, seq",

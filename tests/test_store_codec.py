@@ -1,0 +1,107 @@
+"""The chunk codec: many-chunk decoding equals chunk-by-chunk decoding, bit for bit, old blobs included."""
+
+from __future__ import annotations
+
+import math
+from unittest import mock
+
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from gpuwatch.model import STALE_NAN
+from gpuwatch.store import codec
+from gpuwatch.store.codec import (
+    decode_chunks,
+    decode_times,
+    decode_values,
+    encode_times,
+    encode_values,
+)
+
+
+def old_encode_times(t: np.ndarray) -> bytes:
+    """Timestamps as every chunk written before the regular form existed."""
+    return codec._pack_unsigned(codec._zigzag(codec._diff(t.astype(np.int64), 2)))
+
+
+def _bits(v: np.ndarray) -> list[int]:
+    return np.ascontiguousarray(v, np.float64).view(np.uint64).tolist()
+
+
+values_kind = st.sampled_from(["int", "dec2", "dec6", "counter", "random", "const", "odd"])
+times_kind = st.sampled_from(["regular", "jitter", "old", "single", "huge"])
+
+
+@st.composite
+def chunk(draw: st.DrawFn) -> tuple[np.ndarray, np.ndarray, bool]:
+    n = draw(st.integers(1, 700))
+    seed = draw(st.integers(0, 2**32 - 1))
+    rng = np.random.default_rng(seed)
+    tk = draw(times_kind)
+    t0 = draw(st.integers(-(2**50), 2**50))
+    step = draw(st.sampled_from([1, 1000, 15_000, 60_000, 2**40]))
+    if tk == "jitter":
+        t = t0 + np.cumsum(rng.integers(1, 3 * step + 2, n)).astype(np.int64)
+    elif tk == "single":
+        t = np.array([t0] * 1, np.int64)
+        n = 1
+    elif tk == "huge":
+        t = np.int64(-(2**62)) + np.arange(n, dtype=np.int64) * np.int64(2**52)
+    else:
+        t = t0 + np.arange(n, dtype=np.int64) * step
+    vk = draw(values_kind)
+    if vk == "int":
+        v = np.round(rng.normal(50, 20, n))
+    elif vk == "dec2":
+        v = np.round(rng.normal(300, 50, n), 2)
+    elif vk == "dec6":
+        v = np.round(rng.random(n), 6)
+    elif vk == "counter":
+        v = np.cumsum(rng.integers(0, 10**9, n)).astype(np.float64)
+    elif vk == "random":
+        v = rng.normal(0, 1e6, n)
+    elif vk == "const":
+        v = np.full(n, draw(st.sampled_from([0.0, 1.0, 81559.0, -0.0, 1e300])))
+    else:
+        v = np.round(rng.normal(0, 100, n), 1)
+        k = draw(st.integers(0, max(0, n // 20)))
+        v[rng.integers(0, n, k)] = draw(
+            st.sampled_from([STALE_NAN, math.nan, math.inf, -math.inf, -0.0, 0.1 / 3])
+        )
+    return t, v, tk == "old"
+
+
+@settings(max_examples=150, deadline=None)
+@given(chunks=st.lists(chunk(), min_size=1, max_size=12), grouped=st.booleans())
+def test_decode_chunks_equals_one_by_one(
+    chunks: list[tuple[np.ndarray, np.ndarray, bool]], grouped: bool
+) -> None:
+    ts = [old_encode_times(t) if old else encode_times(t) for t, _, old in chunks]
+    vs = [encode_values(v) for _, v, _ in chunks]
+    ns = np.array([t.size for t, _, _ in chunks], np.int64)
+    # `grouped`: unshuffle chunks grouped by width and size (as when they alternate a lot), not in runs
+    with mock.patch.object(codec, "_RUN_SLACK", -1 if grouped else 16):
+        got_t, got_v = decode_chunks(ns, ts, vs)
+    want_t = np.concatenate([decode_times(b, int(n)) for b, n in zip(ts, ns, strict=True)])
+    want_v = np.concatenate([decode_values(b, int(n)) for b, n in zip(vs, ns, strict=True)])
+    assert got_t.dtype == np.int64 and got_v.dtype == np.float64
+    assert got_t.tolist() == want_t.tolist() == np.concatenate([t for t, _, _ in chunks]).tolist()
+    assert _bits(got_v) == _bits(want_v) == _bits(np.concatenate([v for _, v, _ in chunks]))
+
+
+def test_regular_timestamps_take_17_bytes_and_old_blobs_still_decode() -> None:
+    t = 1_793_491_200_000 + np.arange(480, dtype=np.int64) * 15_000
+    assert len(encode_times(t)) == 17
+    assert decode_times(encode_times(t), 480).tolist() == t.tolist()
+    old = old_encode_times(t)
+    assert old[0] != 0 and decode_times(old, 480).tolist() == t.tolist()
+    jitter = t.copy()
+    jitter[7] += 1
+    assert encode_times(jitter)[0] != 0
+    assert decode_times(encode_times(jitter), 480).tolist() == jitter.tolist()
+
+
+def test_decode_chunks_empty() -> None:
+    t, v = decode_chunks(np.zeros(0, np.int64), [], [])
+    assert t.size == 0 and v.size == 0
