@@ -16,6 +16,7 @@ from gpuwatch.errors import ConfigError, NvmlUnavailable
 from gpuwatch.exposition import format_text
 from gpuwatch.jobs import JobRegistry
 from gpuwatch.model import Batch, MetricInfo, Sample, make_labels
+from gpuwatch.push import PUSH_METRICS, REEMIT_INTERVAL_S, PushGroups
 from gpuwatch.store import Store
 
 log = logging.getLogger("gpuwatch")
@@ -53,6 +54,7 @@ class Runtime:
     gpu_problem: str | None
     jobs: JobRegistry
     metadata: dict[str, MetricInfo] = field(default_factory=dict)
+    pushes: PushGroups = field(default_factory=PushGroups)
     _latest: dict[str, Batch] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _stop: threading.Event = field(default_factory=threading.Event)
@@ -91,6 +93,12 @@ class Runtime:
                     Sample("gpuwatch_job_last_duration_seconds", labels, float(job["last_duration_s"]))
                 )
         return out
+
+    def repush(self) -> None:
+        """Write every pushed group's last values again, as a scraped Pushgateway shows them (the 'push' job)."""
+        samples = self.pushes.current()
+        if samples:
+            self.store.append(Batch(self.clock.now_ms(), samples))
 
     def retention(self) -> None:
         """Drop samples older than the retention period (the 'retention' job)."""
@@ -221,7 +229,7 @@ def build_runtime(settings: Settings, hostname: str, clock: Clock | None = None,
             gpu, problem = None, str(e)
             log.warning("%s", problem)
         jobs = JobRegistry(clock)
-        metadata = {m.name: m for m in (*GPU_METRICS, *SELF_METRICS)}
+        metadata = {m.name: m for m in (*GPU_METRICS, *SELF_METRICS, *PUSH_METRICS)}
         runtime = Runtime(
             settings=settings,
             clock=clock,
@@ -233,6 +241,7 @@ def build_runtime(settings: Settings, hostname: str, clock: Clock | None = None,
             metadata=metadata,
         )
         jobs.add("sample", runtime.sample, settings.sample_interval)
+        jobs.add("push", runtime.repush, REEMIT_INTERVAL_S)
         jobs.add("retention", runtime.retention, 3600.0)
         return runtime
     except BaseException:

@@ -6,7 +6,7 @@ import math
 import struct
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -79,3 +79,38 @@ class MetricInfo:
     help: str
     unit: str = ""
     labels: tuple[str, ...] = field(default=())
+
+
+@dataclass(frozen=True)
+class RunRecord:
+    """One training run as stored; times in Unix milliseconds, `config` and `gpus` decoded from JSON."""
+
+    name: str
+    status: str  # running | ok | failed
+    start_ms: int | None
+    end_ms: int | None
+    total_steps: int | None
+    config: dict[str, Any] | None
+    host: str | None
+    gpus: list[Any] | None
+    last_step: float | None
+    last_seen_ms: int | None
+
+
+@dataclass(frozen=True)
+class RunUpdate:
+    """A change to one run; None fields leave the stored value as it is.
+
+    `action` is `init` (start or resume: status running, end cleared), `finish` (status and end set)
+    or `seen` (last step and last seen moved forward; creates a running run if the name is new).
+    """
+
+    name: str
+    action: str
+    time_ms: int
+    status: str | None = None
+    total_steps: int | None = None
+    config: dict[str, Any] | None = None
+    host: str | None = None
+    gpus: list[Any] | None = None
+    last_step: float | None = None

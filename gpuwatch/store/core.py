@@ -21,13 +21,12 @@ import numpy as np
 
 from gpuwatch.clock import Clock
 from gpuwatch.errors import StoreError
-from gpuwatch.model import Batch, Labels, Matcher, SeriesData
+from gpuwatch.model import Batch, Labels, Matcher, RunRecord, RunUpdate, SeriesData
 from gpuwatch.store import runs as runs_table
 from gpuwatch.store import schema
 from gpuwatch.store.catalog import Catalog, Entry, Snapshot, match
 from gpuwatch.store.lock import DirLock
 from gpuwatch.store.read import ids_with_samples, read_samples
-from gpuwatch.store.runs import RunRecord, RunUpdate
 from gpuwatch.store.writer import _STOP, Writer
 
 log = logging.getLogger(__name__)

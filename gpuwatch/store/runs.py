@@ -3,49 +3,15 @@
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
 from typing import Any
 
 import duckdb
 
+from gpuwatch.model import RunRecord, RunUpdate
+
 _COLUMNS = (
     "name, status, start_ms, end_ms, total_steps, config, host, gpus, last_step, last_seen_ms, updated_ms"
 )
-
-
-@dataclass(frozen=True)
-class RunRecord:
-    """One training run as stored; times in Unix milliseconds, `config` and `gpus` decoded from JSON."""
-
-    name: str
-    status: str  # running | ok | failed
-    start_ms: int | None
-    end_ms: int | None
-    total_steps: int | None
-    config: dict[str, Any] | None
-    host: str | None
-    gpus: list[Any] | None
-    last_step: float | None
-    last_seen_ms: int | None
-
-
-@dataclass(frozen=True)
-class RunUpdate:
-    """A change to one run; None fields leave the stored value as it is.
-
-    `action` is `init` (start or resume: status running, end cleared), `finish` (status and end set)
-    or `seen` (last step and last seen moved forward; creates a running run if the name is new).
-    """
-
-    name: str
-    action: str
-    time_ms: int
-    status: str | None = None
-    total_steps: int | None = None
-    config: dict[str, Any] | None = None
-    host: str | None = None
-    gpus: list[Any] | None = None
-    last_step: float | None = None
 
 
 def _json(value: Any) -> str | None:

@@ -34,8 +34,9 @@ def create_app(runtime: Any) -> Flask:
     from gpuwatch.web.ops import bp as ops_bp
     from gpuwatch.web.pages import bp as pages_bp
     from gpuwatch.web.promapi import bp as prom_bp
+    from gpuwatch.web.push import bp as push_bp
 
-    for bp in (ops_bp, pages_bp, prom_bp, import_bp):
+    for bp in (ops_bp, pages_bp, prom_bp, import_bp, push_bp):
         app.register_blueprint(bp)
     register_error_handlers(app)
     return app

@@ -1,0 +1,163 @@
+"""Training runs: validate the SDK's init/finish requests and describe runs with progress and ETA."""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any, Protocol
+
+from gpuwatch.model import Matcher, RunRecord, RunUpdate, SeriesData, is_stale
+from gpuwatch.push import MAX_NAME, PushError
+
+RATE_WINDOW_MS = 10 * 60 * 1000  # the step rate (and so the ETA) comes from the last 10 minutes
+STALLED_AFTER_MS = 10 * 60 * 1000  # a running run silent this long is reported as stalled
+STATUSES = ("ok", "failed")
+MAX_CONFIG_CHARS = 256 * 1024
+
+
+class RunSource(Protocol):
+    """What describing runs needs from the store."""
+
+    def runs(self) -> list[RunRecord]: ...
+
+    def select(self, matchers: list[Matcher], start_ms: int, end_ms: int) -> list[SeriesData]: ...
+
+
+def parse_run_request(body: Any, now_ms: int) -> RunUpdate:
+    """Validate `POST /api/v1/runs` (`{"run", "action": "init"|"finish", ...}`); raise PushError if bad."""
+    if not isinstance(body, dict):
+        raise PushError("body: expected an object with run and action")
+    unknown = sorted(
+        set(body) - {"run", "action", "status", "total_steps", "config", "host", "gpus", "time", "step"}
+    )
+    if unknown:
+        raise PushError(f"body: unknown field {unknown[0]!r}")
+    run = body.get("run")
+    if not isinstance(run, str) or not run or len(run) > MAX_NAME:
+        raise PushError(f"run: expected a non-empty string of at most {MAX_NAME} characters")
+    action = body.get("action")
+    if action not in ("init", "finish"):
+        raise PushError(f"action: expected 'init' or 'finish', got {action!r}")
+    status = body.get("status")
+    if action == "finish":
+        status = status or "ok"
+        if status not in STATUSES:
+            raise PushError(f"status: expected one of {', '.join(STATUSES)}, got {status!r}")
+    elif status is not None:
+        raise PushError("status: only a finish sets the status")
+    total = body.get("total_steps")
+    if total is not None and (isinstance(total, bool) or not isinstance(total, int) or total < 0):
+        raise PushError(f"total_steps: expected a non-negative integer, got {total!r}")
+    config = body.get("config")
+    if config is not None:
+        if not isinstance(config, dict):
+            raise PushError("config: expected an object")
+        try:
+            if len(json.dumps(config, allow_nan=False)) > MAX_CONFIG_CHARS:
+                raise PushError(f"config: larger than {MAX_CONFIG_CHARS // 1024} KiB")
+        except ValueError:
+            raise PushError("config: NaN and Infinity cannot be stored; use strings") from None
+    host = body.get("host")
+    if host is not None and (not isinstance(host, str) or len(host) > MAX_NAME):
+        raise PushError("host: expected a string")
+    gpus = body.get("gpus")
+    if gpus is not None and (not isinstance(gpus, list) or len(gpus) > 4096):
+        raise PushError("gpus: expected a list (indexes or UUIDs)")
+    time_ms = now_ms
+    t = body.get("time")
+    if t is not None:
+        if (
+            isinstance(t, bool)
+            or not isinstance(t, (int, float))
+            or not math.isfinite(t)
+            or not 0 <= t < 1e11
+        ):
+            raise PushError(f"time: expected Unix seconds, got {t!r}")
+        time_ms = int(round(t * 1000))
+    step = body.get("step")
+    if step is not None and (isinstance(step, bool) or not isinstance(step, (int, float))):
+        raise PushError(f"step: expected a number, got {step!r}")
+    return RunUpdate(
+        name=run,
+        action=action,
+        time_ms=time_ms,
+        status=status,
+        total_steps=total,
+        config=config,
+        host=host,
+        gpus=gpus,
+        last_step=float(step) if step is not None else None,
+    )
+
+
+def step_rate(series: list[SeriesData]) -> float | None:
+    """Return steps per second over the given `training_step` samples (None when unknown)."""
+    best: float | None = None
+    for s in series:
+        keep = [i for i, v in enumerate(s.values) if not is_stale(float(v)) and math.isfinite(float(v))]
+        if len(keep) < 2:
+            continue
+        i, j = keep[0], keep[-1]
+        dt = (int(s.timestamps_ms[j]) - int(s.timestamps_ms[i])) / 1000.0
+        if dt <= 0:
+            continue
+        rate = (float(s.values[j]) - float(s.values[i])) / dt
+        best = rate if best is None else max(best, rate)
+    return best
+
+
+def describe(record: RunRecord, rate: float | None, now_ms: int) -> dict[str, Any]:
+    """Return one run as `GET /api/v1/runs` shows it: times in Unix seconds, progress 0-1, ETA seconds."""
+    progress = None
+    if record.total_steps and record.last_step is not None:
+        progress = max(0.0, min(1.0, record.last_step / record.total_steps))
+    eta = None
+    if (
+        record.status == "running"
+        and rate is not None
+        and rate > 0
+        and record.total_steps is not None
+        and record.last_step is not None
+    ):
+        eta = max(0.0, (record.total_steps - record.last_step) / rate)
+    is_stalled = (
+        record.status == "running"
+        and record.last_seen_ms is not None
+        and now_ms - record.last_seen_ms > STALLED_AFTER_MS
+    )
+    return {
+        "run": record.name,
+        "status": record.status,
+        "is_stalled": is_stalled,
+        "start": _seconds(record.start_ms),
+        "end": _seconds(record.end_ms),
+        "last_seen": _seconds(record.last_seen_ms),
+        "total_steps": record.total_steps,
+        "last_step": record.last_step,
+        "progress": progress,
+        "steps_per_second": rate,
+        "eta_seconds": eta,
+        "host": record.host,
+        "gpus": record.gpus,
+        "config": record.config,
+    }
+
+
+def _seconds(ms: int | None) -> float | None:
+    return None if ms is None else ms / 1000.0
+
+
+def list_runs(store: RunSource, now_ms: int) -> list[dict[str, Any]]:
+    """Return every run with progress and ETA from its step rate over the last 10 minutes."""
+    out = []
+    for record in store.runs():
+        rate = None
+        if record.status == "running":
+            found = store.select(
+                [Matcher("__name__", "=", "training_step"), Matcher("run", "=", record.name)],
+                now_ms - RATE_WINDOW_MS,
+                now_ms,
+            )
+            rate = step_rate(found)
+        out.append(describe(record, rate, now_ms))
+    return out
