@@ -117,7 +117,9 @@ def parse_grouping_key(path: str) -> Labels:
             name = name[: -len("@base64")]
             try:
                 padded = value.rstrip("=") + "=" * (-len(value.rstrip("=")) % 4)
-                value = base64.b64decode(padded.encode("ascii"), altchars=b"-_", validate=True).decode("utf-8")
+                value = base64.b64decode(padded.encode("ascii"), altchars=b"-_", validate=True).decode(
+                    "utf-8"
+                )
             except (binascii.Error, ValueError, UnicodeError):
                 raise PushError(f"grouping key: value of {name!r} is not valid base64") from None
         _check_label(name, value, "grouping key")

@@ -55,7 +55,9 @@ def handler_for(client: FlaskClient) -> Callable[..., Callable[[], None]]:
             path = urlsplit(url).path
             resp = client.open(path, method=method, data=data, headers=dict(headers))
             if resp.status_code >= 400:
-                raise OSError(f"error talking to pushgateway: {resp.status_code} {resp.get_data(as_text=True)}")
+                raise OSError(
+                    f"error talking to pushgateway: {resp.status_code} {resp.get_data(as_text=True)}"
+                )
 
         return send
 
@@ -74,7 +76,9 @@ def values(runtime: Runtime, name: str, **labels: str) -> list[float]:
     return [float(v) for v in found[0].values]
 
 
-def test_push_to_gateway_stores_with_grouping_key(runtime: Runtime, client: FlaskClient, clock: FakeClock) -> None:
+def test_push_to_gateway_stores_with_grouping_key(
+    runtime: Runtime, client: FlaskClient, clock: FakeClock
+) -> None:
     reg = CollectorRegistry()
     g = Gauge("training_loss", "loss", ["phase"], registry=reg)
     g.labels("train").set(2.5)
@@ -82,7 +86,9 @@ def test_push_to_gateway_stores_with_grouping_key(runtime: Runtime, client: Flas
     c.inc(7)
     h = Histogram("step_seconds", "step time", buckets=(0.1, 1.0), registry=reg)
     h.observe(0.5)
-    push_to_gateway("gw:9842", job="sft", registry=reg, grouping_key={"instance": "node-3"}, handler=handler_for(client))
+    push_to_gateway(
+        "gw:9842", job="sft", registry=reg, grouping_key={"instance": "node-3"}, handler=handler_for(client)
+    )
     assert values(runtime, "training_loss", job="sft", instance="node-3", phase="train") == [2.5]
     assert values(runtime, "batches_total", job="sft") == [7.0]
     assert values(runtime, "step_seconds_bucket", job="sft", le="1.0") == [1.0]
@@ -116,7 +122,9 @@ def test_put_replaces_group_post_replaces_families_delete_marks_stale(
     delete_from_gateway("gw", job="j", handler=handler)  # deleting an absent group is fine
 
 
-def test_groups_are_written_again_every_interval(runtime: Runtime, client: FlaskClient, clock: FakeClock) -> None:
+def test_groups_are_written_again_every_interval(
+    runtime: Runtime, client: FlaskClient, clock: FakeClock
+) -> None:
     reg = CollectorRegistry()
     Gauge("up_to_date", "x", registry=reg).set(3)
     push_to_gateway("gw", job="nightly", registry=reg, handler=handler_for(client))
@@ -167,7 +175,12 @@ def test_bad_grouping_keys(path: str, problem: str) -> None:
         (b"x 1\nx 2\n", {}, 400, "appears twice"),
         (b"x 1\n", {"Content-Encoding": "gzip"}, 400, "cannot decompress"),
         (b"x 1\n", {"Content-Encoding": "snappy"}, 400, "Content-Encoding"),
-        (b"\x00\x01", {"Content-Type": "application/vnd.google.protobuf; encoding=delimited"}, 415, "protobuf"),
+        (
+            b"\x00\x01",
+            {"Content-Type": "application/vnd.google.protobuf; encoding=delimited"},
+            415,
+            "protobuf",
+        ),
         (b"x 1\n" * (3 * 1024 * 1024), {}, 413, "larger than 8 MiB"),
     ],
 )
@@ -208,7 +221,12 @@ def test_json_push_one_and_many(client: FlaskClient, runtime: Runtime, clock: Fa
     assert values(runtime, "training_step", run="llama") == [120]
     t0 = clock.now() + 1
     many = [
-        {"run": "llama", "step": 121 + i, "time": t0 + i, "metrics": {"loss": 2.0 - i / 10, "grad_norm": "NaN"}}
+        {
+            "run": "llama",
+            "step": 121 + i,
+            "time": t0 + i,
+            "metrics": {"loss": 2.0 - i / 10, "grad_norm": "NaN"},
+        }
         for i in range(3)
     ]
     many.append({"run": "other", "metrics": {"tokens_per_second": "+Inf"}, "labels": {"team": "nlp"}})
