@@ -10,6 +10,7 @@ from typing import Any
 
 from gpuwatch import __version__
 from gpuwatch.clock import Clock, SystemClock
+from gpuwatch.collect.host import HOST_METRICS, HostCollector
 from gpuwatch.collect.nvml import GPU_METRICS, GpuCollector, load_nvml
 from gpuwatch.config import Settings
 from gpuwatch.errors import ConfigError, NvmlUnavailable
@@ -54,6 +55,7 @@ class Runtime:
     gpu_problem: str | None
     jobs: JobRegistry
     metadata: dict[str, MetricInfo] = field(default_factory=dict)
+    host: HostCollector | None = None
     pushes: PushGroups = field(default_factory=PushGroups)
     _latest: dict[str, Batch] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
@@ -72,6 +74,15 @@ class Runtime:
         batch = Batch(now_ms, samples)
         with self._lock:
             self._latest["gpu"] = batch
+        self.store.append(batch)
+
+    def sample_host(self) -> None:
+        """Read the host's CPU, memory, network, disk and InfiniBand figures (the 'host' job)."""
+        if self.host is None:
+            return
+        batch = self.host.collect(self.clock.now_ms())
+        with self._lock:
+            self._latest["host"] = batch
         self.store.append(batch)
 
     def _self_samples(self) -> list[Sample]:
@@ -120,7 +131,10 @@ class Runtime:
         """Return the latest figures in Prometheus text format (for GET /metrics)."""
         with self._lock:
             batch = self._latest.get("gpu")
+            host = self._latest.get("host")
         samples = list(batch.samples) if batch is not None else self._self_samples()
+        if host is not None:
+            samples.extend(host.samples)
         return format_text(samples, self.metadata)
 
     def metric_metadata(self) -> dict[str, list[dict[str, str]]]:
@@ -168,6 +182,8 @@ class Runtime:
         scheduler.start()
         self._scheduler = scheduler
         self.jobs.run("sample")
+        if "host" in self.jobs.names():
+            self.jobs.run("host")  # /metrics has host figures from the start, not after host_interval
         if self.gpu is not None:
             t = threading.Thread(target=self._watch_events, name="gpuwatch-xid", daemon=True)
             t.start()
@@ -229,7 +245,7 @@ def build_runtime(settings: Settings, hostname: str, clock: Clock | None = None,
             gpu, problem = None, str(e)
             log.warning("%s", problem)
         jobs = JobRegistry(clock)
-        metadata = {m.name: m for m in (*GPU_METRICS, *SELF_METRICS, *PUSH_METRICS)}
+        metadata = {m.name: m for m in (*GPU_METRICS, *HOST_METRICS, *SELF_METRICS, *PUSH_METRICS)}
         runtime = Runtime(
             settings=settings,
             clock=clock,
@@ -239,9 +255,11 @@ def build_runtime(settings: Settings, hostname: str, clock: Clock | None = None,
             gpu_problem=problem,
             jobs=jobs,
             metadata=metadata,
+            host=HostCollector(instance=hostname, data_dir=settings.data_dir),
         )
         jobs.add("sample", runtime.sample, settings.sample_interval)
         jobs.add("push", runtime.repush, REEMIT_INTERVAL_S)
+        jobs.add("host", runtime.sample_host, settings.host_interval)
         jobs.add("retention", runtime.retention, 3600.0)
         return runtime
     except BaseException:

@@ -143,6 +143,12 @@ OPTIONS: tuple[Option, ...] = (
     Option("hostname", _parse_str, "", "Value of the Hostname label (default: this machine's host name)."),
     Option("sample_interval", _parse_positive_duration(0.1, 3600), 1.0, "How often every GPU is sampled."),
     Option(
+        "host_interval",
+        _parse_positive_duration(1, 3600),
+        5.0,
+        "How often host figures (CPU, memory, network, disk, InfiniBand; node_exporter's names) are read.",
+    ),
+    Option(
         "flush_interval",
         _parse_positive_duration(0.1, 60),
         2.0,
@@ -174,6 +180,7 @@ class Settings:
     demo_model: str
     hostname: str
     sample_interval: float
+    host_interval: float
     flush_interval: float
     retention: float
     query_timeout: float
