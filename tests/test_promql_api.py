@@ -163,3 +163,24 @@ def test_web_module_does_not_import_duckdb() -> None:
     names = {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
     names |= {n.module or "" for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
     assert not any(n.startswith(("duckdb", "gpuwatch.collect", "gpuwatch.store")) for n in names)
+
+
+@pytest.mark.parametrize("sort_keys", [False, True])
+def test_range_query_body_is_byte_for_byte_what_jsonify_sends(client: FlaskClient, sort_keys: bool) -> None:
+    from gpuwatch.query import Engine, to_prometheus_json
+
+    app = client.application
+    app.json.sort_keys = sort_keys  # type: ignore[attr-defined]  # gpuwatch's app sets False
+    runtime = app.extensions["gpuwatch"]
+    start, end = T0 + 600_000, T0 + 1_800_000
+    for expr in ("rate(requests_total[1m]) / 7", "DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_DEV_GPU_UTIL > 50"):
+        r = client.get(
+            "/api/v1/query_range",
+            query_string={"query": expr, "start": start / 1000, "end": end / 1000, "step": "15s"},
+        )
+        assert r.status_code == 200
+        want = Engine(runtime.store, lookback_ms=300_000).range(expr, start, end, 15_000)
+        with app.app_context():
+            expected = app.json.response({"status": "success", "data": to_prometheus_json(want)})
+        assert r.mimetype == expected.mimetype
+        assert r.get_data() == expected.get_data()

@@ -1,0 +1,110 @@
+"""Prometheus JSON of query results: the fast array formatters equal the one-value-at-a-time ones."""
+
+from __future__ import annotations
+
+import json
+import math
+import struct
+
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from gpuwatch.model import STALE_NAN
+from gpuwatch.query.values import (
+    Matrix,
+    Sample,
+    Scalar,
+    Series,
+    Vector,
+    format_time,
+    format_times,
+    format_value,
+    format_values,
+    to_prometheus_json,
+    to_prometheus_json_text,
+)
+
+special = st.sampled_from(
+    [
+        0.0,
+        -0.0,
+        math.nan,
+        STALE_NAN,
+        math.inf,
+        -math.inf,
+        1e-3,
+        1e-4,
+        9.999e-4,
+        1e15,
+        1e16,
+        1e15 - 1,
+        2.0**53,
+        5e-324,
+        1.7976931348623157e308,
+        0.1,
+        1 / 3,
+        100.0,
+        -100.0,
+        123456789.125,
+    ]
+)
+floats = st.one_of(
+    st.floats(allow_nan=True, allow_infinity=True, width=64),
+    special,
+    st.integers(-(2**60), 2**60).map(float),
+    st.decimals(-1e6, 1e6, places=3, allow_nan=False, allow_infinity=False).map(float),
+    st.integers(0, 2**64 - 1).map(lambda b: struct.unpack("<d", struct.pack("<Q", b))[0]),
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(floats, max_size=60))
+def test_format_values_equals_format_value(values: list[float]) -> None:
+    assert format_values(np.array(values, dtype=np.float64)) == [format_value(v) for v in values]
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(floats, min_size=1, max_size=5).map(lambda v: v * 20))
+def test_format_values_all_integral_or_plain_runs(values: list[float]) -> None:
+    arr = np.array(values, dtype=np.float64)
+    assert format_values(arr) == [format_value(v) for v in values]
+    whole = np.round(np.abs(arr[np.isfinite(arr)]) % 1e14) + 1
+    assert format_values(whole) == [format_value(v) for v in whole.tolist()]
+
+
+@given(st.lists(st.integers(-(2**52), 2**52), max_size=30), st.booleans())
+def test_format_times_equals_format_time(times: list[int], whole: bool) -> None:
+    t = np.array(times, dtype=np.int64) * (1000 if whole else 1)
+    assert format_times(t) == [json.dumps(format_time(x)) for x in t.tolist()]
+
+
+label_values = st.text(max_size=6)  # any unicode, quotes and backslashes included
+
+
+@st.composite
+def matrices(draw: st.DrawFn) -> Matrix:
+    series = []
+    grid = np.arange(draw(st.integers(0, 8)), dtype=np.int64) * draw(
+        st.sampled_from([1, 15_000, 60_000, 1500])
+    )
+    for _ in range(draw(st.integers(0, 4))):
+        labels = draw(
+            st.dictionaries(st.sampled_from(["__name__", "gpu", "job", "é"]), label_values, max_size=3)
+        )
+        keep = draw(st.lists(st.booleans(), min_size=grid.size, max_size=grid.size))
+        t = grid[np.array(keep, dtype=bool)] if grid.size else grid
+        v = np.array(draw(st.lists(floats, min_size=t.size, max_size=t.size)), dtype=np.float64)
+        series.append(Series(labels, t, v))
+    return Matrix(series)
+
+
+@settings(max_examples=150, deadline=None)
+@given(matrices())
+def test_matrix_json_text_equals_json_dumps(m: Matrix) -> None:
+    assert to_prometheus_json_text(m) == json.dumps(to_prometheus_json(m), separators=(",", ":"))
+
+
+def test_other_results_json_text() -> None:
+    for r in (Scalar(1500, 2.0), Vector([Sample({"a": "b"}, 1000, -0.0)])):
+        assert to_prometheus_json_text(r) == json.dumps(to_prometheus_json(r), separators=(",", ":"))
