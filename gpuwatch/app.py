@@ -12,12 +12,14 @@ from gpuwatch import __version__
 from gpuwatch.clock import Clock, SystemClock
 from gpuwatch.collect.host import HOST_METRICS, HostCollector
 from gpuwatch.collect.nvml import GPU_METRICS, GpuCollector, load_nvml
+from gpuwatch.collect.scrapepool import ScrapePool
 from gpuwatch.config import Settings
 from gpuwatch.errors import ConfigError, NvmlUnavailable
 from gpuwatch.exposition import format_text
 from gpuwatch.jobs import JobRegistry
 from gpuwatch.model import Batch, MetricInfo, Sample, make_labels
 from gpuwatch.push import PUSH_METRICS, REEMIT_INTERVAL_S, PushGroups
+from gpuwatch.scrapeconfig import url_config
 from gpuwatch.store import Store
 
 log = logging.getLogger("gpuwatch")
@@ -57,6 +59,7 @@ class Runtime:
     metadata: dict[str, MetricInfo] = field(default_factory=dict)
     host: HostCollector | None = None
     pushes: PushGroups = field(default_factory=PushGroups)
+    scrapes: ScrapePool | None = None
     _latest: dict[str, Batch] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _stop: threading.Event = field(default_factory=threading.Event)
@@ -137,6 +140,10 @@ class Runtime:
             samples.extend(host.samples)
         return format_text(samples, self.metadata)
 
+    def targets(self) -> list[dict[str, Any]]:
+        """Return the scrape targets as Prometheus's /api/v1/targets `activeTargets` entries."""
+        return self.scrapes.states() if self.scrapes is not None else []
+
     def metric_metadata(self) -> dict[str, list[dict[str, str]]]:
         """Return metadata as Prometheus's /api/v1/metadata shapes it."""
         return {
@@ -181,6 +188,8 @@ class Runtime:
             )
         scheduler.start()
         self._scheduler = scheduler
+        if self.scrapes is not None:
+            self.scrapes.start()
         self.jobs.run("sample")
         if "host" in self.jobs.names():
             self.jobs.run("host")  # /metrics has host figures from the start, not after host_interval
@@ -192,6 +201,8 @@ class Runtime:
     def close(self) -> None:
         """Stop jobs, flush and checkpoint the store, release NVML. Safe to call twice."""
         self._stop.set()
+        if self.scrapes is not None:
+            self.scrapes.stop()
         if self._scheduler is not None:
             self._scheduler.shutdown(wait=True)
             self._scheduler = None
@@ -261,6 +272,15 @@ def build_runtime(settings: Settings, hostname: str, clock: Clock | None = None,
         jobs.add("push", runtime.repush, REEMIT_INTERVAL_S)
         jobs.add("host", runtime.sample_host, settings.host_interval)
         jobs.add("retention", runtime.retention, 3600.0)
+        configs = (*settings.scrape_configs, *(url_config(u) for u in settings.scrape))
+        if configs:
+            runtime.scrapes = ScrapePool(
+                configs,
+                default_interval_s=settings.scrape_interval,
+                sink=store.append,
+                clock=clock,
+                base_dir=settings.config_file.parent if settings.config_file is not None else None,
+            )
         return runtime
     except BaseException:
         store.close()

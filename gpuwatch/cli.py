@@ -43,6 +43,12 @@ def _parser() -> argparse.ArgumentParser:
         p.add_argument("--host", help="address to listen on (default 0.0.0.0)")
         p.add_argument("--port", help="TCP port (default 9842)")
         p.add_argument("--data-dir", dest="data_dir", help="directory of the DuckDB store")
+        p.add_argument(
+            "--scrape",
+            action="append",
+            metavar="URL",
+            help="also scrape this Prometheus /metrics URL (repeatable; job 'scrape')",
+        )
 
     p = sub.add_parser("smi", help="print the GPUs' current figures once, like nvidia-smi")
     _add_common(p)
@@ -58,7 +64,7 @@ def _parser() -> argparse.ArgumentParser:
 
 def _settings(args: argparse.Namespace, env: dict[str, str]) -> Settings:
     overrides: dict[str, object] = {"demo": True if args.command == "demo" else args.demo}
-    for key in ("host", "port", "data_dir"):
+    for key in ("host", "port", "data_dir", "scrape"):
         overrides[key] = getattr(args, key, None)
     return load(args.config, env, overrides)
 

@@ -12,6 +12,7 @@ from typing import Any
 import yaml
 
 from gpuwatch.errors import ConfigError
+from gpuwatch.scrapeconfig import ScrapeConfig, parse_scrape_configs, parse_scrape_urls
 
 _DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d|w|y)")
 _UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, "w": 604800.0, "y": 31536000.0}
@@ -163,6 +164,25 @@ OPTIONS: tuple[Option, ...] = (
         "lookback", _parse_positive_duration(1, 86400), 300.0, "PromQL lookback delta for instant vectors."
     ),
     Option("log_level", _parse_level, "info", "Log level: debug, info, warning or error."),
+    Option(
+        "scrape_interval",
+        _parse_positive_duration(1, 86400),
+        15.0,
+        "How often scrape targets are scraped unless their job sets `scrape_interval` (Prometheus: 1m).",
+    ),
+    Option(
+        "scrape_configs",
+        parse_scrape_configs,
+        (),
+        "Prometheus `scrape_configs` jobs, pasted from prometheus.yml; see docs/scrape.md.",
+    ),
+    Option(
+        "scrape",
+        parse_scrape_urls,
+        (),
+        "URLs to scrape as job `scrape` (repeat the flag; comma-separated in the environment).",
+        "--scrape",
+    ),
 )
 
 _BY_KEY = {o.key: o for o in OPTIONS}
@@ -187,6 +207,9 @@ class Settings:
     query_max_samples: int
     lookback: float
     log_level: str
+    scrape_interval: float = 15.0
+    scrape_configs: tuple[ScrapeConfig, ...] = ()
+    scrape: tuple[str, ...] = ()
     config_file: Path | None = None
 
     @property
@@ -202,6 +225,8 @@ class Settings:
         out = {}
         for f in dataclasses.fields(self):
             v = getattr(self, f.name)
+            if f.name == "scrape_configs":
+                v = [c.public() for c in v]  # without passwords and tokens
             out[f.name] = str(v) if isinstance(v, Path) else v
         return out
 
@@ -274,6 +299,8 @@ def settings_table() -> str:
     for o in OPTIONS:
         if o.default is None or o.default == "":
             default = "(see meaning)"
+        elif o.default == ():
+            default = "(none)"
         elif isinstance(o.default, float) and o.parse.__qualname__.startswith("_parse_positive_duration"):
             default = format_duration(o.default)
         elif isinstance(o.default, bool):

@@ -1,0 +1,363 @@
+"""Scrape one Prometheus-format target: fetch over HTTP, parse, label, relabel, track staleness.
+
+`Target.scrape()` returns the batches to store: the scraped samples with the target's `job` and
+`instance` (and static) labels, Prometheus's report series (`up`, `scrape_duration_seconds`,
+`scrape_samples_scraped`, `scrape_samples_post_metric_relabeling`, `scrape_series_added`) plus
+`gpuwatch_scrape_invalid_lines`, and a staleness marker for every series the previous scrape had and
+this one has not (all of them when the target is down), so queries stop seeing it at once.
+Fetching is separate (`fetch(spec, timeout_s) -> FetchResult`), so tests can hand in bytes.
+"""
+
+from __future__ import annotations
+
+import base64
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, NamedTuple
+from urllib.parse import urlencode
+
+import requests
+import urllib3
+
+from gpuwatch import __version__
+from gpuwatch.clock import Clock
+from gpuwatch.collect.relabel import relabel
+from gpuwatch.config import format_duration
+from gpuwatch.errors import ScrapeError
+from gpuwatch.model import STALE_NAN, Batch, Labels, Sample, make_labels
+from gpuwatch.scrapeconfig import Auth, Relabel, ScrapeConfig, StaticGroup, Tls
+from gpuwatch.textformat import Parser, is_openmetrics_content_type
+
+# Text 0.0.4 only. prometheus_client 0.23-0.26 mangles `vllm:` names when it answers in OpenMetrics, and
+# its choose_encoder() ignores q-values: any mention of application/openmetrics-text gets OpenMetrics.
+# An OpenMetrics answer (from a server that sends it anyway) is still parsed as OpenMetrics.
+ACCEPT = "text/plain;version=0.0.4;q=1,*/*;q=0.1"
+MAX_BODY_BYTES = 32 * 1024 * 1024
+REPORT_NAMES = (
+    "up",
+    "scrape_duration_seconds",
+    "scrape_samples_scraped",
+    "scrape_samples_post_metric_relabeling",
+    "scrape_series_added",
+    "gpuwatch_scrape_invalid_lines",
+)
+_MAX_CACHE = 500_000
+_NEVER = "0001-01-01T00:00:00Z"
+_MISSING: Any = object()
+
+SeriesKey = tuple[str, Labels]
+
+
+@dataclass(frozen=True)
+class TargetSpec:
+    """One concrete target: where to fetch, how, and which labels its samples get."""
+
+    job: str
+    address: str
+    scheme: str
+    metrics_path: str
+    params: tuple[tuple[str, str], ...]
+    labels: Labels  # the target labels: job, instance and static/file_sd labels
+    interval_s: float
+    timeout_s: float
+    honor_labels: bool = False
+    honor_timestamps: bool = True
+    sample_limit: int = 0
+    relabel: tuple[Relabel, ...] = ()
+    auth: Auth | None = None
+    tls: Tls = Tls()
+
+    @property
+    def url(self) -> str:
+        query = f"?{urlencode(self.params)}" if self.params else ""
+        return f"{self.scheme}://{self.address}{self.metrics_path}{query}"
+
+
+def target_specs(
+    config: ScrapeConfig, groups: tuple[StaticGroup, ...], default_interval_s: float
+) -> list[TargetSpec]:
+    """Expand a job's target groups into specs (group labels may override `job` and `instance`)."""
+    out = []
+    for group in groups:
+        for address in group.targets:
+            labels = dict(group.labels)
+            labels.setdefault("job", config.job_name)
+            labels.setdefault("instance", address)
+            out.append(
+                TargetSpec(
+                    job=config.job_name,
+                    address=address,
+                    scheme=config.scheme,
+                    metrics_path=config.metrics_path,
+                    params=config.params,
+                    labels=make_labels({k: v for k, v in labels.items() if not k.startswith("__")}),
+                    interval_s=config.interval_s(default_interval_s),
+                    timeout_s=config.timeout_s(default_interval_s),
+                    honor_labels=config.honor_labels,
+                    honor_timestamps=config.honor_timestamps,
+                    sample_limit=config.sample_limit,
+                    relabel=config.metric_relabel_configs,
+                    auth=config.auth,
+                    tls=config.tls,
+                )
+            )
+    return out
+
+
+class FetchResult(NamedTuple):
+    """A successful fetch: the (decompressed) body and its Content-Type."""
+
+    body: bytes
+    content_type: str | None
+
+
+Fetch = Callable[[TargetSpec, float], FetchResult]
+
+
+def _secret(auth: Auth) -> str:
+    if not auth.secret_file:
+        return auth.secret
+    try:
+        return Path(auth.secret_file).read_text(encoding="utf-8").strip()
+    except OSError as e:
+        raise ScrapeError(f"cannot read {auth.secret_file}: {e.strerror or e}") from None
+
+
+class HttpFetcher:
+    """Fetch with `requests`: no redirects, no proxies from the environment, a body cap, a deadline."""
+
+    def __init__(self, clock: Clock, max_body_bytes: int = MAX_BODY_BYTES) -> None:
+        self._clock = clock
+        self.max_body_bytes = max_body_bytes
+        self._local = threading.local()  # requests.Session is not thread-safe: one per pool thread
+
+    def _session(self) -> requests.Session:
+        session = getattr(self._local, "session", None)
+        if session is None:
+            session = self._local.session = requests.Session()
+            session.trust_env = False  # no proxy or .netrc surprises for a local scrape
+        return session
+
+    def __call__(self, spec: TargetSpec, timeout_s: float) -> FetchResult:
+        headers = {
+            "Accept": ACCEPT,
+            "Accept-Encoding": "gzip",
+            "User-Agent": f"gpuwatch/{__version__}",
+            "X-Prometheus-Scrape-Timeout-Seconds": f"{timeout_s:g}",
+        }
+        if spec.auth is not None:
+            secret = _secret(spec.auth)
+            if spec.auth.kind == "basic":
+                token = base64.b64encode(f"{spec.auth.username}:{secret}".encode()).decode()
+                headers["Authorization"] = f"Basic {token}"
+            else:
+                headers["Authorization"] = f"{spec.auth.kind} {secret}"
+        verify: bool | str = not spec.tls.insecure_skip_verify
+        if spec.tls.ca_file and verify:
+            verify = spec.tls.ca_file
+        cert = (spec.tls.cert_file, spec.tls.key_file) if spec.tls.cert_file else None
+        deadline = self._clock.monotonic() + timeout_s
+        try:
+            response = self._session().get(
+                spec.url,
+                headers=headers,
+                timeout=timeout_s,
+                stream=True,
+                allow_redirects=False,
+                verify=verify,
+                cert=cert,
+            )
+        except requests.Timeout:
+            raise ScrapeError(f"timed out after {timeout_s:g}s (scrape_timeout)") from None
+        except requests.RequestException as e:
+            raise ScrapeError(_short(e)) from None
+        with response:
+            if response.status_code != 200:
+                hint = " (redirects are not followed)" if 300 <= response.status_code < 400 else ""
+                raise ScrapeError(
+                    f"server returned HTTP status {response.status_code} {response.reason}{hint}"
+                )
+            chunks, size = [], 0
+            try:
+                for chunk in response.raw.stream(65536, decode_content=True):
+                    size += len(chunk)
+                    if size > self.max_body_bytes:
+                        raise ScrapeError(f"body larger than {self.max_body_bytes} bytes; scrape abandoned")
+                    if self._clock.monotonic() > deadline:
+                        raise ScrapeError(f"timed out after {timeout_s:g}s (scrape_timeout) reading the body")
+                    chunks.append(chunk)
+            except (urllib3.exceptions.HTTPError, requests.RequestException, OSError) as e:
+                if "timed out" in str(e).lower():
+                    raise ScrapeError(
+                        f"timed out after {timeout_s:g}s (scrape_timeout) reading the body"
+                    ) from None
+                raise ScrapeError(f"reading the body failed: {_short(e)}") from None
+            return FetchResult(b"".join(chunks), response.headers.get("Content-Type"))
+
+
+def _short(e: BaseException) -> str:
+    """One line for a requests/urllib3 error (they nest whole reprs of their causes)."""
+    text = str(e)
+    for marker in ("Connection refused", "Name or service not known", "Temporary failure in name resolution"):
+        if marker in text:
+            return marker.lower()
+    return text if len(text) <= 200 else text[:200] + "..."
+
+
+def _iso(ms: int | None) -> str:
+    if ms is None:
+        return _NEVER
+    return datetime.fromtimestamp(ms / 1000, tz=timezone.utc).isoformat().replace("+00:00", "Z")
+
+
+class Target:
+    """One target's scraper and its state: the label caches, the series seen last time, its health."""
+
+    def __init__(self, spec: TargetSpec, fetch: Fetch, clock: Clock) -> None:
+        self.spec = spec
+        self._fetch = fetch
+        self._clock = clock
+        self._parser = Parser()
+        self._final: dict[SeriesKey, SeriesKey | None] = {}
+        self._last: set[SeriesKey] = set()
+        self.health = "unknown"
+        self.last_error = ""
+        self.last_scrape_ms: int | None = None
+        self.last_duration_s = 0.0
+        self.last_invalid_lines = 0
+        self.first_invalid_line = ""
+        self.invalid_lines_total = 0
+        self.scrapes = 0
+        self.lock = threading.Lock()  # held while a scrape runs: never two at once for one target
+
+    def _labels(self, name: str, labels: Labels) -> SeriesKey | None:
+        """Attach the target labels (honor_labels decides conflicts), then metric_relabel_configs."""
+        spec = self.spec
+        d = dict(labels)
+        for k, v in spec.labels:
+            if spec.honor_labels:
+                if not d.get(k):
+                    d[k] = v
+            else:
+                old = d.get(k)
+                if old:
+                    exported = "exported_" + k
+                    while exported in d:
+                        exported = "exported_" + exported
+                    d[exported] = old
+                d[k] = v
+        if spec.relabel:
+            d["__name__"] = name
+            result = relabel(d, spec.relabel)
+            if result is None:
+                return None
+            name = result.pop("__name__", "")
+            if not name:
+                return None
+        return name, make_labels(d)
+
+    def scrape(self) -> list[Batch]:
+        """Scrape once; return the batches to store (the first one is stamped with the scrape time)."""
+        clock, spec = self._clock, self.spec
+        now_ms = clock.now_ms()
+        start = clock.monotonic()
+        samples: list[Sample] = []
+        stamped: dict[int, list[Sample]] = {}
+        current: set[SeriesKey] = set()
+        error, scraped, invalid, first_invalid = "", 0, 0, ""
+        try:
+            result = self._fetch(spec, spec.timeout_s)
+            parsed = self._parser.parse(
+                result.body, openmetrics=is_openmetrics_content_type(result.content_type)
+            )
+            invalid = len(parsed.errors)
+            first_invalid = str(parsed.errors[0]) if parsed.errors else ""
+            scraped = len(parsed.samples)
+            final = self._final
+            if len(final) > _MAX_CACHE:
+                final.clear()
+            honor_ts = spec.honor_timestamps
+            for name, labels, ts, value in parsed.samples:
+                key = (name, labels)
+                out = final.get(key, _MISSING)
+                if out is _MISSING:
+                    out = final[key] = self._labels(name, labels)
+                if out is None:
+                    continue
+                if ts is None or not honor_ts:
+                    samples.append(Sample(out[0], out[1], value))
+                    current.add(out)
+                else:
+                    stamped.setdefault(ts, []).append(Sample(out[0], out[1], value))
+            post = len(samples) + sum(len(s) for s in stamped.values())
+            if spec.sample_limit and post > spec.sample_limit:
+                raise ScrapeError(
+                    f"sample_limit exceeded: {post} samples after relabelling, limit {spec.sample_limit}"
+                )
+        except ScrapeError as e:
+            error = str(e)
+            samples, stamped, current = [], {}, set()
+        post = len(samples) + sum(len(s) for s in stamped.values())
+        duration = clock.monotonic() - start
+        added = len(current - self._last)
+        samples.extend(Sample(n, labels, STALE_NAN) for n, labels in self._last - current)
+        self._last = current
+        target = spec.labels
+        samples.extend(
+            (
+                Sample("up", target, 0.0 if error else 1.0),
+                Sample("scrape_duration_seconds", target, duration),
+                Sample("scrape_samples_scraped", target, float(scraped)),
+                Sample("scrape_samples_post_metric_relabeling", target, float(post)),
+                Sample("scrape_series_added", target, float(added)),
+                Sample("gpuwatch_scrape_invalid_lines", target, float(invalid)),
+            )
+        )
+        self.scrapes += 1
+        self.health = "down" if error else "up"
+        self.last_error = error
+        self.last_scrape_ms = now_ms
+        self.last_duration_s = duration
+        self.last_invalid_lines = invalid
+        self.first_invalid_line = first_invalid
+        self.invalid_lines_total += invalid
+        return [Batch(now_ms, samples), *(Batch(ts, s) for ts, s in sorted(stamped.items()))]
+
+    def stale_batch(self, now_ms: int) -> Batch:
+        """Staleness markers for every series of this target (it was removed from the configuration)."""
+        keys = [*self._last, *((n, self.spec.labels) for n in REPORT_NAMES)]
+        self._last = set()
+        return Batch(now_ms, [Sample(n, labels, STALE_NAN) for n, labels in keys])
+
+    def state(self) -> dict[str, Any]:
+        """Return this target as Prometheus's /api/v1/targets shows an active target."""
+        spec = self.spec
+        discovered = {
+            "__address__": spec.address,
+            "__metrics_path__": spec.metrics_path,
+            "__scheme__": spec.scheme,
+            "__scrape_interval__": format_duration(spec.interval_s),
+            "__scrape_timeout__": format_duration(spec.timeout_s),
+            "job": spec.job,
+        }
+        for k, v in spec.labels:
+            if k not in ("job", "instance"):
+                discovered[k] = v
+        return {
+            "discoveredLabels": discovered,
+            "labels": dict(spec.labels),
+            "scrapePool": spec.job,
+            "scrapeUrl": spec.url,
+            "globalUrl": spec.url,
+            "lastError": self.last_error,
+            "lastScrape": _iso(self.last_scrape_ms),
+            "lastScrapeDuration": self.last_duration_s,
+            "health": self.health,
+            "scrapeInterval": format_duration(spec.interval_s),
+            "scrapeTimeout": format_duration(spec.timeout_s),
+            "invalidLines": self.last_invalid_lines,
+            "firstInvalidLine": self.first_invalid_line,
+        }

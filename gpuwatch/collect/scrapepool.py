@@ -1,0 +1,216 @@
+"""Schedule every scrape target: one scheduler thread, scrapes on a bounded pool, file_sd re-read.
+
+Each target is scraped every `scrape_interval`, never twice at once; a slow or hanging target holds
+only its own worker (there are as many workers as targets, up to `MAX_WORKERS`), so it never delays
+the others. Idle workers block without waking up. Target files (`file_sd_configs`) are re-read
+when their modification time or size changes; removed targets get staleness markers.
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import logging
+import os
+import threading
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from gpuwatch.clock import Clock
+from gpuwatch.collect.scrape import Fetch, HttpFetcher, Target, TargetSpec, target_specs
+from gpuwatch.errors import ConfigError
+from gpuwatch.model import Batch
+from gpuwatch.scrapeconfig import ScrapeConfig, StaticGroup, targets_group
+
+log = logging.getLogger("gpuwatch.scrape")
+
+MAX_WORKERS = 64
+FILE_SD_CHECK_S = 5.0
+
+Sink = Callable[[Batch], None]
+
+
+def read_target_file(path: Path) -> tuple[StaticGroup, ...]:
+    """Read one file_sd file (JSON, or YAML for .yml/.yaml): a list of {targets, labels} groups."""
+    text = path.read_text(encoding="utf-8")
+    try:
+        data = yaml.safe_load(text) if path.suffix in (".yml", ".yaml") else json.loads(text)
+    except (yaml.YAMLError, ValueError) as e:
+        raise ConfigError(
+            f"config error: {path}: not valid {'YAML' if path.suffix != '.json' else 'JSON'}: {e}"
+        ) from None
+    if data is None:
+        return ()
+    if not isinstance(data, list):
+        raise ConfigError(f"config error: {path}: expected a list of target groups")
+    return tuple(targets_group(f"{path}[{i}]", g) for i, g in enumerate(data))
+
+
+class ScrapePool:
+    """Every configured target, its scrapes and its state; feeds each scrape's batches to `sink`."""
+
+    def __init__(
+        self,
+        configs: Sequence[ScrapeConfig],
+        *,
+        default_interval_s: float,
+        sink: Sink,
+        clock: Clock,
+        fetch: Fetch | None = None,
+        base_dir: Path | None = None,
+    ) -> None:
+        self.configs = tuple(configs)
+        self.default_interval_s = default_interval_s
+        self._sink = sink
+        self._clock = clock
+        self._fetch = fetch or HttpFetcher(clock)
+        self._base_dir = base_dir or Path.cwd()
+        self._files: dict[Path, tuple[tuple[int, int], tuple[StaticGroup, ...]]] = {}
+        self.file_errors: dict[str, str] = {}
+        self._targets: dict[TargetSpec, Target] = {}
+        self._due: dict[TargetSpec, float] = {}
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._executor: ThreadPoolExecutor | None = None
+        self.refresh()
+
+    # -- targets ---------------------------------------------------------------------------------
+    def _groups(self, config: ScrapeConfig) -> tuple[StaticGroup, ...]:
+        groups = list(config.static_configs)
+        for pattern in config.file_sd_files:
+            full = pattern if os.path.isabs(pattern) else str(self._base_dir / pattern)
+            for name in sorted(glob.glob(full)):
+                groups.extend(self._file_groups(Path(name)))
+        return tuple(groups)
+
+    def _file_groups(self, path: Path) -> tuple[StaticGroup, ...]:
+        try:
+            st = path.stat()
+        except OSError:
+            return ()
+        stamp = (st.st_mtime_ns, st.st_size)
+        known = self._files.get(path)
+        if known is not None and known[0] == stamp:
+            return known[1]
+        try:
+            groups = read_target_file(path)
+        except (ConfigError, OSError, UnicodeDecodeError) as e:
+            self.file_errors[str(path)] = str(e)
+            log.warning("scrape: %s; keeping its previous targets", e)
+            return known[1] if known is not None else ()
+        self.file_errors.pop(str(path), None)
+        self._files[path] = (stamp, groups)
+        return groups
+
+    def refresh(self) -> None:
+        """Re-read target files; start new targets, and mark removed ones' series stale."""
+        specs: list[TargetSpec] = []
+        for config in self.configs:
+            specs.extend(target_specs(config, self._groups(config), self.default_interval_s))
+        now = self._clock.monotonic()
+        removed: list[Target] = []
+        with self._lock:
+            wanted = dict.fromkeys(specs)
+            for spec in list(self._targets):
+                if spec not in wanted:
+                    removed.append(self._targets.pop(spec))
+                    self._due.pop(spec, None)
+            for spec in wanted:
+                if spec not in self._targets:
+                    self._targets[spec] = Target(spec, self._fetch, self._clock)
+                    self._due[spec] = now
+        for target in removed:
+            with target.lock:
+                if target.scrapes:
+                    self._sink(target.stale_batch(self._clock.now_ms()))
+
+    def targets(self) -> list[Target]:
+        with self._lock:
+            return list(self._targets.values())
+
+    def states(self) -> list[dict[str, Any]]:
+        """Return every target as Prometheus's /api/v1/targets `activeTargets` entries."""
+        return [t.state() for t in self.targets()]
+
+    # -- scraping --------------------------------------------------------------------------------
+    def scrape(self, target: Target) -> bool:
+        """Scrape `target` now and hand its batches to the sink; False if a scrape of it is running."""
+        if not target.lock.acquire(blocking=False):
+            return False
+        try:
+            with self._lock:
+                if self._targets.get(target.spec) is not target:
+                    return False  # removed meanwhile
+            for batch in target.scrape():
+                self._sink(batch)
+            return True
+        finally:
+            target.lock.release()
+
+    def scrape_all(self) -> None:
+        """Scrape every target once, one after another (tests and one-shot use)."""
+        for target in self.targets():
+            self.scrape(target)
+
+    def _run(self, target: Target) -> None:
+        try:
+            self.scrape(target)
+        except Exception:  # a worker must survive anything one target does
+            log.exception("scrape of %s failed unexpectedly", target.spec.url)
+
+    def _tick(self, executor: ThreadPoolExecutor) -> float:
+        """Submit every due target; return seconds until the next one is due."""
+        now = self._clock.monotonic()
+        with self._lock:
+            due = list(self._due.items())
+        next_at = now + FILE_SD_CHECK_S
+        for spec, at in due:
+            if at <= now:
+                target = self._targets.get(spec)
+                if target is not None and not target.lock.locked():
+                    executor.submit(self._run, target)
+                at = at + spec.interval_s
+                if at <= now:
+                    at = now + spec.interval_s  # missed rounds are skipped, not caught up
+                with self._lock:
+                    if spec in self._due:
+                        self._due[spec] = at
+            next_at = min(next_at, at)
+        return max(next_at - now, 0.005)
+
+    def _loop(self) -> None:
+        assert self._executor is not None
+        next_refresh = self._clock.monotonic() + FILE_SD_CHECK_S
+        while not self._stop.is_set():
+            if any(c.file_sd_files for c in self.configs) and self._clock.monotonic() >= next_refresh:
+                try:
+                    self.refresh()
+                except Exception:  # a bad target file must not end scraping
+                    log.exception("scrape: re-reading target files failed")
+                next_refresh = self._clock.monotonic() + FILE_SD_CHECK_S
+            wait = self._tick(self._executor)
+            self._stop.wait(wait)
+
+    def start(self) -> None:
+        """Start the scheduler thread (only `gpuwatch serve` calls this)."""
+        if self._thread is not None or not self.configs:
+            return
+        self._stop.clear()
+        self._executor = ThreadPoolExecutor(MAX_WORKERS, thread_name_prefix="gpuwatch-scrape")
+        self._thread = threading.Thread(target=self._loop, name="gpuwatch-scrape-scheduler", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Stop scheduling; wait briefly for running scrapes (a hanging one is abandoned). Safe twice."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+            self._thread = None
+        if self._executor is not None:
+            self._executor.shutdown(wait=False, cancel_futures=True)
+            self._executor = None

@@ -1,0 +1,310 @@
+"""Scrape logic over a fake fetch and a fake clock: labels, relabelling, limits, staleness, file_sd."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from gpuwatch.app import Runtime, build_runtime
+from gpuwatch.clock import FakeClock
+from gpuwatch.collect.fakenvml import FakeNvml
+from gpuwatch.collect.scrape import FetchResult, TargetSpec
+from gpuwatch.collect.scrapepool import ScrapePool
+from gpuwatch.config import load
+from gpuwatch.errors import ScrapeError
+from gpuwatch.model import Batch, Labels, is_stale
+from gpuwatch.scrapeconfig import parse_scrape_configs
+from gpuwatch.web import create_app
+
+
+class FakeFetch:
+    """Answers each address with the bytes (or the ScrapeError) set for it."""
+
+    def __init__(self) -> None:
+        self.bodies: dict[str, bytes | ScrapeError] = {}
+        self.calls: list[str] = []
+
+    def __call__(self, spec: TargetSpec, timeout_s: float) -> FetchResult:
+        self.calls.append(spec.url)
+        body = self.bodies[spec.address]
+        if isinstance(body, ScrapeError):
+            raise body
+        return FetchResult(body, "text/plain; version=0.0.4")
+
+
+def pool_for(jobs: list[dict[str, object]], fetch: FakeFetch, clock: FakeClock, **kw: object):  # type: ignore[no-untyped-def]
+    batches: list[Batch] = []
+    pool = ScrapePool(
+        parse_scrape_configs(jobs),
+        default_interval_s=15.0,
+        sink=batches.append,
+        clock=clock,
+        fetch=fetch,
+        **kw,
+    )
+    return pool, batches
+
+
+def by_key(batches: list[Batch]) -> dict[tuple[str, Labels], float]:
+    return {(s.name, s.labels): s.value for b in batches for s in b.samples}
+
+
+def L(**kw: str) -> Labels:  # noqa: N802
+    return tuple(sorted(kw.items()))
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock(1_790_000_000)
+
+
+def test_labels_names_and_values_arrive_exactly(clock: FakeClock) -> None:
+    fetch = FakeFetch()
+    fetch.bodies["h:1"] = (
+        b"# TYPE tgi_request_count counter\ntgi_request_count 2396\n"
+        b'vllm:num_requests_running{engine="0",model_name="m"} 3\n'
+        b'other{job="scraped",instance="x"} 1.5e+06\n'
+    )
+    pool, batches = pool_for(
+        [{"job_name": "inf", "static_configs": [{"targets": ["h:1"], "labels": {"rack": "r1"}}]}],
+        fetch,
+        clock,
+    )
+    pool.scrape_all()
+    got = by_key(batches)
+    t = {"job": "inf", "instance": "h:1", "rack": "r1"}
+    assert got[("tgi_request_count", L(**t))] == 2396
+    assert got[("vllm:num_requests_running", L(engine="0", model_name="m", **t))] == 3
+    assert got[("other", L(exported_job="scraped", exported_instance="x", **t))] == 1.5e6
+    assert got[("up", L(**t))] == 1
+    assert got[("scrape_samples_scraped", L(**t))] == 3
+    assert got[("scrape_samples_post_metric_relabeling", L(**t))] == 3
+    assert got[("scrape_series_added", L(**t))] == 3
+    assert batches[0].timestamp_ms == clock.now_ms()
+    assert fetch.calls == ["http://h:1/metrics"]
+
+
+def test_honor_labels_keeps_the_scraped_ones(clock: FakeClock) -> None:
+    fetch = FakeFetch()
+    fetch.bodies["h:1"] = b'm{job="pushed",instance="node-7"} 1\nn 2\n'
+    pool, batches = pool_for(
+        [{"job_name": "fed", "honor_labels": True, "static_configs": [{"targets": ["h:1"]}]}], fetch, clock
+    )
+    pool.scrape_all()
+    got = by_key(batches)
+    assert got[("m", L(job="pushed", instance="node-7"))] == 1
+    assert got[("n", L(job="fed", instance="h:1"))] == 2
+
+
+def test_metric_relabel_keep_drop_replace_labeldrop(clock: FakeClock) -> None:
+    fetch = FakeFetch()
+    fetch.bodies["h:1"] = (
+        b'vllm:a{pod="p1",hash="x"} 1\nvllm:b{pod="p2",hash="y"} 2\npython_gc 3\nvllm:drop_me 4\n'
+    )
+    relabel = [
+        {"source_labels": ["__name__"], "regex": "vllm:.*", "action": "keep"},
+        {"source_labels": ["__name__"], "regex": "vllm:drop_.*", "action": "drop"},
+        {
+            "source_labels": ["pod", "__name__"],
+            "separator": "@",
+            "regex": "p(\\d)@vllm:(.*)",
+            "target_label": "slot",
+            "replacement": "${2}-$1",
+        },
+        {
+            "source_labels": ["__name__"],
+            "regex": "vllm:(.*)",
+            "target_label": "__name__",
+            "replacement": "inf_$1",
+        },
+        {"regex": "hash|pod", "action": "labeldrop"},
+    ]
+    pool, batches = pool_for(
+        [{"job_name": "j", "metric_relabel_configs": relabel, "static_configs": [{"targets": ["h:1"]}]}],
+        fetch,
+        clock,
+    )
+    pool.scrape_all()
+    got = by_key(batches)
+    t = {"job": "j", "instance": "h:1"}
+    assert got[("inf_a", L(slot="a-1", **t))] == 1
+    assert got[("inf_b", L(slot="b-2", **t))] == 2
+    assert {k[0] for k in got} == {
+        "inf_a",
+        "inf_b",
+        *[
+            n
+            for n in (
+                "up",
+                "scrape_duration_seconds",
+                "scrape_samples_scraped",
+                "scrape_samples_post_metric_relabeling",
+                "scrape_series_added",
+                "gpuwatch_scrape_invalid_lines",
+            )
+        ],
+    }
+    assert got[("scrape_samples_scraped", L(**t))] == 4
+    assert got[("scrape_samples_post_metric_relabeling", L(**t))] == 2
+
+
+def test_sample_limit_fails_the_scrape(clock: FakeClock) -> None:
+    fetch = FakeFetch()
+    fetch.bodies["h:1"] = b"a 1\n"
+    pool, batches = pool_for(
+        [{"job_name": "j", "sample_limit": 2, "static_configs": [{"targets": ["h:1"]}]}], fetch, clock
+    )
+    pool.scrape_all()
+    fetch.bodies["h:1"] = b"a 1\nb 2\nc 3\n"
+    clock.advance(15)
+    del batches[:]
+    pool.scrape_all()
+    got = by_key(batches)
+    t = L(job="j", instance="h:1")
+    assert got[("up", t)] == 0
+    assert is_stale(got[("a", t)]), "a failed scrape ends the target's series"
+    assert ("b", t) not in got
+    (state,) = pool.states()
+    assert state["health"] == "down"
+    assert state["lastError"] == "sample_limit exceeded: 3 samples after relabelling, limit 2"
+
+
+def test_staleness_for_a_vanished_series_and_a_target_going_down(clock: FakeClock) -> None:
+    fetch = FakeFetch()
+    fetch.bodies["h:1"] = b'a 1\nb{x="1"} 2\nts_given 5 1789999999000\n'
+    pool, batches = pool_for([{"job_name": "j", "static_configs": [{"targets": ["h:1"]}]}], fetch, clock)
+    pool.scrape_all()
+    t = {"job": "j", "instance": "h:1"}
+    first = by_key(batches)
+    assert first[("a", L(**t))] == 1
+    assert batches[1].timestamp_ms == 1789999999000, "exposed timestamps are kept"
+    fetch.bodies["h:1"] = b"a 1.5\n"
+    clock.advance(15)
+    del batches[:]
+    pool.scrape_all()
+    got = by_key(batches)
+    assert got[("a", L(**t))] == 1.5
+    assert is_stale(got[("b", L(x="1", **t))])
+    assert ("ts_given", L(**t)) not in got, "series with their own timestamps get no markers"
+    assert batches[0].timestamp_ms == clock.now_ms()
+    fetch.bodies["h:1"] = ScrapeError("connection refused")
+    clock.advance(15)
+    del batches[:]
+    pool.scrape_all()
+    got = by_key(batches)
+    assert is_stale(got[("a", L(**t))])
+    assert got[("up", L(**t))] == 0
+    assert pool.states()[0]["lastError"] == "connection refused"
+    clock.advance(15)
+    del batches[:]
+    pool.scrape_all()
+    assert {k[0] for k in by_key(batches)} >= {"up"} and ("a", L(**t)) not in by_key(batches)
+
+
+def test_invalid_lines_are_counted_not_fatal(clock: FakeClock) -> None:
+    fetch = FakeFetch()
+    fetch.bodies["h:1"] = b"good 1\nthis is { garbage\n\xff\xfe 2\nalso_good 2\n"
+    pool, batches = pool_for([{"job_name": "j", "static_configs": [{"targets": ["h:1"]}]}], fetch, clock)
+    pool.scrape_all()
+    got = by_key(batches)
+    t = L(job="j", instance="h:1")
+    assert got[("good", t)] == 1 and got[("also_good", t)] == 2 and got[("up", t)] == 1
+    assert got[("gpuwatch_scrape_invalid_lines", t)] == 2
+    (state,) = pool.states()
+    assert state["health"] == "up" and state["invalidLines"] == 2
+    assert state["firstInvalidLine"].startswith("line 2:")
+
+
+def test_file_sd_is_reread_when_it_changes(clock: FakeClock, tmp_path: Path) -> None:
+    fetch = FakeFetch()
+    fetch.bodies["a:1"] = b"m 1\n"
+    fetch.bodies["b:2"] = b"m 2\n"
+    (tmp_path / "targets").mkdir()
+    f = tmp_path / "targets" / "inference.json"
+    f.write_text(json.dumps([{"targets": ["a:1"], "labels": {"team": "x"}}]))
+    pool, batches = pool_for(
+        [{"job_name": "sd", "file_sd_configs": [{"files": ["targets/*.json", "targets/*.yml"]}]}],
+        fetch,
+        clock,
+        base_dir=tmp_path,
+    )
+    assert [t.spec.address for t in pool.targets()] == ["a:1"]
+    pool.scrape_all()
+    assert by_key(batches)[("m", L(job="sd", instance="a:1", team="x"))] == 1
+    (tmp_path / "targets" / "more.yml").write_text("- targets: ['b:2']\n")
+    f.write_text(json.dumps([{"targets": ["a:9"]}]))
+    st = f.stat()
+    os.utime(f, ns=(st.st_atime_ns, st.st_mtime_ns + 2_000_000_000))
+    del batches[:]
+    pool.refresh()
+    assert sorted(t.spec.address for t in pool.targets()) == ["a:9", "b:2"]
+    got = by_key(batches)
+    assert is_stale(got[("m", L(job="sd", instance="a:1", team="x"))]), "a removed target's series end"
+    assert is_stale(got[("up", L(job="sd", instance="a:1", team="x"))])
+    f.write_text("not json [")
+    os.utime(f, ns=(st.st_atime_ns, st.st_mtime_ns + 4_000_000_000))
+    pool.refresh()
+    assert sorted(t.spec.address for t in pool.targets()) == ["a:9", "b:2"], "a broken file keeps its targets"
+    assert "not valid JSON" in next(iter(pool.file_errors.values()))
+
+
+@pytest.fixture
+def runtime(tmp_path: Path, clock: FakeClock) -> Iterator[Runtime]:
+    settings = load(
+        None,
+        {},
+        {
+            "data_dir": str(tmp_path / "data"),
+            "demo": True,
+            "scrape_configs": [{"job_name": "vllm", "static_configs": [{"targets": ["h:1"]}]}],
+        },
+    )
+    rt = build_runtime(
+        settings, "node-1", clock=clock, nvml=FakeNvml(gpu_count=1, clock=clock, blocking_event_wait=False)
+    )
+    yield rt
+    rt.close()
+
+
+def test_runtime_targets_api_and_queries(runtime: Runtime, clock: FakeClock) -> None:
+    assert runtime.scrapes is not None
+    fetch = FakeFetch()
+    fetch.bodies["h:1"] = b'vllm:num_requests_waiting{model_name="m"} 4\ngone 1\n'
+    runtime.scrapes = ScrapePool(
+        runtime.scrapes.configs, default_interval_s=15.0, sink=runtime.store.append, clock=clock, fetch=fetch
+    )
+    client = create_app(runtime).test_client()
+    before = client.get("/api/v1/targets").get_json()
+    assert before["data"]["activeTargets"][0]["health"] == "unknown"
+    assert before["data"]["activeTargets"][0]["lastScrape"] == "0001-01-01T00:00:00Z"
+    runtime.scrapes.scrape_all()
+    clock.advance(15)
+    fetch.bodies["h:1"] = b'vllm:num_requests_waiting{model_name="m"} 5\n'
+    runtime.scrapes.scrape_all()
+    runtime.store.flush()
+    body = client.get("/api/v1/targets").get_json()
+    assert body["status"] == "success" and body["data"]["droppedTargets"] == []
+    (t,) = body["data"]["activeTargets"]
+    assert t["labels"] == {"instance": "h:1", "job": "vllm"}
+    assert t["scrapePool"] == "vllm" and t["scrapeUrl"] == "http://h:1/metrics"
+    assert t["health"] == "up" and t["lastError"] == "" and t["lastScrape"].endswith("Z")
+    assert t["discoveredLabels"]["__address__"] == "h:1" and t["scrapeInterval"] == "15s"
+    assert "activeTargets" not in client.get("/api/v1/targets?state=dropped").get_json()["data"]
+    q = client.get("/api/v1/query", query_string={"query": "vllm:num_requests_waiting"}).get_json()
+    (r,) = q["data"]["result"]
+    assert r["metric"] == {
+        "__name__": "vllm:num_requests_waiting",
+        "job": "vllm",
+        "instance": "h:1",
+        "model_name": "m",
+    }
+    assert r["value"][1] == "5"
+    assert client.get("/api/v1/query", query_string={"query": "gone"}).get_json()["data"]["result"] == [], (
+        "the staleness marker hides a vanished series at once"
+    )
+    up = client.get("/api/v1/query", query_string={"query": "up"}).get_json()["data"]["result"]
+    assert [u["value"][1] for u in up] == ["1"]
