@@ -1,0 +1,403 @@
+"""The training SDK: log a run's metrics to gpuwatch from a training loop. Needs only `requests`.
+
+    import gpuwatch.client
+
+    run = gpuwatch.client.init(run="llama-7b-sft", total_steps=10000, url="http://127.0.0.1:9842",
+                               config={"lr": 3e-4, "batch_size": 64})
+    for step in range(10000):
+        loss = train_step()
+        run.log({"loss": loss, "lr": sched.get_last_lr()[0], "grad_norm": norm, "tokens": n_tokens}, step=step)
+        if step % 1000 == 0:
+            with run.checkpoint():
+                save(model)
+    run.finish(status="ok")
+
+`log` never blocks and never raises into the training loop: it converts the values to floats, stamps
+the time and puts the point in a bounded buffer. A background thread sends the buffer in batches
+(`POST /api/v1/push`) in order; while the server is away it retries with exponential backoff, and when
+the buffer is full the oldest points are dropped and counted (`Run.dropped`). Points carry their own
+timestamps, so a batch sent twice (a retry after a lost answer) is stored once. The buffer is flushed on
+`finish` and at interpreter exit (`atexit`, for at most `exit_timeout_s`).
+
+Names: `loss` -> `training_loss`, `lr` -> `training_learning_rate`, `grad_norm` -> `training_grad_norm`,
+anything else `x` -> `training_x`. `tokens` (or `samples`), counted since the previous `log`, also give
+`tokens_per_second` (`samples_per_second`) -> `training_throughput_tokens_per_second`.
+"""
+
+from __future__ import annotations
+
+import atexit
+import collections
+import contextlib
+import logging
+import math
+import socket
+import threading
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any
+
+import requests
+
+from gpuwatch.clock import Clock, SystemClock
+
+log = logging.getLogger("gpuwatch.client")
+
+DEFAULT_URL = "http://127.0.0.1:9842"
+
+# (method, url, JSON body, timeout seconds) -> HTTP status; raises OSError/requests errors when unreachable
+Transport = Callable[[str, str, Any, float], int]
+
+
+def requests_transport(session: requests.Session | None = None) -> Transport:
+    """Return a transport that sends JSON with `requests` (one keep-alive session)."""
+    http = session or requests.Session()
+
+    def send(method: str, url: str, body: Any, timeout: float) -> int:
+        return int(http.request(method, url, json=body, timeout=timeout).status_code)
+
+    return send
+
+
+class Backoff:
+    """Exponential backoff: `initial_s`, doubling up to `max_s`; `reset()` after a success."""
+
+    def __init__(self, initial_s: float = 0.5, max_s: float = 30.0, factor: float = 2.0) -> None:
+        self.initial_s, self.max_s, self.factor = initial_s, max_s, factor
+        self._next = initial_s
+        self.failures = 0
+
+    def failure(self) -> float:
+        """Record a failed attempt; return how long to wait before the next one."""
+        delay = self._next
+        self._next = min(self.max_s, self._next * self.factor)
+        self.failures += 1
+        return delay
+
+    def reset(self) -> None:
+        self._next = self.initial_s
+        self.failures = 0
+
+
+class Outbox:
+    """A bounded FIFO of points; when full, the oldest is dropped and counted. Thread-safe."""
+
+    def __init__(self, capacity: int) -> None:
+        self.capacity = max(1, capacity)
+        self._items: collections.deque[tuple[int, dict[str, Any]]] = collections.deque()
+        self._seq = 0
+        self._lock = threading.Lock()
+        self.dropped = 0
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def put(self, point: dict[str, Any]) -> int:
+        """Append a point; return the buffer length."""
+        with self._lock:
+            if len(self._items) >= self.capacity:
+                self._items.popleft()
+                self.dropped += 1
+            self._seq += 1
+            self._items.append((self._seq, point))
+            return len(self._items)
+
+    def peek(self, n: int) -> tuple[int, list[dict[str, Any]]]:
+        """Return the last sequence number and the points of the oldest `n` (not removed)."""
+        with self._lock:
+            items = [self._items[i] for i in range(min(n, len(self._items)))]
+        return (items[-1][0] if items else 0), [p for _, p in items]
+
+    def commit(self, upto_seq: int) -> None:
+        """Remove every point up to `upto_seq` (some may already be gone: dropped while in flight)."""
+        with self._lock:
+            while self._items and self._items[0][0] <= upto_seq:
+                self._items.popleft()
+
+
+class Sender:
+    """Deliver a run's messages in order: init, then points in batches, then finish.
+
+    `send_once()` makes at most one request and returns how long to wait before calling again: 0 when
+    more is ready, None when there is nothing to send, a backoff delay after a failure. A 4xx answer
+    (other than 408/429) means the server will never take that message: it is dropped and counted in
+    `rejected`; anything else that fails is retried.
+    """
+
+    def __init__(
+        self,
+        url: str,
+        transport: Transport,
+        outbox: Outbox,
+        *,
+        backoff: Backoff | None = None,
+        batch_size: int = 500,
+        timeout_s: float = 10.0,
+    ) -> None:
+        self.url = url.rstrip("/")
+        self.transport = transport
+        self.outbox = outbox
+        self.backoff = backoff or Backoff()
+        self.batch_size = batch_size
+        self.timeout_s = timeout_s
+        self.pending_init: dict[str, Any] | None = None
+        self.pending_finish: dict[str, Any] | None = None
+        self.sent_points = 0
+        self.rejected = 0
+        self.last_error: str | None = None
+
+    def is_idle(self) -> bool:
+        return self.pending_init is None and self.pending_finish is None and len(self.outbox) == 0
+
+    def send_once(self) -> float | None:
+        """Try to send the next message; return the wait before the next call (see the class doc)."""
+        if self.pending_init is not None:
+            done = self._post("/api/v1/runs", self.pending_init)
+            if done:
+                self.pending_init = None
+        elif len(self.outbox):
+            upto, points = self.outbox.peek(self.batch_size)
+            done = self._post("/api/v1/push", points)
+            if done:
+                self.outbox.commit(upto)
+                self.sent_points += len(points)
+        elif self.pending_finish is not None:
+            done = self._post("/api/v1/runs", self.pending_finish)
+            if done:
+                self.pending_finish = None
+        else:
+            return None
+        if not done:
+            return self.backoff.failure()
+        self.backoff.reset()
+        return None if self.is_idle() else 0.0
+
+    def _post(self, path: str, body: Any) -> bool:
+        """Return True when the message is done with (delivered or rejected for good)."""
+        try:
+            status = self.transport("POST", self.url + path, body, self.timeout_s)
+        except (OSError, requests.RequestException, ValueError) as exc:
+            self.last_error = f"{type(exc).__name__}: {exc}"
+            return False
+        if 200 <= status < 300:
+            self.last_error = None
+            return True
+        self.last_error = f"HTTP {status} from {path}"
+        if 400 <= status < 500 and status not in (408, 429):
+            self.rejected += len(body) if isinstance(body, list) else 1
+            log.warning("gpuwatch rejected a message (HTTP %d on %s); it is dropped", status, path)
+            return True
+        return False
+
+
+def _json_number(value: float) -> float | str:
+    if math.isfinite(value):
+        return value
+    return "NaN" if math.isnan(value) else ("+Inf" if value > 0 else "-Inf")
+
+
+class Run:
+    """A training run being logged; create it with `init`."""
+
+    def __init__(
+        self,
+        name: str,
+        *,
+        url: str = DEFAULT_URL,
+        total_steps: int | None = None,
+        config: Mapping[str, Any] | None = None,
+        gpus: list[Any] | str | None = None,
+        transport: Transport | None = None,
+        clock: Clock | None = None,
+        flush_interval_s: float = 1.0,
+        max_buffer: int = 100_000,
+        batch_size: int = 500,
+        timeout_s: float = 10.0,
+        backoff: Backoff | None = None,
+        exit_timeout_s: float = 10.0,
+    ) -> None:
+        self.name = name
+        self._clock = clock or SystemClock()
+        self._outbox = Outbox(max_buffer)
+        self._sender = Sender(
+            url,
+            transport or requests_transport(),
+            self._outbox,
+            backoff=backoff,
+            batch_size=batch_size,
+            timeout_s=timeout_s,
+        )
+        self._flush_interval_s = flush_interval_s
+        self._batch_size = batch_size
+        self._exit_timeout_s = exit_timeout_s
+        self._cond = threading.Condition()
+        self._urgent = False
+        self._closing = False
+        self._finished = False
+        self._next_step = 0
+        self._last_step: float | None = None  # the step of the latest log
+        self._last_log_time: float | None = None
+        self._last_ms = 0
+        self.invalid_values = 0
+        if isinstance(gpus, str):
+            gpus = [g.strip() for g in gpus.split(",") if g.strip()]
+        self._sender.pending_init = {
+            "run": name,
+            "action": "init",
+            "total_steps": total_steps,
+            "config": _jsonable(dict(config)) if config is not None else None,
+            "host": socket.gethostname(),
+            "gpus": gpus,
+            "time": round(self._clock.now(), 3),
+        }
+        self._thread = threading.Thread(target=self._loop, name=f"gpuwatch-client-{name}", daemon=True)
+        self._thread.start()
+        atexit.register(self._at_exit)
+
+    # -- what the training loop calls ---------------------------------------------------------------
+
+    def log(self, metrics: Mapping[str, Any], step: int | None = None) -> None:
+        """Queue one step's metrics; never blocks, never raises (bad values are skipped and counted)."""
+        try:
+            self._log(metrics, step)
+        except Exception:  # the training loop must never see our trouble
+            self.invalid_values += 1
+
+    def _log(self, metrics: Mapping[str, Any], step: int | None) -> None:
+        if self._finished:
+            return
+        now = self._clock.now()
+        number = float(self._next_step if step is None else step)
+        step_json: int | float = int(number) if number.is_integer() else number
+        values: dict[str, float | str] = {}
+        for key, raw in metrics.items():
+            try:
+                value = float(raw)
+            except Exception:  # a tensor's __float__ may raise anything; skip just this value
+                self.invalid_values += 1
+                continue
+            values[str(key)] = _json_number(value)
+        elapsed = now - self._last_log_time if self._last_log_time is not None else None
+        for count, rate in (("tokens", "tokens_per_second"), ("samples", "samples_per_second")):
+            n = values.get(count)
+            if isinstance(n, float) and rate not in values and elapsed and elapsed > 0:
+                values[rate] = _json_number(n / elapsed)
+        self._last_log_time = now
+        # Stored timestamps are milliseconds and a repeated one overwrites: keep them strictly rising.
+        t_ms = max(int(round(now * 1000)), self._last_ms + 1)
+        self._last_ms = t_ms
+        point = {"run": self.name, "step": step_json, "time": t_ms / 1000, "metrics": values}
+        self._last_step = number
+        self._next_step = int(number) + 1
+        if self._outbox.put(point) >= self._batch_size:
+            with self._cond:
+                self._cond.notify_all()
+
+    @contextlib.contextmanager
+    def checkpoint(self) -> Iterator[None]:
+        """Time the block (saving a checkpoint) and log it as `training_checkpoint_seconds`."""
+        start = self._clock.monotonic()
+        yield
+        seconds = self._clock.monotonic() - start
+        self.log({"checkpoint_seconds": seconds}, step=int(self._last_step or 0))
+
+    def finish(self, status: str = "ok", timeout_s: float = 30.0) -> bool:
+        """Mark the run finished (`ok` or `failed`), send what is buffered; True if all arrived in time."""
+        if self._finished:
+            return self._sender.is_idle()
+        self._sender.pending_finish = {
+            "run": self.name,
+            "action": "finish",
+            "status": status,
+            "step": self._last_step,
+            "time": round(self._clock.now(), 3),
+        }
+        self._finished = True
+        delivered = self.flush(timeout_s)
+        with self._cond:
+            self._closing = True
+            self._cond.notify_all()
+        atexit.unregister(self._at_exit)
+        return delivered
+
+    def flush(self, timeout_s: float = 30.0) -> bool:
+        """Wait until everything logged so far is sent (or `timeout_s` passes); True if it was."""
+        with self._cond:
+            self._urgent = True
+            self._cond.notify_all()
+            return self._cond.wait_for(self._sender.is_idle, timeout_s)
+
+    @property
+    def dropped(self) -> int:
+        """Points dropped because the buffer was full while the server was away."""
+        return self._outbox.dropped
+
+    @property
+    def rejected(self) -> int:
+        """Points (or init/finish messages) the server refused with a 4xx answer."""
+        return self._sender.rejected
+
+    @property
+    def pending(self) -> int:
+        """Points waiting to be sent."""
+        return len(self._outbox)
+
+    @property
+    def last_error(self) -> str | None:
+        return self._sender.last_error
+
+    # -- the background thread ----------------------------------------------------------------------
+
+    def _loop(self) -> None:
+        while True:
+            try:
+                delay = self._sender.send_once()
+            except Exception as exc:  # the sender thread must outlive any bug; retry later
+                self._sender.last_error = f"{type(exc).__name__}: {exc}"
+                delay = self._sender.backoff.failure()
+            with self._cond:
+                self._cond.notify_all()  # flush() waiters re-check
+                if delay is None:
+                    is_idle = self._sender.is_idle()
+                    if is_idle:
+                        self._urgent = False
+                        if self._closing:
+                            return
+                    if not self._urgent and len(self._outbox) < self._batch_size:
+                        self._cond.wait(self._flush_interval_s)
+                elif delay > 0:
+                    if self._closing:
+                        return
+                    self._cond.wait(delay)
+
+    def _at_exit(self) -> None:
+        if not self.flush(self._exit_timeout_s):
+            log.warning(
+                "gpuwatch: %d points of run %s were not delivered before exit (%s)",
+                self.pending,
+                self.name,
+                self.last_error,
+            )
+
+
+def _jsonable(value: Any) -> Any:
+    """Make a config JSON-safe: unknown objects become strings, NaN/Inf become strings."""
+    if isinstance(value, Mapping):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, float):
+        return value if math.isfinite(value) else str(value)
+    if value is None or isinstance(value, (bool, int, str)):
+        return value
+    return str(value)
+
+
+def init(
+    run: str,
+    total_steps: int | None = None,
+    url: str = DEFAULT_URL,
+    config: Mapping[str, Any] | None = None,
+    **options: Any,
+) -> Run:
+    """Start logging a training run to the gpuwatch at `url`; see `Run` for the options."""
+    return Run(run, url=url, total_steps=total_steps, config=config, **options)
