@@ -38,6 +38,7 @@ _XOR = 2
 _HEADER = struct.Struct("<BBBI")  # mode, decimals, delta order, exception count
 _REGULAR = struct.Struct("<Bqq")  # 0 (where other blobs have their width), first timestamp, step
 _RUN_SLACK = 16  # `_unpack_many` groups equal chunks when there are more runs than this + 1/8 of them
+_SMALL = 64  # packed parts up to this many bytes are decompressed once per distinct content
 _POW10 = [10.0**e for e in range(_MAX_DECIMALS + 1)]
 
 
@@ -202,7 +203,26 @@ def _planes_to_ints(planes: np.ndarray, w: int, cnt: int, n: int) -> np.ndarray:
     p = planes.reshape(cnt, w, n)
     if w == 2:
         return p[:, 0, :].astype(np.uint16) | (p[:, 1, :].astype(np.uint16) << np.uint16(8))
-    return np.ascontiguousarray(p.transpose(0, 2, 1)).view(f"<u{w}").reshape(cnt, n)
+    rows = np.empty((cnt, n, w), np.uint8)
+    for j in range(w):  # plane by plane: twice as fast as one transposing copy
+        rows[:, :, j] = p[:, j, :]
+    return rows.view(f"<u{w}").reshape(cnt, n)
+
+
+def _inflate_all(mv: memoryview, begins: list[int], ends: list[int]) -> list[bytes]:
+    """zlib-decompress each `mv[begin:end]`; small ones (constant chunks, which repeat) only once each."""
+    seen: dict[memoryview, bytes] = {}
+    out = []
+    for a, e in zip(begins, ends, strict=True):
+        part = mv[a:e]
+        if e - a > _SMALL:
+            out.append(zlib.decompress(part))
+            continue
+        raw = seen.get(part)
+        if raw is None:
+            raw = seen[part] = zlib.decompress(part)
+        out.append(raw)
+    return out
 
 
 def _decode_ints(
@@ -223,7 +243,7 @@ def _decode_ints(
         change = np.flatnonzero(np.diff(key[order])) + 1
     mv = memoryview(blobs.joined)
     a_s, e_s = (at[order] + 1).tolist(), blobs.end[pick][order].tolist()
-    raw = np.frombuffer(b"".join([zlib.decompress(mv[a:e]) for a, e in zip(a_s, e_s, strict=True)]), np.uint8)
+    raw = np.frombuffer(b"".join(_inflate_all(mv, a_s, e_s)), np.uint8)
     starts = _starts(ns)
     out = np.empty(int(ns.sum()), np.int64)
     pos = 0
