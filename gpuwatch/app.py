@@ -145,10 +145,10 @@ class Runtime:
         return self.scrapes.states() if self.scrapes is not None else []
 
     def metric_metadata(self) -> dict[str, list[dict[str, str]]]:
-        """Return metadata as Prometheus's /api/v1/metadata shapes it."""
-        return {
-            n: [{"type": m.type, "help": m.help, "unit": m.unit}] for n, m in sorted(self.metadata.items())
-        }
+        """Return metadata as Prometheus's /api/v1/metadata shapes it (gpuwatch's own, then scraped)."""
+        own = {n: [{"type": m.type, "help": m.help, "unit": m.unit}] for n, m in self.metadata.items()}
+        scraped = self.scrapes.metadata() if self.scrapes is not None else {}
+        return dict(sorted({**scraped, **own}.items()))
 
     def status(self) -> dict[str, Any]:
         """Return a short status for /-/health and the overview page."""

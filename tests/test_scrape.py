@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -273,7 +274,10 @@ def runtime(tmp_path: Path, clock: FakeClock) -> Iterator[Runtime]:
 def test_runtime_targets_api_and_queries(runtime: Runtime, clock: FakeClock) -> None:
     assert runtime.scrapes is not None
     fetch = FakeFetch()
-    fetch.bodies["h:1"] = b'vllm:num_requests_waiting{model_name="m"} 4\ngone 1\n'
+    fetch.bodies["h:1"] = (
+        b"# HELP vllm:num_requests_waiting Requests waiting.\n# TYPE vllm:num_requests_waiting gauge\n"
+        b'vllm:num_requests_waiting{model_name="m"} 4\ngone 1\n'
+    )
     runtime.scrapes = ScrapePool(
         runtime.scrapes.configs, default_interval_s=15.0, sink=runtime.store.append, clock=clock, fetch=fetch
     )
@@ -306,5 +310,36 @@ def test_runtime_targets_api_and_queries(runtime: Runtime, clock: FakeClock) -> 
     assert client.get("/api/v1/query", query_string={"query": "gone"}).get_json()["data"]["result"] == [], (
         "the staleness marker hides a vanished series at once"
     )
+    meta = client.get("/api/v1/metadata").get_json()["data"]
+    assert meta["vllm:num_requests_waiting"] == [{"type": "gauge", "help": "Requests waiting.", "unit": ""}]
+    assert meta["DCGM_FI_DEV_GPU_UTIL"][0]["type"] == "gauge", "gpuwatch's own metadata stays"
     up = client.get("/api/v1/query", query_string={"query": "up"}).get_json()["data"]["result"]
     assert [u["value"][1] for u in up] == ["1"]
+
+
+def test_removing_a_target_mid_scrape_does_not_block_and_still_ends_its_series(clock: FakeClock) -> None:
+    release, entered = threading.Event(), threading.Event()
+    fetch = FakeFetch()
+    fetch.bodies["h:1"] = b"m 1\n"
+    pool, batches = pool_for([{"job_name": "j", "static_configs": [{"targets": ["h:1"]}]}], fetch, clock)
+    pool.scrape_all()
+    (target,) = pool.targets()
+
+    def slow(spec: TargetSpec, timeout_s: float) -> FetchResult:
+        entered.set()
+        assert release.wait(10)
+        return FetchResult(b"m 2\n", None)
+
+    target._fetch = slow
+    worker = threading.Thread(target=pool.scrape, args=(target,))
+    worker.start()
+    assert entered.wait(10)
+    pool.configs = ()
+    pool.refresh()  # returns although the scrape is still running
+    assert pool.targets() == []
+    del batches[:]
+    release.set()
+    worker.join(10)
+    got = by_key(batches)
+    t = L(job="j", instance="h:1")
+    assert is_stale(got[("m", t)]) and is_stale(got[("up", t)])

@@ -29,7 +29,7 @@ from gpuwatch.config import format_duration
 from gpuwatch.errors import ScrapeError
 from gpuwatch.model import STALE_NAN, Batch, Labels, Sample, make_labels
 from gpuwatch.scrapeconfig import Auth, Relabel, ScrapeConfig, StaticGroup, Tls
-from gpuwatch.textformat import Parser, is_openmetrics_content_type
+from gpuwatch.textformat import FamilyMeta, Parser, is_openmetrics_content_type
 
 # Text 0.0.4 only. prometheus_client 0.23-0.26 mangles `vllm:` names when it answers in OpenMetrics, and
 # its choose_encoder() ignores q-values: any mention of application/openmetrics-text gets OpenMetrics.
@@ -231,6 +231,7 @@ class Target:
         self.first_invalid_line = ""
         self.invalid_lines_total = 0
         self.scrapes = 0
+        self.metadata: dict[str, FamilyMeta] = {}  # HELP/TYPE/UNIT from the last successful scrape
         self.lock = threading.Lock()  # held while a scrape runs: never two at once for one target
 
     def _labels(self, name: str, labels: Labels) -> SeriesKey | None:
@@ -276,6 +277,8 @@ class Target:
             invalid = len(parsed.errors)
             first_invalid = str(parsed.errors[0]) if parsed.errors else ""
             scraped = len(parsed.samples)
+            if parsed.metadata:
+                self.metadata = parsed.metadata
             final = self._final
             if len(final) > _MAX_CACHE:
                 final.clear()

@@ -118,16 +118,25 @@ class ScrapePool:
             wanted = dict.fromkeys(specs)
             for spec in list(self._targets):
                 if spec not in wanted:
-                    removed.append(self._targets.pop(spec))
+                    target = self._targets.pop(spec)
                     self._due.pop(spec, None)
+                    # A scrape in flight holds the lock; it sees the removal and writes the markers.
+                    if target.lock.acquire(blocking=False):
+                        removed.append(target)
             for spec in wanted:
                 if spec not in self._targets:
                     self._targets[spec] = Target(spec, self._fetch, self._clock)
                     self._due[spec] = now
         for target in removed:
-            with target.lock:
-                if target.scrapes:
-                    self._sink(target.stale_batch(self._clock.now_ms()))
+            self._retire(target)
+
+    def _retire(self, target: Target) -> None:
+        """Write staleness markers for a removed target whose lock the caller holds, then release it."""
+        try:
+            if target.scrapes:
+                self._sink(target.stale_batch(self._clock.now_ms()))
+        finally:
+            target.lock.release()
 
     def targets(self) -> list[Target]:
         with self._lock:
@@ -137,20 +146,40 @@ class ScrapePool:
         """Return every target as Prometheus's /api/v1/targets `activeTargets` entries."""
         return [t.state() for t in self.targets()]
 
+    def metadata(self) -> dict[str, list[dict[str, str]]]:
+        """Return the scraped families' HELP/TYPE/UNIT as /api/v1/metadata shapes them (distinct entries)."""
+        out: dict[str, list[dict[str, str]]] = {}
+        for target in self.targets():
+            for name, meta in list(target.metadata.items()):
+                entry = {"type": meta.type, "help": meta.help, "unit": meta.unit}
+                entries = out.setdefault(name, [])
+                if entry not in entries:
+                    entries.append(entry)
+        return out
+
     # -- scraping --------------------------------------------------------------------------------
     def scrape(self, target: Target) -> bool:
         """Scrape `target` now and hand its batches to the sink; False if a scrape of it is running."""
         if not target.lock.acquire(blocking=False):
             return False
+        scraped = False
         try:
             with self._lock:
-                if self._targets.get(target.spec) is not target:
-                    return False  # removed meanwhile
-            for batch in target.scrape():
-                self._sink(batch)
-            return True
+                is_removed = self._targets.get(target.spec) is not target
+            if not is_removed:
+                for batch in target.scrape():
+                    self._sink(batch)
+                scraped = True
         finally:
-            target.lock.release()
+            # Checking for removal and releasing happen under the pool lock, so that either this
+            # scrape or refresh() writes a removed target's staleness markers.
+            with self._lock:
+                is_removed = self._targets.get(target.spec) is not target
+                if not is_removed:
+                    target.lock.release()
+            if is_removed:
+                self._retire(target)
+        return scraped
 
     def scrape_all(self) -> None:
         """Scrape every target once, one after another (tests and one-shot use)."""
