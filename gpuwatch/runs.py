@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import math
+import threading
+from dataclasses import replace
 from typing import Any, Protocol
 
 from gpuwatch.model import Matcher, RunRecord, RunUpdate, SeriesData, is_stale
@@ -11,6 +13,7 @@ from gpuwatch.push import MAX_NAME, PushError
 
 RATE_WINDOW_MS = 10 * 60 * 1000  # the step rate (and so the ETA) comes from the last 10 minutes
 STALLED_AFTER_MS = 10 * 60 * 1000  # a running run silent this long is reported as stalled
+SEEN_WRITE_INTERVAL_MS = 10_000  # at most one database write of a run's last step per run and interval
 STATUSES = ("ok", "failed")
 MAX_CONFIG_CHARS = 256 * 1024
 
@@ -90,6 +93,44 @@ def parse_run_request(body: Any, now_ms: int) -> RunUpdate:
     )
 
 
+class SeenThrottle:
+    """Pick which run sightings (last step, last seen) to write: at most one per run every 10 s.
+
+    Each write waits for the store's writer, which flushes first; a loop pushing every second would
+    flush once a second per run. `list_runs` reads the newest step from `training_step` itself, so the
+    stored last step only needs to be roughly current.
+    """
+
+    def __init__(self, interval_ms: int = SEEN_WRITE_INTERVAL_MS, max_runs: int = 10_000) -> None:
+        self.interval_ms = interval_ms
+        self.max_runs = max_runs
+        self._last: dict[str, int] = {}
+        self._lock = threading.Lock()
+
+    def admit(self, run: str, now_ms: int) -> bool:
+        """Return True if a sighting of `run` at `now_ms` should be written now."""
+        with self._lock:
+            last = self._last.get(run)
+            if last is not None and 0 <= now_ms - last < self.interval_ms:
+                return False
+            if len(self._last) >= self.max_runs:
+                self._last.clear()
+            self._last[run] = now_ms
+            return True
+
+
+def latest_step(series: list[SeriesData]) -> tuple[int, float] | None:
+    """Return the newest (time ms, step) among the given `training_step` samples, skipping markers."""
+    best: tuple[int, float] | None = None
+    for s in series:
+        for t, v in zip(s.timestamps_ms[::-1], s.values[::-1], strict=True):
+            if math.isfinite(float(v)):
+                if best is None or int(t) > best[0]:
+                    best = (int(t), float(v))
+                break
+    return best
+
+
 def step_rate(series: list[SeriesData]) -> float | None:
     """Return steps per second over the given `training_step` samples (None when unknown)."""
     best: float | None = None
@@ -156,8 +197,11 @@ def list_runs(store: RunSource, now_ms: int) -> list[dict[str, Any]]:
             found = store.select(
                 [Matcher("__name__", "=", "training_step"), Matcher("run", "=", record.name)],
                 now_ms - RATE_WINDOW_MS,
-                now_ms,
+                now_ms + RATE_WINDOW_MS,  # a trainer's clock may run ahead of ours
             )
             rate = step_rate(found)
+            newest = latest_step(found)
+            if newest is not None and newest[0] > (record.last_seen_ms or 0):
+                record = replace(record, last_step=newest[1], last_seen_ms=newest[0])
         out.append(describe(record, rate, now_ms))
     return out

@@ -25,6 +25,7 @@ from gpuwatch.collect.fakenvml import FakeNvml
 from gpuwatch.config import load
 from gpuwatch.model import Matcher, SeriesData, is_stale
 from gpuwatch.push import PushError, parse_grouping_key, parse_training, training_name
+from gpuwatch.runs import SeenThrottle
 from gpuwatch.web import create_app
 
 
@@ -236,6 +237,7 @@ def test_json_push_one_and_many(client: FlaskClient, runtime: Runtime, clock: Fa
     assert list(found.timestamps_ms)[1:] == [int((t0 + i) * 1000) for i in range(3)]
     assert all(math.isnan(v) for v in values(runtime, "training_grad_norm", run="llama"))
     assert values(runtime, "training_throughput_tokens_per_second", run="other", team="nlp") == [math.inf]
+    runtime.store.flush()
     runs = {r["run"]: r for r in client.get("/api/v1/runs").get_json()["data"]}
     assert runs["llama"]["last_step"] == 123 and runs["llama"]["status"] == "running"
     assert runs["other"]["last_step"] is None
@@ -330,3 +332,18 @@ def test_runs_init_progress_eta_finish(client: FlaskClient, clock: FakeClock) ->
 def test_bad_run_requests(client: FlaskClient, body: dict[str, Any], problem: str) -> None:
     resp = client.post("/api/v1/runs", data=json.dumps(body), content_type="application/json")
     assert resp.status_code == 400 and problem in resp.get_json()["error"]
+
+
+def test_seen_throttle_and_runs_read_the_newest_step(
+    client: FlaskClient, runtime: Runtime, clock: FakeClock
+) -> None:
+    throttle = SeenThrottle(interval_ms=10_000)
+    assert throttle.admit("a", 0) and not throttle.admit("a", 9_999) and throttle.admit("b", 1)
+    assert throttle.admit("a", 10_000)
+    for step in range(5):  # one second apart: only the first sighting is written to the runs table
+        client.post("/api/v1/push", json={"run": "fast", "step": step, "metrics": {"loss": 1.0}})
+        clock.advance(1)
+    runtime.store.flush()
+    run = client.get("/api/v1/runs").get_json()["data"][0]
+    assert run["last_step"] == 4 and run["last_seen"] == clock.now() - 1  # from training_step
+    assert run["steps_per_second"] == pytest.approx(1.0)

@@ -17,17 +17,23 @@ from collections import defaultdict
 from typing import Any
 
 from flask import Blueprint, Response, current_app, jsonify, request
+from flask.blueprints import BlueprintSetupState
 from flask.typing import ResponseReturnValue
 
 from gpuwatch.errors import StoreError
 from gpuwatch.model import Batch, RunUpdate, Sample
 from gpuwatch.push import PushError, families_from, parse_grouping_key, parse_training
-from gpuwatch.runs import list_runs, parse_run_request
+from gpuwatch.runs import SeenThrottle, list_runs, parse_run_request
 from gpuwatch.textformat import Parser, is_openmetrics_content_type
 
 bp = Blueprint("push", __name__)
 
 MAX_BODY_BYTES = 8 * 1024 * 1024
+
+
+@bp.record_once
+def _setup(state: BlueprintSetupState) -> None:
+    state.app.extensions["gpuwatch.push.seen"] = SeenThrottle()
 
 
 class _TooLarge(Exception):
@@ -113,9 +119,12 @@ def push_json() -> ResponseReturnValue:
             latest[p.run] = (p.time_ms, step)
     for t in sorted(by_time):
         runtime.store.append(Batch(t, by_time[t]))
+    throttle: SeenThrottle = current_app.extensions["gpuwatch.push.seen"]
+    now_ms = runtime.clock.now_ms()
     try:
         for run, (t, step) in latest.items():
-            runtime.store.upsert_run(RunUpdate(run, "seen", t, last_step=step))
+            if throttle.admit(run, now_ms):
+                runtime.store.upsert_run(RunUpdate(run, "seen", t, last_step=step))
     except StoreError as exc:
         return _error(str(exc), 503, "unavailable")
     return jsonify(
