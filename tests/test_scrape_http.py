@@ -27,6 +27,7 @@ class Route:
     body: bytes = b""
     headers: dict[str, str] = field(default_factory=dict)
     hang: threading.Event | None = None  # wait for this before answering
+    drip_s: float = 0.0  # send the body a byte at a time, this far apart
 
 
 class Site:
@@ -41,7 +42,7 @@ class Site:
             def do_GET(self) -> None:  # noqa: N802
                 site.seen.append((self.path, dict(self.headers)))
                 route = site.routes.get(self.path, Route(404, b"not found"))
-                if route.hang is not None:
+                if route.hang is not None and not route.drip_s:
                     route.hang.wait(30)
                 self.send_response(route.status)
                 for k, v in route.headers.items():
@@ -49,7 +50,14 @@ class Site:
                 self.send_header("Content-Length", str(len(route.body)))
                 self.end_headers()
                 try:
-                    self.wfile.write(route.body)
+                    if route.drip_s:
+                        for i in range(len(route.body)):
+                            self.wfile.write(route.body[i : i + 1])
+                            self.wfile.flush()
+                            if route.hang is not None and route.hang.wait(route.drip_s):
+                                return
+                    else:
+                        self.wfile.write(route.body)
                 except OSError:
                     pass  # the scraper gave up
 
@@ -269,3 +277,18 @@ def test_no_requests_warnings_for_unused_session() -> None:
     fetcher = HttpFetcher(SystemClock())
     session: Callable[[], requests.Session] = fetcher._session
     assert session().trust_env is False
+
+
+def test_a_trickling_body_is_cut_at_the_timeout(site: Site) -> None:
+    stop = threading.Event()
+    site.routes["/metrics"] = Route(body=b"a 1\n" * 1000, hang=stop, drip_s=0.02)
+    pool, batches = make_pool(
+        [job(site.address, scrape_interval="1s", scrape_timeout="300ms")], SystemClock()
+    )
+    try:
+        pool.scrape_all()
+    finally:
+        stop.set()
+    (state,) = pool.states()
+    assert state["health"] == "down" and state["lastError"].startswith("timed out after 0.3s"), state
+    assert state["lastScrapeDuration"] < 5, "cut near the timeout, not after the whole body (80 s)"

@@ -181,8 +181,15 @@ class HttpFetcher:
                     f"server returned HTTP status {response.status_code} {response.reason}{hint}"
                 )
             chunks, size = [], 0
+            raw = response.raw
+            # read1 returns after each network read, so a server that trickles bytes cannot hold the
+            # scrape past its deadline (read() would wait until 64 KiB had arrived).
+            read = getattr(raw, "read1", None) or raw.read
             try:
-                for chunk in response.raw.stream(65536, decode_content=True):
+                while True:
+                    chunk = read(65536, decode_content=True)
+                    if not chunk:
+                        break
                     size += len(chunk)
                     if size > self.max_body_bytes:
                         raise ScrapeError(f"body larger than {self.max_body_bytes} bytes; scrape abandoned")
