@@ -144,6 +144,10 @@ class Runtime:
         """Return the scrape targets as Prometheus's /api/v1/targets `activeTargets` entries."""
         return self.scrapes.states() if self.scrapes is not None else []
 
+    def dropped_targets(self) -> list[dict[str, Any]]:
+        """Return the targets that relabel_configs dropped, as /api/v1/targets `droppedTargets` entries."""
+        return self.scrapes.dropped_states() if self.scrapes is not None else []
+
     def metric_metadata(self) -> dict[str, list[dict[str, str]]]:
         """Return metadata as Prometheus's /api/v1/metadata shapes it (gpuwatch's own, then scraped)."""
         own = {n: [{"type": m.type, "help": m.help, "unit": m.unit}] for n, m in self.metadata.items()}

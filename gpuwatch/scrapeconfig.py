@@ -4,8 +4,8 @@ Supported per job: `job_name`, `scrape_interval`, `scrape_timeout`, `metrics_pat
 https only), `params`, `static_configs` (`targets`, `labels`), `file_sd_configs` (`files`,
 `refresh_interval`), `basic_auth`, `authorization` (and the older `bearer_token`/`bearer_token_file`),
 `tls_config` (`ca_file`, `cert_file`, `key_file`, `insecure_skip_verify`), `honor_labels`,
-`honor_timestamps`, `sample_limit`, `metric_relabel_configs` (`keep`, `drop`, `replace`, `labeldrop`,
-`labelkeep`, `labelmap`). Every other key is an error that names its path.
+`honor_timestamps`, `sample_limit`, `relabel_configs` and `metric_relabel_configs` (`keep`, `drop`,
+`replace`, `labeldrop`, `labelkeep`, `labelmap`). Every other key is an error that names its path.
 """
 
 from __future__ import annotations
@@ -82,6 +82,7 @@ class ScrapeConfig:
     honor_timestamps: bool = True
     sample_limit: int = 0
     metric_relabel_configs: tuple[Relabel, ...] = ()
+    relabel_configs: tuple[Relabel, ...] = ()
 
     def interval_s(self, default_s: float) -> float:
         """Return the scrape interval, falling back to gpuwatch's global `scrape_interval`."""
@@ -106,6 +107,7 @@ class ScrapeConfig:
             "auth": None if self.auth is None else self.auth.kind,
             "honor_labels": self.honor_labels,
             "sample_limit": self.sample_limit,
+            "relabel_configs": len(self.relabel_configs),
             "metric_relabel_configs": len(self.metric_relabel_configs),
         }
 
@@ -289,6 +291,7 @@ _JOB_KEYS = (
     "honor_timestamps",
     "sample_limit",
     "metric_relabel_configs",
+    "relabel_configs",
     "follow_redirects",
     "enable_http2",
 )
@@ -299,11 +302,6 @@ def _job(path: str, raw: object) -> ScrapeConfig:
     for key in data:
         if key.endswith("_sd_configs") and key != "file_sd_configs":
             raise ConfigError(f"config error: {path}.{key}: {_UNSUPPORTED_HINT}")
-        if key == "relabel_configs":
-            raise ConfigError(
-                f"config error: {path}.{key}: target relabelling is not supported by gpuwatch "
-                "(metric_relabel_configs is)"
-            )
     _check_keys(path, data, _JOB_KEYS)
     if "job_name" not in data:
         raise _fail(path, "job_name is missing", show=False)
@@ -368,6 +366,10 @@ def _job(path: str, raw: object) -> ScrapeConfig:
         honor_labels=_bool(f"{path}.honor_labels", data.get("honor_labels", False)),
         honor_timestamps=_bool(f"{path}.honor_timestamps", data.get("honor_timestamps", True)),
         sample_limit=limit,
+        relabel_configs=tuple(
+            _relabel(f"{path}.relabel_configs[{i}]", r)
+            for i, r in enumerate(_list(f"{path}.relabel_configs", data.get("relabel_configs") or []))
+        ),
         metric_relabel_configs=tuple(
             _relabel(f"{path}.metric_relabel_configs[{i}]", r)
             for i, r in enumerate(

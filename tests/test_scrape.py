@@ -343,3 +343,37 @@ def test_removing_a_target_mid_scrape_does_not_block_and_still_ends_its_series(c
     got = by_key(batches)
     t = L(job="j", instance="h:1")
     assert is_stale(got[("m", t)]) and is_stale(got[("up", t)])
+
+
+def test_relabel_configs_shape_targets(clock: FakeClock) -> None:
+    fetch = FakeFetch()
+    fetch.bodies["a:1"] = b"m 1\n"
+    relabel = [
+        {"source_labels": ["__address__"], "regex": "b:.*", "action": "drop"},
+        {"source_labels": ["__address__"], "regex": "(.*):\\d+", "target_label": "instance"},
+        {"target_label": "__metrics_path__", "replacement": "/prom"},
+        {"target_label": "__param_format", "replacement": "text"},
+        {"source_labels": ["team"], "target_label": "owner"},
+    ]
+    pool, batches = pool_for(
+        [
+            {
+                "job_name": "j",
+                "params": {"format": ["om"], "x": ["1"]},
+                "relabel_configs": relabel,
+                "static_configs": [{"targets": ["a:1", "b:2"], "labels": {"team": "t"}}],
+            }
+        ],
+        fetch,
+        clock,
+    )
+    (target,) = pool.targets()
+    assert target.spec.url == "http://a:1/prom?format=text&x=1"
+    pool.scrape_all()
+    assert by_key(batches)[("m", L(job="j", instance="a", team="t", owner="t"))] == 1
+    state = target.state()
+    assert state["labels"] == {"instance": "a", "job": "j", "owner": "t", "team": "t"}
+    assert state["discoveredLabels"]["__address__"] == "a:1" and state["discoveredLabels"]["team"] == "t"
+    assert state["discoveredLabels"]["__param_format"] == "om"
+    (dropped,) = pool.dropped_states()
+    assert dropped["discoveredLabels"]["__address__"] == "b:2"

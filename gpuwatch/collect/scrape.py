@@ -69,6 +69,7 @@ class TargetSpec:
     relabel: tuple[Relabel, ...] = ()
     auth: Auth | None = None
     tls: Tls = Tls()
+    discovered: Labels = ()  # the labels before target relabelling, for /api/v1/targets
 
     @property
     def url(self) -> str:
@@ -77,31 +78,61 @@ class TargetSpec:
 
 
 def target_specs(
-    config: ScrapeConfig, groups: tuple[StaticGroup, ...], default_interval_s: float
+    config: ScrapeConfig,
+    groups: tuple[StaticGroup, ...],
+    default_interval_s: float,
+    dropped: list[dict[str, str]] | None = None,
 ) -> list[TargetSpec]:
-    """Expand a job's target groups into specs (group labels may override `job` and `instance`)."""
+    """Expand a job's target groups into specs, applying `relabel_configs` as Prometheus does.
+
+    Before relabelling a target has `__address__`, `__scheme__`, `__metrics_path__`,
+    `__scrape_interval__`, `__scrape_timeout__`, `__param_<name>`, `job` and its group's labels (which
+    win). Afterwards `instance` defaults to `__address__` and labels starting with `__` are removed.
+    Targets that relabelling drops (or leaves without a usable address or scheme) go to `dropped`.
+    """
+    interval, timeout = config.interval_s(default_interval_s), config.timeout_s(default_interval_s)
+    base = {
+        "__scheme__": config.scheme,
+        "__metrics_path__": config.metrics_path,
+        "__scrape_interval__": format_duration(interval),
+        "__scrape_timeout__": format_duration(timeout),
+        "job": config.job_name,
+    }
+    for name, value in config.params:
+        base.setdefault(f"__param_{name}", value)
     out = []
     for group in groups:
         for address in group.targets:
-            labels = dict(group.labels)
-            labels.setdefault("job", config.job_name)
-            labels.setdefault("instance", address)
+            labels = {"__address__": address, **base, **dict(group.labels)}
+            discovered = dict(labels)
+            if config.relabel_configs:
+                result = relabel(labels, config.relabel_configs)
+                address = (result or {}).get("__address__", "")
+                scheme = (result or {}).get("__scheme__", "")
+                if result is None or not address or "/" in address or scheme not in ("http", "https"):
+                    if dropped is not None:
+                        dropped.append(discovered)
+                    continue
+            params = dict(config.params)
+            params.update({k[len("__param_") :]: v for k, v in labels.items() if k.startswith("__param_")})
+            labels.setdefault("instance", labels["__address__"])
             out.append(
                 TargetSpec(
                     job=config.job_name,
-                    address=address,
-                    scheme=config.scheme,
-                    metrics_path=config.metrics_path,
-                    params=config.params,
+                    address=labels["__address__"],
+                    scheme=labels["__scheme__"],
+                    metrics_path=labels.get("__metrics_path__") or "/metrics",
+                    params=tuple(params.items()),
                     labels=make_labels({k: v for k, v in labels.items() if not k.startswith("__")}),
-                    interval_s=config.interval_s(default_interval_s),
-                    timeout_s=config.timeout_s(default_interval_s),
+                    interval_s=interval,
+                    timeout_s=timeout,
                     honor_labels=config.honor_labels,
                     honor_timestamps=config.honor_timestamps,
                     sample_limit=config.sample_limit,
                     relabel=config.metric_relabel_configs,
                     auth=config.auth,
                     tls=config.tls,
+                    discovered=tuple(sorted(discovered.items())),
                 )
             )
     return out
@@ -345,19 +376,8 @@ class Target:
     def state(self) -> dict[str, Any]:
         """Return this target as Prometheus's /api/v1/targets shows an active target."""
         spec = self.spec
-        discovered = {
-            "__address__": spec.address,
-            "__metrics_path__": spec.metrics_path,
-            "__scheme__": spec.scheme,
-            "__scrape_interval__": format_duration(spec.interval_s),
-            "__scrape_timeout__": format_duration(spec.timeout_s),
-            "job": spec.job,
-        }
-        for k, v in spec.labels:
-            if k not in ("job", "instance"):
-                discovered[k] = v
         return {
-            "discoveredLabels": discovered,
+            "discoveredLabels": dict(spec.discovered),
             "labels": dict(spec.labels),
             "scrapePool": spec.job,
             "scrapeUrl": spec.url,

@@ -72,6 +72,7 @@ class ScrapePool:
         self._files: dict[Path, tuple[tuple[int, int], tuple[StaticGroup, ...]]] = {}
         self.file_errors: dict[str, str] = {}
         self._targets: dict[TargetSpec, Target] = {}
+        self.dropped: list[dict[str, str]] = []  # discovered labels of targets relabel_configs dropped
         self._due: dict[TargetSpec, float] = {}
         self._lock = threading.Lock()
         self._stop = threading.Event()
@@ -110,8 +111,10 @@ class ScrapePool:
     def refresh(self) -> None:
         """Re-read target files; start new targets, and mark removed ones' series stale."""
         specs: list[TargetSpec] = []
+        dropped: list[dict[str, str]] = []
         for config in self.configs:
-            specs.extend(target_specs(config, self._groups(config), self.default_interval_s))
+            specs.extend(target_specs(config, self._groups(config), self.default_interval_s, dropped))
+        self.dropped = dropped
         now = self._clock.monotonic()
         removed: list[Target] = []
         with self._lock:
@@ -145,6 +148,10 @@ class ScrapePool:
     def states(self) -> list[dict[str, Any]]:
         """Return every target as Prometheus's /api/v1/targets `activeTargets` entries."""
         return [t.state() for t in self.targets()]
+
+    def dropped_states(self) -> list[dict[str, Any]]:
+        """Return the targets `relabel_configs` dropped, as /api/v1/targets `droppedTargets` entries."""
+        return [{"discoveredLabels": labels} for labels in self.dropped]
 
     def metadata(self) -> dict[str, list[dict[str, str]]]:
         """Return the scraped families' HELP/TYPE/UNIT as /api/v1/metadata shapes them (distinct entries)."""

@@ -11,12 +11,14 @@ bp = Blueprint("targets", __name__)
 def targets():  # type: ignore[no-untyped-def]
     state = request.args.get("state", "any")
     pools = request.args.getlist("scrapePool")
-    active = [] if state == "dropped" else current_app.extensions["gpuwatch"].targets()
-    if pools:
-        active = [t for t in active if t["scrapePool"] in pools]
+    runtime = current_app.extensions["gpuwatch"]
     data: dict[str, list[dict[str, object]]] = {}
     if state != "dropped":
-        data["activeTargets"] = active
+        active = runtime.targets()
+        data["activeTargets"] = [t for t in active if t["scrapePool"] in pools] if pools else active
     if state != "active":
-        data["droppedTargets"] = []
+        dropped = runtime.dropped_targets()
+        if pools:
+            dropped = [t for t in dropped if t["discoveredLabels"].get("job") in pools]
+        data["droppedTargets"] = dropped
     return jsonify({"status": "success", "data": data})
