@@ -292,3 +292,13 @@ def test_a_trickling_body_is_cut_at_the_timeout(site: Site) -> None:
     (state,) = pool.states()
     assert state["health"] == "down" and state["lastError"].startswith("timed out after 0.3s"), state
     assert state["lastScrapeDuration"] < 5, "cut near the timeout, not after the whole body (80 s)"
+
+
+def test_missing_ca_file_is_a_scrape_error(site: Site, tmp_path: Path) -> None:
+    pool, _ = make_pool(
+        [job(site.address, scheme="https", tls_config={"ca_file": str(tmp_path / "missing.pem")})],
+        FakeClock(),
+    )
+    pool.scrape_all()
+    (state,) = pool.states()
+    assert state["health"] == "down" and state["lastError"]

@@ -203,7 +203,7 @@ class HttpFetcher:
             )
         except requests.Timeout:
             raise ScrapeError(f"timed out after {timeout_s:g}s (scrape_timeout)") from None
-        except requests.RequestException as e:
+        except (requests.RequestException, OSError, ValueError) as e:  # OSError: e.g. a missing ca_file
             raise ScrapeError(_short(e)) from None
         with response:
             if response.status_code != 200:
