@@ -250,7 +250,10 @@ def _number(value: Any, where: str) -> float:
     if isinstance(value, bool) or value is None:
         raise PushError(f"{where}: expected a number, got {value!r}")
     if isinstance(value, (int, float)):
-        return float(value)
+        try:
+            return float(value)
+        except OverflowError:
+            raise PushError(f"{where}: number out of range") from None
     if isinstance(value, str):
         spelled = value.strip().lower().lstrip("+")
         if spelled in ("nan", "inf", "infinity", "-inf", "-infinity"):

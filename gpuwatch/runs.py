@@ -49,7 +49,9 @@ def parse_run_request(body: Any, now_ms: int) -> RunUpdate:
     elif status is not None:
         raise PushError("status: only a finish sets the status")
     total = body.get("total_steps")
-    if total is not None and (isinstance(total, bool) or not isinstance(total, int) or total < 0):
+    if total is not None and (
+        isinstance(total, bool) or not isinstance(total, int) or not 0 <= total < 2**62
+    ):
         raise PushError(f"total_steps: expected a non-negative integer, got {total!r}")
     config = body.get("config")
     if config is not None:
@@ -78,7 +80,9 @@ def parse_run_request(body: Any, now_ms: int) -> RunUpdate:
             raise PushError(f"time: expected Unix seconds, got {t!r}")
         time_ms = int(round(t * 1000))
     step = body.get("step")
-    if step is not None and (isinstance(step, bool) or not isinstance(step, (int, float))):
+    if step is not None and (
+        isinstance(step, bool) or not isinstance(step, (int, float)) or not -(2**62) < step < 2**62
+    ):
         raise PushError(f"step: expected a number, got {step!r}")
     return RunUpdate(
         name=run,

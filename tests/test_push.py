@@ -16,6 +16,8 @@ from urllib.parse import urlsplit
 
 import pytest
 from flask.testing import FlaskClient
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.exposition import delete_from_gateway, push_to_gateway, pushadd_to_gateway
 
@@ -265,6 +267,7 @@ def test_json_push_accepts_nan_literals(client: FlaskClient, runtime: Runtime) -
         (b'{"run": "r", "metrics": {"loss": true}}', "expected a number"),
         (b'{"run": "r", "metrics": {"loss": null}}', "expected a number"),
         (b'{"run": "r", "step": "ten"}', "step"),
+        (b'{"run": "r", "step": 1' + b"0" * 400 + b"}", "out of range"),
         (b'{"run": "r", "time": -1}', "time"),
         (b'{"run": "r", "labels": {"__x": "1"}}', "invalid label name"),
         (b'{"run": "r", "labels": {"a": 1}}', "expected a string"),
@@ -325,6 +328,8 @@ def test_runs_init_progress_eta_finish(client: FlaskClient, clock: FakeClock) ->
         ({"run": "r"}, "action"),
         ({"run": "r", "action": "finish", "status": "meh"}, "status"),
         ({"run": "r", "action": "init", "total_steps": -1}, "total_steps"),
+        ({"run": "r", "action": "init", "total_steps": 10**30}, "total_steps"),
+        ({"run": "r", "action": "finish", "step": 10**400}, "step"),
         ({"run": "r", "action": "init", "config": [1]}, "config"),
         ({"run": "r", "action": "init", "gpus": "0,1"}, "gpus"),
     ],
@@ -347,3 +352,32 @@ def test_seen_throttle_and_runs_read_the_newest_step(
     run = client.get("/api/v1/runs").get_json()["data"][0]
     assert run["last_step"] == 4 and run["last_seen"] == clock.now() - 1  # from training_step
     assert run["steps_per_second"] == pytest.approx(1.0)
+
+
+_json = st.recursive(
+    st.none() | st.booleans() | st.floats() | st.integers() | st.text(max_size=20),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=10), inner, max_size=4),
+    max_leaves=20,
+)
+_keys = st.sampled_from(
+    ["run", "step", "metrics", "time", "labels", "action", "total_steps", "config", "gpus"]
+)
+_objects = st.dictionaries(_keys, _json, max_size=6)
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(body=st.one_of(_json, _objects, st.lists(_objects, max_size=3)))
+def test_json_endpoints_never_answer_500(client: FlaskClient, body: Any) -> None:
+    text = json.dumps(body)  # NaN and Infinity literals included
+    for path in ("/api/v1/push", "/api/v1/runs"):
+        resp = client.post(path, data=text, content_type="application/json")
+        assert resp.status_code in (200, 400), (path, text, resp.get_data(as_text=True))
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    path=st.text(max_size=40), body=st.binary(max_size=200), method=st.sampled_from(["PUT", "POST", "DELETE"])
+)
+def test_pushgateway_never_answers_500(client: FlaskClient, path: str, body: bytes, method: str) -> None:
+    resp = client.open("/metrics/job/" + path, method=method, data=body)
+    assert resp.status_code in (200, 400, 404, 405), resp.get_data(as_text=True)

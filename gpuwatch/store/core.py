@@ -188,7 +188,10 @@ class Store:
     def upsert_run(self, update: RunUpdate) -> None:
         """Record a training run's start, finish or latest step; waits for the writer."""
         writer = self._need_writer()
-        self._ask(lambda: runs_table.upsert(writer._cur, update))
+        try:
+            self._ask(lambda: runs_table.upsert(writer._cur, update))
+        except duckdb.Error as exc:
+            raise StoreError(f"cannot record run {update.name!r}: {exc}") from None
 
     def _need_writer(self) -> Writer:
         if self._writer is None:
