@@ -20,7 +20,8 @@ timestamps, so a batch sent twice (a retry after a lost answer) is stored once. 
 `finish` and at interpreter exit (`atexit`, for at most `exit_timeout_s`).
 
 Names: `loss` -> `training_loss`, `lr` -> `training_learning_rate`, `grad_norm` -> `training_grad_norm`,
-anything else `x` -> `training_x`. `tokens` (or `samples`), counted since the previous `log`, also give
+anything else `x` -> `training_x` (characters a metric name cannot hold become `_`: `eval/loss` ->
+`training_eval_loss`). `tokens` (or `samples`), counted since the previous `log`, also give
 `tokens_per_second` (`samples_per_second`) -> `training_throughput_tokens_per_second`.
 """
 
@@ -31,6 +32,7 @@ import collections
 import contextlib
 import logging
 import math
+import re
 import socket
 import threading
 from collections.abc import Callable, Iterator, Mapping
@@ -182,11 +184,23 @@ class Sender:
             self.last_error = None
             return True
         self.last_error = f"HTTP {status} from {path}"
+        if status == 413 and isinstance(body, list) and len(body) > 1:
+            self.batch_size = max(1, len(body) // 2)  # too big for the server: send halves
+            return False
         if 400 <= status < 500 and status not in (408, 429):
             self.rejected += len(body) if isinstance(body, list) else 1
             log.warning("gpuwatch rejected a message (HTTP %d on %s); it is dropped", status, path)
             return True
         return False
+
+
+_INVALID_NAME_CHARS = re.compile(r"[^a-zA-Z0-9_:]")
+
+
+def _metric_name(key: str) -> str:
+    """Make a logged key a valid metric name (`eval/loss` -> `eval_loss`), so the server never refuses it."""
+    name = _INVALID_NAME_CHARS.sub("_", key)[:150] or "_"
+    return "_" + name if name[0].isdigit() else name
 
 
 def _json_number(value: float) -> float | str:
@@ -275,7 +289,7 @@ class Run:
             except Exception:  # a tensor's __float__ may raise anything; skip just this value
                 self.invalid_values += 1
                 continue
-            values[str(key)] = _json_number(value)
+            values[_metric_name(str(key))] = _json_number(value)
         elapsed = now - self._last_log_time if self._last_log_time is not None else None
         for count, rate in (("tokens", "tokens_per_second"), ("samples", "samples_per_second")):
             n = values.get(count)

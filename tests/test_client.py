@@ -91,6 +91,20 @@ def test_sender_drops_what_the_server_refuses_and_retries_5xx() -> None:
     assert sender.last_error == "HTTP 400 from /api/v1/push"
 
 
+def test_sender_halves_batches_the_server_finds_too_large() -> None:
+    t = FakeTransport()
+    box = Outbox(100)
+    sender = Sender("http://gw", t, box, backoff=Backoff(1, 8), batch_size=8)
+    for i in range(8):
+        box.put({"i": i})
+    t.status = 413
+    assert sender.send_once() == 1 and sender.batch_size == 4 and len(box) == 8
+    t.status = 200
+    while sender.send_once() is not None:
+        pass
+    assert [len(body) for _, body in t.calls] == [8, 4, 4] and sender.rejected == 0
+
+
 def test_run_delivers_everything_in_order_then_finish() -> None:
     t = FakeTransport()
     clock = FakeClock(1_790_000_000)
@@ -120,11 +134,11 @@ def test_log_never_raises_and_skips_bad_values() -> None:
 
     t = FakeTransport()
     run = Run("r", transport=t, clock=FakeClock(), flush_interval_s=0.05)
-    run.log({"loss": "n/a", "x": None, "y": Bad(), "z": float("nan"), "w": float("-inf"), "ok": 1})
+    run.log({"loss": "n/a", "x": None, "y": Bad(), "z": float("nan"), "w": float("-inf"), "eval/ok": 1})
     run.log(None)  # type: ignore[arg-type]
     run.log({"loss": 1}, step="ten")  # type: ignore[arg-type]
     assert run.finish(timeout_s=10)
-    assert t.points()[0]["metrics"] == {"z": "NaN", "w": "-Inf", "ok": 1.0}
+    assert t.points()[0]["metrics"] == {"z": "NaN", "w": "-Inf", "eval_ok": 1.0}
     assert run.invalid_values == 5
 
 
