@@ -134,9 +134,17 @@ def _serve(settings: Settings) -> int:
             mode,
             settings.data_dir,
         )
+
         # The HTTP server runs in its own thread so that the main thread only waits for a signal and
         # then shuts down in order: stop accepting, stop sampling, flush and checkpoint the store.
-        web = threading.Thread(target=server.run, name="gpuwatch-http", daemon=True)
+        def serve_http() -> None:
+            try:
+                server.run()
+            except (OSError, ValueError) as e:  # closing the sockets under the loop at shutdown: EBADF
+                if not stop.is_set():
+                    log.error("the HTTP server failed: %s", e)
+
+        web = threading.Thread(target=serve_http, name="gpuwatch-http", daemon=True)
         web.start()
         while not stop.wait(5.0):
             if not web.is_alive():
