@@ -11,6 +11,7 @@ from typing import Any
 from gpuwatch import __version__
 from gpuwatch.clock import Clock, SystemClock
 from gpuwatch.collect.host import HOST_METRICS, HostCollector
+from gpuwatch.collect.logs import LOG_METRICS, LogTailer
 from gpuwatch.collect.nvml import GPU_METRICS, GpuCollector, load_nvml
 from gpuwatch.collect.scrapepool import ScrapePool
 from gpuwatch.config import Settings
@@ -23,6 +24,8 @@ from gpuwatch.scrapeconfig import url_config
 from gpuwatch.store import Store
 
 log = logging.getLogger("gpuwatch")
+
+LOG_INTERVAL_S = 1.0  # one job for every tailed file: a thread wake-up costs CPU on small VMs
 
 SELF_METRICS: tuple[MetricInfo, ...] = (
     MetricInfo("gpuwatch_build_info", "gauge", "gpuwatch version; always 1.", "", ("version",)),
@@ -60,6 +63,7 @@ class Runtime:
     host: HostCollector | None = None
     pushes: PushGroups = field(default_factory=PushGroups)
     scrapes: ScrapePool | None = None
+    logs: LogTailer | None = None
     _latest: dict[str, Batch] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _stop: threading.Event = field(default_factory=threading.Event)
@@ -113,6 +117,17 @@ class Runtime:
         samples = self.pushes.current()
         if samples:
             self.store.append(Batch(self.clock.now_ms(), samples))
+
+    def tail_logs(self) -> None:
+        """Read what is new in the tailed log files; store lines, offsets and figures (the 'logs' job)."""
+        if self.logs is None:
+            return
+        got = self.logs.poll(self.clock.now_ms())
+        for batch in got.batches:
+            if batch.samples:
+                self.store.append(batch)
+        if got.lines or got.offsets:
+            self.store.append_log_lines(got.lines, got.offsets)
 
     def retention(self) -> None:
         """Drop samples older than the retention period (the 'retention' job)."""
@@ -213,6 +228,8 @@ class Runtime:
         for t in self._threads:
             t.join(timeout=5)
         self._threads.clear()
+        if self.logs is not None:
+            self.logs.close()
         if self.gpu is not None:
             try:
                 self.gpu.close()
@@ -260,7 +277,9 @@ def build_runtime(settings: Settings, hostname: str, clock: Clock | None = None,
             gpu, problem = None, str(e)
             log.warning("%s", problem)
         jobs = JobRegistry(clock)
-        metadata = {m.name: m for m in (*GPU_METRICS, *HOST_METRICS, *SELF_METRICS, *PUSH_METRICS)}
+        metadata = {
+            m.name: m for m in (*GPU_METRICS, *HOST_METRICS, *SELF_METRICS, *PUSH_METRICS, *LOG_METRICS)
+        }
         runtime = Runtime(
             settings=settings,
             clock=clock,
@@ -276,6 +295,9 @@ def build_runtime(settings: Settings, hostname: str, clock: Clock | None = None,
         jobs.add("push", runtime.repush, REEMIT_INTERVAL_S)
         jobs.add("host", runtime.sample_host, settings.host_interval)
         jobs.add("retention", runtime.retention, 3600.0)
+        if settings.log_files:
+            runtime.logs = LogTailer(settings.log_files, offsets=store.log_offsets())
+            jobs.add("logs", runtime.tail_logs, LOG_INTERVAL_S)
         configs = (*settings.scrape_configs, *(url_config(u) for u in settings.scrape))
         if configs:
             runtime.scrapes = ScrapePool(

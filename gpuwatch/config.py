@@ -12,6 +12,7 @@ from typing import Any
 import yaml
 
 from gpuwatch.errors import ConfigError
+from gpuwatch.logconfig import LogFileConfig, parse_log_files
 from gpuwatch.scrapeconfig import ScrapeConfig, parse_scrape_configs, parse_scrape_urls
 
 _DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d|w|y)")
@@ -183,6 +184,13 @@ OPTIONS: tuple[Option, ...] = (
         "URLs to scrape as job `scrape` (repeat the flag; comma-separated in the environment).",
         "--scrape",
     ),
+    Option(
+        "log_files",
+        parse_log_files,
+        (),
+        "Training log files to tail (`path` or glob, `run`, `patterns` with named groups, "
+        "`from_beginning`, `job`); see docs/logs.md.",
+    ),
 )
 
 _BY_KEY = {o.key: o for o in OPTIONS}
@@ -210,6 +218,7 @@ class Settings:
     scrape_interval: float = 15.0
     scrape_configs: tuple[ScrapeConfig, ...] = ()
     scrape: tuple[str, ...] = ()
+    log_files: tuple[LogFileConfig, ...] = ()
     config_file: Path | None = None
 
     @property
@@ -227,6 +236,8 @@ class Settings:
             v = getattr(self, f.name)
             if f.name == "scrape_configs":
                 v = [c.public() for c in v]  # without passwords and tokens
+            elif f.name == "log_files":
+                v = [c.public() for c in v]
             out[f.name] = str(v) if isinstance(v, Path) else v
         return out
 

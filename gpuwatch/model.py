@@ -114,3 +114,21 @@ class RunUpdate:
     host: str | None = None
     gpus: list[Any] | None = None
     last_step: float | None = None
+
+
+class LogLine(NamedTuple):
+    """One line of a tailed log file as stored; `level` is ERROR, WARN, INFO, DEBUG or ''."""
+
+    time_ms: int
+    file: str
+    run: str
+    level: str
+    text: str
+
+
+class LogOffset(NamedTuple):
+    """How far a tailed file has been read: the byte after its last complete line, per path and inode."""
+
+    path: str
+    inode: int
+    offset: int

@@ -21,7 +21,8 @@ import numpy as np
 
 from gpuwatch.clock import Clock
 from gpuwatch.errors import StoreError
-from gpuwatch.model import Batch, Labels, Matcher, RunRecord, RunUpdate, SeriesData
+from gpuwatch.model import Batch, Labels, LogLine, LogOffset, Matcher, RunRecord, RunUpdate, SeriesData
+from gpuwatch.store import logs as logs_table
 from gpuwatch.store import runs as runs_table
 from gpuwatch.store import schema
 from gpuwatch.store.catalog import Catalog, Entry, Snapshot, match
@@ -183,7 +184,22 @@ class Store:
     def apply_retention(self, now_ms: int) -> int:
         """Delete samples older than the retention period and series left empty; return samples deleted."""
         cutoff = now_ms - int(self._retention_s * 1000)
-        return int(self._ask(lambda: self._need_writer().apply_retention(cutoff)))
+        writer = self._need_writer()
+
+        def apply() -> int:
+            deleted = writer.apply_retention(cutoff)
+            logs_table.delete_before(writer._cur, cutoff)
+            return deleted
+
+        return int(self._ask(apply))
+
+    def append_log_lines(self, lines: Sequence[LogLine], offsets: Sequence[LogOffset]) -> None:
+        """Store tailed log lines and the file offsets after them, atomically; waits for the writer."""
+        writer = self._need_writer()
+        try:
+            self._ask(lambda: logs_table.write(writer._cur, lines, offsets))
+        except duckdb.Error as exc:
+            raise StoreError(f"cannot store log lines: {exc}") from None
 
     def upsert_run(self, update: RunUpdate) -> None:
         """Record a training run's start, finish or latest step; waits for the writer."""
@@ -273,6 +289,35 @@ class Store:
             raise StoreError("the store is closed")
         try:
             return runs_table.read_all(self._cursor())
+        except duckdb.Error as exc:
+            raise StoreError(f"store read failed: {exc}") from None
+
+    def log_offsets(self) -> list[LogOffset]:
+        """Return how far each tailed log file was read, as stored with its lines."""
+        if self._closed:
+            raise StoreError("the store is closed")
+        try:
+            return logs_table.read_offsets(self._cursor())
+        except duckdb.Error as exc:
+            raise StoreError(f"store read failed: {exc}") from None
+
+    def log_lines(
+        self,
+        *,
+        run: str | None = None,
+        text: str | None = None,
+        level: str | None = None,
+        start_ms: int | None = None,
+        end_ms: int | None = None,
+        limit: int = 200,
+    ) -> list[LogLine]:
+        """Return stored log lines matching every given filter, newest first."""
+        if self._closed:
+            raise StoreError("the store is closed")
+        try:
+            return logs_table.read_lines(
+                self._cursor(), run=run, text=text, level=level, start_ms=start_ms, end_ms=end_ms, limit=limit
+            )
         except duckdb.Error as exc:
             raise StoreError(f"store read failed: {exc}") from None
 

@@ -10,6 +10,8 @@ Tables (private to `gpuwatch.store`):
   so the newest write of a duplicate (series, time) wins.
 - `runs(name, status, start_ms, end_ms, total_steps, config, host, gpus, last_step, last_seen_ms,
   updated_ms)`: training-run metadata (`gpuwatch.store.runs`); config and gpus as JSON text.
+- `log_lines(t_ms, seq, file, run, level, text)` and `log_offsets(path, inode, offset_bytes)`: tailed
+  log lines and how far each file was read, written together (`gpuwatch.store.logs`).
 """
 
 from __future__ import annotations
@@ -47,6 +49,25 @@ MIGRATIONS: tuple[tuple[int, str], ...] = (
             last_step DOUBLE,
             last_seen_ms BIGINT,
             updated_ms BIGINT NOT NULL
+        );
+        """,
+    ),
+    (
+        3,
+        """
+        CREATE SEQUENCE log_line_seq;
+        CREATE TABLE log_lines (
+            t_ms BIGINT NOT NULL,
+            seq BIGINT NOT NULL,
+            file VARCHAR NOT NULL,
+            run VARCHAR NOT NULL,
+            level VARCHAR NOT NULL,
+            text VARCHAR NOT NULL
+        );
+        CREATE TABLE log_offsets (
+            path VARCHAR PRIMARY KEY,
+            inode BIGINT NOT NULL,
+            offset_bytes BIGINT NOT NULL
         );
         """,
     ),

@@ -31,13 +31,14 @@ def create_app(runtime: Any) -> Flask:
     app.json.sort_keys = False  # type: ignore[attr-defined]
 
     from gpuwatch.web.importapi import bp as import_bp
+    from gpuwatch.web.logs import bp as logs_bp
     from gpuwatch.web.ops import bp as ops_bp
     from gpuwatch.web.pages import bp as pages_bp
     from gpuwatch.web.promapi import bp as prom_bp
     from gpuwatch.web.push import bp as push_bp
     from gpuwatch.web.targets import bp as targets_bp
 
-    for bp in (ops_bp, pages_bp, prom_bp, import_bp, push_bp, targets_bp):
+    for bp in (ops_bp, pages_bp, prom_bp, import_bp, push_bp, targets_bp, logs_bp):
         app.register_blueprint(bp)
     register_error_handlers(app)
     return app
