@@ -15,12 +15,13 @@ from gpuwatch.collect.logs import LOG_METRICS, LogTailer
 from gpuwatch.collect.nvml import GPU_METRICS, GpuCollector, load_nvml
 from gpuwatch.collect.scrapepool import ScrapePool
 from gpuwatch.config import Settings
+from gpuwatch.demo import DemoSources, local_url
 from gpuwatch.errors import ConfigError, NvmlUnavailable
 from gpuwatch.exposition import format_text
 from gpuwatch.jobs import JobRegistry
 from gpuwatch.model import Batch, MetricInfo, Sample, make_labels
 from gpuwatch.push import PUSH_METRICS, REEMIT_INTERVAL_S, PushGroups
-from gpuwatch.scrapeconfig import url_config
+from gpuwatch.scrapeconfig import ScrapeConfig, url_config
 from gpuwatch.store import Store
 
 log = logging.getLogger("gpuwatch")
@@ -63,6 +64,7 @@ class Runtime:
     host: HostCollector | None = None
     pushes: PushGroups = field(default_factory=PushGroups)
     scrapes: ScrapePool | None = None
+    demo: DemoSources | None = None  # simulated vLLM/SGLang servers and training run (demo mode)
     logs: LogTailer | None = None
     _latest: dict[str, Batch] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
@@ -207,6 +209,10 @@ class Runtime:
             )
         scheduler.start()
         self._scheduler = scheduler
+        if self.demo is not None:
+            # The simulated servers get their ports only now: rebuild the (not yet started) pool with them.
+            self.demo.start()
+            self.scrapes = scrape_pool(self.settings, self.store, self.clock, self.demo.scrape_configs())
         if self.scrapes is not None:
             self.scrapes.start()
         self.jobs.run("sample")
@@ -217,9 +223,15 @@ class Runtime:
             t.start()
             self._threads.append(t)
 
+    def stop_demo(self) -> None:
+        """Stop the simulated servers and finish the simulated training run (demo mode). Safe to call twice."""
+        if self.demo is not None:
+            self.demo.stop()
+
     def close(self) -> None:
         """Stop jobs, flush and checkpoint the store, release NVML. Safe to call twice."""
         self._stop.set()
+        self.stop_demo()
         if self.scrapes is not None:
             self.scrapes.stop()
         if self._scheduler is not None:
@@ -250,6 +262,22 @@ def make_nvml(settings: Settings, clock: Clock) -> Any:
         except ValueError as e:
             raise ConfigError(f"config error: demo_model: {e}") from None
     return load_nvml()
+
+
+def scrape_pool(
+    settings: Settings, store: Store, clock: Clock, extra: tuple[ScrapeConfig, ...] = ()
+) -> ScrapePool | None:
+    """Return the pool of the configured scrape targets plus `extra`, or None when there are none."""
+    configs = (*settings.scrape_configs, *(url_config(u) for u in settings.scrape), *extra)
+    if not configs:
+        return None
+    return ScrapePool(
+        configs,
+        default_interval_s=settings.scrape_interval,
+        sink=store.append,
+        clock=clock,
+        base_dir=settings.config_file.parent if settings.config_file is not None else None,
+    )
 
 
 def build_runtime(settings: Settings, hostname: str, clock: Clock | None = None, nvml: Any = None) -> Runtime:
@@ -298,15 +326,10 @@ def build_runtime(settings: Settings, hostname: str, clock: Clock | None = None,
         if settings.log_files:
             runtime.logs = LogTailer(settings.log_files, offsets=store.log_offsets())
             jobs.add("logs", runtime.tail_logs, LOG_INTERVAL_S)
-        configs = (*settings.scrape_configs, *(url_config(u) for u in settings.scrape))
-        if configs:
-            runtime.scrapes = ScrapePool(
-                configs,
-                default_interval_s=settings.scrape_interval,
-                sink=store.append,
-                clock=clock,
-                base_dir=settings.config_file.parent if settings.config_file is not None else None,
-            )
+        runtime.scrapes = scrape_pool(settings, store, clock)
+        if settings.demo and settings.demo_sources:
+            # Nothing is bound until start(); the training run pushes to this very gpuwatch.
+            runtime.demo = DemoSources(local_url(settings.host, settings.port), clock=clock)
         return runtime
     except BaseException:
         store.close()

@@ -151,6 +151,9 @@ def _serve(settings: Settings) -> int:
                 log.error("the HTTP server stopped unexpectedly; shutting down")
                 break
         log.info("shutting down: flushing the store")
+        runtime.stop_demo()  # the simulated training run's last push must reach the server before it closes
+        # Let requests in flight finish first: a worker that answers after close() pulls a closed trigger (EBADF).
+        server.task_dispatcher.shutdown()
         server.close()
     finally:
         runtime.close()

@@ -142,6 +142,13 @@ OPTIONS: tuple[Option, ...] = (
     Option("demo", _parse_bool, False, "Simulate GPUs instead of reading NVML.", "--demo"),
     Option("demo_gpus", _parse_int(1, 1024), 8, "Number of simulated GPUs in demo mode."),
     Option("demo_model", _parse_str, "NVIDIA H100 80GB HBM3", "Model name of the simulated GPUs."),
+    Option(
+        "demo_sources",
+        _parse_bool,
+        True,
+        "In demo mode, also run a simulated vLLM and SGLang server (scraped as jobs `demo-vllm` and "
+        "`demo-sglang`) and a simulated training run; false: only simulated GPUs.",
+    ),
     Option("hostname", _parse_str, "", "Value of the Hostname label (default: this machine's host name)."),
     Option("sample_interval", _parse_positive_duration(0.1, 3600), 1.0, "How often every GPU is sampled."),
     Option(
@@ -219,6 +226,7 @@ class Settings:
     scrape_configs: tuple[ScrapeConfig, ...] = ()
     scrape: tuple[str, ...] = ()
     log_files: tuple[LogFileConfig, ...] = ()
+    demo_sources: bool = True
     config_file: Path | None = None
 
     @property

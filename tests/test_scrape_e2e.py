@@ -7,7 +7,7 @@ from collections.abc import Iterator
 import pytest
 from prometheus_client import CollectorRegistry, Counter, Gauge, start_http_server
 
-from tests.conftest import free_port, wait_until
+from tests.conftest import clean_env, free_port, wait_until
 
 pytestmark = pytest.mark.slow
 
@@ -25,7 +25,9 @@ def exporter() -> Iterator[int]:
 
 
 def test_serve_scrapes_a_prometheus_client_endpoint(serve, exporter: int) -> None:  # type: ignore[no-untyped-def]
-    srv = serve("--demo", "--scrape", f"http://127.0.0.1:{exporter}/metrics")
+    # Only the one target: the demo's own simulated vLLM and SGLang servers stay off.
+    env = clean_env(GPUWATCH_FLUSH_INTERVAL="0.5s", GPUWATCH_DEMO_SOURCES="false")
+    srv = serve("--demo", "--scrape", f"http://127.0.0.1:{exporter}/metrics", env=env)
 
     def query(q: str) -> list[dict]:  # type: ignore[type-arg]
         body = srv.get("/api/v1/query", params={"query": q}).json()

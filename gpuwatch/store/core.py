@@ -22,6 +22,7 @@ import numpy as np
 from gpuwatch.clock import Clock
 from gpuwatch.errors import StoreError
 from gpuwatch.model import Batch, Labels, LogLine, LogOffset, Matcher, RunRecord, RunUpdate, SeriesData
+from gpuwatch.store import alerts as alerts_table
 from gpuwatch.store import logs as logs_table
 from gpuwatch.store import runs as runs_table
 from gpuwatch.store import schema
@@ -208,6 +209,23 @@ class Store:
             self._ask(lambda: runs_table.upsert(writer._cur, update))
         except duckdb.Error as exc:
             raise StoreError(f"cannot record run {update.name!r}: {exc}") from None
+
+    def save_alerts(self, group_key: str, alerts: Sequence[alerts_table.StoredAlert]) -> None:
+        """Replace the stored alerts of one rule group; waits for the writer."""
+        writer = self._need_writer()
+        try:
+            self._ask(lambda: alerts_table.replace_group(writer._cur, group_key, alerts))
+        except duckdb.Error as exc:
+            raise StoreError(f"cannot store the alerts of rule group {group_key!r}: {exc}") from None
+
+    def alerts(self) -> list[alerts_table.StoredAlert]:
+        """Return the stored alerts of every rule group."""
+        if self._closed:
+            raise StoreError("the store is closed")
+        try:
+            return alerts_table.read_all(self._cursor())
+        except duckdb.Error as exc:
+            raise StoreError(f"store read failed: {exc}") from None
 
     def _need_writer(self) -> Writer:
         if self._writer is None:

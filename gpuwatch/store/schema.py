@@ -12,6 +12,9 @@ Tables (private to `gpuwatch.store`):
   updated_ms)`: training-run metadata (`gpuwatch.store.runs`); config and gpus as JSON text.
 - `log_lines(t_ms, seq, file, run, level, text)` and `log_offsets(path, inode, offset_bytes)`: tailed
   log lines and how far each file was read, written together (`gpuwatch.store.logs`).
+- `alert_state(group_key, rule, labels, annotations, state, active_at_ms, value, fired_at_ms,
+  resolved_at_ms, keep_firing_since_ms, last_eval_ms)`: the rule evaluator's alerts, replaced per rule
+  group after each evaluation that changed them (`gpuwatch.store.alerts`).
 """
 
 from __future__ import annotations
@@ -68,6 +71,24 @@ MIGRATIONS: tuple[tuple[int, str], ...] = (
             path VARCHAR PRIMARY KEY,
             inode BIGINT NOT NULL,
             offset_bytes BIGINT NOT NULL
+        );
+        """,
+    ),
+    (
+        4,
+        """
+        CREATE TABLE alert_state (
+            group_key VARCHAR NOT NULL,
+            rule VARCHAR NOT NULL,
+            labels VARCHAR NOT NULL,
+            annotations VARCHAR NOT NULL,
+            state VARCHAR NOT NULL,
+            active_at_ms BIGINT NOT NULL,
+            value DOUBLE,
+            fired_at_ms BIGINT,
+            resolved_at_ms BIGINT,
+            keep_firing_since_ms BIGINT,
+            last_eval_ms BIGINT NOT NULL
         );
         """,
     ),

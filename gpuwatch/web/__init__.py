@@ -36,9 +36,10 @@ def create_app(runtime: Any) -> Flask:
     from gpuwatch.web.pages import bp as pages_bp
     from gpuwatch.web.promapi import bp as prom_bp
     from gpuwatch.web.push import bp as push_bp
+    from gpuwatch.web.rules import bp as rules_bp
     from gpuwatch.web.targets import bp as targets_bp
 
-    for bp in (ops_bp, pages_bp, prom_bp, import_bp, push_bp, targets_bp, logs_bp):
+    for bp in (ops_bp, pages_bp, prom_bp, import_bp, push_bp, targets_bp, logs_bp, rules_bp):
         app.register_blueprint(bp)
     register_error_handlers(app)
     return app

@@ -1,0 +1,551 @@
+"""Demo sources: simulated vLLM and SGLang `/metrics` servers and a simulated training run.
+
+In demo mode gpuwatch exercises its whole path over real HTTP: two `prometheus_client` registries with
+the metric names, labels and buckets vLLM V1 and SGLang expose, served on 127.0.0.1 ephemeral ports and
+scraped as jobs `demo-vllm` and `demo-sglang`, and a training run that pushes through the real SDK
+(`gpuwatch.client`). One thread does it all: it serves both ports (requests are small and answered
+inline) and, every `tick_s`, moves the figures and logs a training step. The SDK has its own sender
+thread. Figures follow a bursty request load with a latency spike now and then.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import math
+import random
+import selectors
+import socket
+import threading
+from collections.abc import Iterable
+from typing import Any
+from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, make_wsgi_app
+from prometheus_client.metrics_core import Metric
+from prometheus_client.registry import Collector
+
+from gpuwatch import client
+from gpuwatch.clock import Clock, SystemClock
+from gpuwatch.scrapeconfig import ScrapeConfig, StaticGroup
+
+log = logging.getLogger("gpuwatch.demo")
+
+TRAINING_RUN = "demo-llama-7b-sft"
+VLLM_MODEL = "meta-llama/Llama-3.1-8B-Instruct"
+SGLANG_MODEL = "Qwen/Qwen2.5-7B-Instruct"
+
+# vllm/v1/metrics/buckets.py (vllm 0.33.0); see docs METRICS.md §1.3.
+VLLM_REQUEST_LATENCY = (0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0,
+                        120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0)  # fmt: skip
+VLLM_TTFT = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0,
+             20.0, 40.0, 80.0, 160.0, 640.0, 2560.0)  # fmt: skip
+VLLM_ITL = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0,
+            40.0, 80.0)  # fmt: skip
+VLLM_FINISHED_REASONS = ("stop", "length", "abort", "error", "repetition")
+
+# sglang/srt/observability/metrics_collector.py (sglang 0.5.23); see METRICS.md §2.1.
+SGLANG_QUEUE_TIME = (0.0, 0.001, 0.005, 0.01, 0.05, 0.1, 0.2, 0.5, 1, 2, 3, 4, 5, 10, 15, 20, 30, 40, 50, 60,
+                     70, 80, 90, 100, 200, 300, 400, 500, 600, 700, 800, 900, 1000, 1200, 1400, 1600, 1800,
+                     2000, 2500, 3000)  # fmt: skip
+SGLANG_TTFT = (0.1, 0.2, 0.4, 0.6, 0.8, 1, 2, 4, 6, 8, 10, 20, 40, 60, 80, 100, 200, 400)
+SGLANG_ITL = (0.002, 0.004, 0.006, 0.008, 0.010, 0.015, 0.020, 0.025, 0.030, 0.035, 0.040, 0.060, 0.080,
+              0.100, 0.200, 0.400, 0.600, 0.800, 1.0, 2.0, 4.0, 6.0, 8.0)  # fmt: skip
+SGLANG_E2E = (
+    0.1,
+    0.2,
+    0.4,
+    0.6,
+    0.8,
+    1,
+    2,
+    4,
+    6,
+    8,
+    10,
+    20,
+    40,
+    60,
+    80,
+    100,
+    200,
+    400,
+    600,
+    1200,
+    1800,
+    2400,
+)
+
+
+def _poisson(rng: random.Random, mean: float) -> int:
+    """Draw a Poisson count (normal approximation above 30, which is plenty for a demo)."""
+    if mean <= 0:
+        return 0
+    if mean > 30:
+        return max(0, round(rng.gauss(mean, math.sqrt(mean))))
+    limit, k, p = math.exp(-mean), 0, rng.random()
+    while p > limit:
+        k += 1
+        p *= rng.random()
+    return k
+
+
+class Load:
+    """A bursty request rate with an occasional latency spike, advanced once a tick."""
+
+    def __init__(self, rng: random.Random, base_rps: float) -> None:
+        self.rng = rng
+        self.base_rps = base_rps
+        self.burst_s = 0.0
+        self.spike_s = 0.0
+
+    def advance(self, dt: float) -> tuple[float, float]:
+        """Return (requests per second, latency factor) for the next `dt` seconds."""
+        self.burst_s = max(0.0, self.burst_s - dt)
+        self.spike_s = max(0.0, self.spike_s - dt)
+        if self.burst_s == 0 and self.rng.random() < dt / 60:  # about one burst a minute
+            self.burst_s = self.rng.uniform(10, 40)
+        if self.spike_s == 0 and self.rng.random() < dt / 180:  # a latency spike every few minutes
+            self.spike_s = self.rng.uniform(5, 20)
+        rate = self.base_rps * (3.0 if self.burst_s else 1.0) * self.rng.uniform(0.8, 1.2)
+        return rate, (self.rng.uniform(4, 8) if self.spike_s else 1.0)
+
+
+class Batcher:
+    """Requests waiting and running on one engine; `advance` returns the requests that finished."""
+
+    def __init__(self, rng: random.Random, max_running: int) -> None:
+        self.rng = rng
+        self.max_running = max_running
+        self.running = 0
+        self.waiting = 0
+
+    def advance(self, rps: float, dt: float, mean_duration_s: float) -> int:
+        finished = min(self.running, _poisson(self.rng, self.running * dt / mean_duration_s))
+        self.running -= finished
+        self.waiting += _poisson(self.rng, rps * dt)
+        admitted = min(self.waiting, self.max_running - self.running)
+        self.running += admitted
+        self.waiting -= admitted
+        return finished
+
+
+class VllmSim:
+    """A vLLM V1 engine's `/metrics`: the real names, labels (`model_name`, `engine`) and buckets."""
+
+    def __init__(self, rng: random.Random, model: str = VLLM_MODEL, max_running: int = 64) -> None:
+        self.rng = rng
+        self.registry = CollectorRegistry()
+        self.load = Load(rng, base_rps=6.0)
+        self.batch = Batcher(rng, max_running)
+        ml = ("model_name", "engine")
+        self.labels = {"model_name": model, "engine": "0"}
+        r = self.registry
+        self.running = Gauge(
+            "vllm:num_requests_running", "Number of requests in model execution batches.", ml, registry=r
+        )
+        self.waiting = Gauge(
+            "vllm:num_requests_waiting", "Number of requests waiting to be processed.", ml, registry=r
+        )
+        self.kv_usage = Gauge(
+            "vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.", ml, registry=r
+        )
+        self.preemptions = Counter(
+            "vllm:num_preemptions", "Cumulative number of preemption from the engine.", ml, registry=r
+        )
+        self.prompt_tokens = Counter(
+            "vllm:prompt_tokens", "Number of prefill tokens processed.", ml, registry=r
+        )
+        self.generation_tokens = Counter(
+            "vllm:generation_tokens", "Number of generation tokens processed.", ml, registry=r
+        )
+        self.cache_queries = Counter(
+            "vllm:prefix_cache_queries",
+            "Prefix cache queries, in terms of number of queried tokens.",
+            ml,
+            registry=r,
+        )
+        self.cache_hits = Counter(
+            "vllm:prefix_cache_hits",
+            "Prefix cache hits, in terms of number of cached tokens.",
+            ml,
+            registry=r,
+        )
+        self.success = Counter(
+            "vllm:request_success",
+            "Count of successfully processed requests.",
+            (*ml, "finished_reason"),
+            registry=r,
+        )
+        for reason in VLLM_FINISHED_REASONS:  # vLLM creates every reason's child up front
+            self.success.labels(**self.labels, finished_reason=reason)
+        self.e2e = Histogram(
+            "vllm:e2e_request_latency_seconds",
+            "Histogram of e2e request latency in seconds.",
+            ml,
+            buckets=VLLM_REQUEST_LATENCY,
+            registry=r,
+        )
+        self.ttft = Histogram(
+            "vllm:time_to_first_token_seconds",
+            "Histogram of time to first token in seconds.",
+            ml,
+            buckets=VLLM_TTFT,
+            registry=r,
+        )
+        self.itl = Histogram(
+            "vllm:inter_token_latency_seconds",
+            "Histogram of inter-token latency in seconds.",
+            ml,
+            buckets=VLLM_ITL,
+            registry=r,
+        )
+        self.queue = Histogram("vllm:request_queue_time_seconds", "Histogram of time spent in WAITING phase for request.", ml, buckets=VLLM_REQUEST_LATENCY, registry=r)  # fmt: skip
+        # vLLM creates every child when the engine starts, so each series exists (at 0) from the first scrape.
+        for metric in (self.preemptions, self.prompt_tokens, self.generation_tokens, self.cache_queries,
+                       self.cache_hits, self.e2e, self.ttft, self.itl, self.queue):  # fmt: skip
+            metric.labels(**self.labels)
+        self.tick(0.0)
+
+    def tick(self, dt: float) -> None:
+        """Move the figures on by `dt` seconds."""
+        rps, slow = self.load.advance(dt) if dt else (0.0, 1.0)
+        finished = self.batch.advance(rps, dt, mean_duration_s=4.0 * slow) if dt else 0
+        lab = self.labels
+        kv = min(1.0, self.batch.running / self.batch.max_running * 0.85 + self.rng.uniform(0, 0.05))
+        self.running.labels(**lab).set(self.batch.running)
+        self.waiting.labels(**lab).set(self.batch.waiting)
+        self.kv_usage.labels(**lab).set(round(kv, 4))
+        if kv > 0.9 and self.rng.random() < 0.5:
+            self.preemptions.labels(**lab).inc(self.rng.randint(1, 3))
+        queue_s = self.batch.waiting / max(rps, 0.1) * self.rng.uniform(0.5, 1.0)
+        for _ in range(min(finished, 64)):  # bounded work a tick, whatever the load
+            prompt, generated = self.rng.randint(64, 2048), self.rng.randint(16, 768)
+            cached = int(prompt * self.rng.uniform(0.0, 0.6))
+            itl = self.rng.lognormvariate(math.log(0.02), 0.3) * slow
+            ttft = self.rng.lognormvariate(math.log(0.06), 0.5) * slow + prompt / 40000
+            self.prompt_tokens.labels(**lab).inc(prompt)
+            self.generation_tokens.labels(**lab).inc(generated)
+            self.cache_queries.labels(**lab).inc(prompt)
+            self.cache_hits.labels(**lab).inc(cached)
+            reason = self.rng.choices(VLLM_FINISHED_REASONS, (80, 15, 3, 1 if slow > 1 else 0.1, 1))[0]
+            self.success.labels(**lab, finished_reason=reason).inc()
+            q = queue_s * self.rng.uniform(0.5, 1.5)
+            self.queue.labels(**lab).observe(q)
+            self.ttft.labels(**lab).observe(q + ttft)
+            for _ in range(4):  # vLLM observes every token gap; a few samples a request keep this cheap
+                self.itl.labels(**lab).observe(itl * self.rng.uniform(0.7, 1.5))
+            self.e2e.labels(**lab).observe(q + ttft + generated * itl)
+
+
+class _WithoutCreated(Collector):
+    """Expose `inner` without `_created` series, as prometheus_client's multiprocess mode (SGLang's) does."""
+
+    def __init__(self, inner: CollectorRegistry) -> None:
+        self.inner = inner
+
+    def collect(self) -> Iterable[Metric]:
+        for metric in self.inner.collect():  # each collect builds fresh Metric objects
+            metric.samples = [s for s in metric.samples if not s.name.endswith("_created")]
+            yield metric
+
+
+class SglangSim:
+    """An SGLang server's `/metrics` (`--enable-metrics`): scheduler and tokenizer-manager metrics."""
+
+    def __init__(self, rng: random.Random, model: str = SGLANG_MODEL, max_running: int = 48) -> None:
+        self.rng = rng
+        self.metrics = CollectorRegistry()
+        self.registry = CollectorRegistry()
+        self.registry.register(_WithoutCreated(self.metrics))
+        self.load = Load(rng, base_rps=4.0)
+        self.batch = Batcher(rng, max_running)
+        self.max_tokens = 400_000
+        sched = ("engine_type", "model_name", "moe_ep_rank", "pp_rank", "tp_rank")
+        tok = ("engine_type", "model_name")
+        self.sched = {
+            "engine_type": "unified",
+            "model_name": model,
+            "moe_ep_rank": "0",
+            "pp_rank": "0",
+            "tp_rank": "0",
+        }
+        self.tok = {"engine_type": "unified", "model_name": model}
+        r = self.metrics
+        self.running = Gauge("sglang:num_running_reqs", "The number of running requests.", sched, registry=r)
+        self.queued = Gauge(
+            "sglang:num_queue_reqs", "The number of requests in the waiting queue.", sched, registry=r
+        )
+        self.token_usage = Gauge("sglang:token_usage", "The token usage.", sched, registry=r)
+        self.used_tokens = Gauge("sglang:num_used_tokens", "The number of used tokens.", sched, registry=r)
+        self.max_total = Gauge("sglang:max_total_num_tokens", "Maximum total number of tokens in the KV cache pool.", sched, registry=r)  # fmt: skip
+        self.throughput = Gauge(
+            "sglang:gen_throughput", "The generation throughput (token/s).", sched, registry=r
+        )
+        self.cache_hit_rate = Gauge("sglang:cache_hit_rate", "The prefix cache hit rate.", sched, registry=r)
+        self.retracted = Counter(
+            "sglang:num_retracted_requests", "The number of retracted requests.", sched, registry=r
+        )
+        self.queue_time = Histogram("sglang:queue_time_seconds", "Histogram of queueing time in seconds.", sched, buckets=SGLANG_QUEUE_TIME, registry=r)  # fmt: skip
+        self.prompt_tokens = Counter(
+            "sglang:prompt_tokens", "Number of prefill tokens processed.", (*tok, "is_streaming"), registry=r
+        )
+        self.generation_tokens = Counter("sglang:generation_tokens", "Number of generation tokens processed.", (*tok, "is_streaming"), registry=r)  # fmt: skip
+        self.requests = Counter(
+            "sglang:num_requests", "The number of processed requests.", (*tok, "is_streaming"), registry=r
+        )
+        self.aborted = Counter("sglang:num_aborted_requests", "Number of requests aborted.", tok, registry=r)
+        self.ttft = Histogram("sglang:time_to_first_token_seconds", "Histogram of time to first token in seconds.", (*tok, "is_streaming"), buckets=SGLANG_TTFT, registry=r)  # fmt: skip
+        self.itl = Histogram("sglang:inter_token_latency_seconds", "Histogram of inter-token latency in seconds.", tok, buckets=SGLANG_ITL, registry=r)  # fmt: skip
+        self.e2e = Histogram("sglang:e2e_request_latency_seconds", "Histogram of End-to-end request latency in seconds", (*tok, "is_streaming"), buckets=SGLANG_E2E, registry=r)  # fmt: skip
+        self.max_total.labels(**self.sched).set(self.max_tokens)
+        self.tick(0.0)
+
+    def tick(self, dt: float) -> None:
+        """Move the figures on by `dt` seconds."""
+        rps, slow = self.load.advance(dt) if dt else (0.0, 1.0)
+        finished = self.batch.advance(rps, dt, mean_duration_s=5.0 * slow) if dt else 0
+        s, t = self.sched, self.tok
+        used = int(self.batch.running * self.rng.uniform(1500, 2500))
+        self.running.labels(**s).set(self.batch.running)
+        self.queued.labels(**s).set(self.batch.waiting)
+        self.used_tokens.labels(**s).set(used)
+        self.token_usage.labels(**s).set(round(min(1.0, used / self.max_tokens), 4))
+        self.cache_hit_rate.labels(**s).set(round(self.rng.uniform(0.3, 0.6), 4))
+        if used > 0.95 * self.max_tokens:
+            self.retracted.labels(**s).inc()
+        queue_s = self.batch.waiting / max(rps, 0.1) * self.rng.uniform(0.5, 1.0)
+        generated_total = 0
+        for _ in range(min(finished, 64)):
+            streaming = "true" if self.rng.random() < 0.7 else "false"
+            prompt, generated = self.rng.randint(64, 2048), self.rng.randint(16, 768)
+            itl = self.rng.lognormvariate(math.log(0.015), 0.3) * slow
+            ttft = self.rng.lognormvariate(math.log(0.15), 0.5) * slow + prompt / 50000
+            q = queue_s * self.rng.uniform(0.5, 1.5)
+            generated_total += generated
+            self.prompt_tokens.labels(**t, is_streaming=streaming).inc(prompt)
+            self.generation_tokens.labels(**t, is_streaming=streaming).inc(generated)
+            self.requests.labels(**t, is_streaming=streaming).inc()
+            if self.rng.random() < 0.02:
+                self.aborted.labels(**t).inc()
+            self.queue_time.labels(**s).observe(q)
+            self.ttft.labels(**t, is_streaming=streaming).observe(q + ttft)
+            for _ in range(4):  # SGLang observes every token gap; a few samples a request keep this cheap
+                self.itl.labels(**t).observe(itl * self.rng.uniform(0.7, 1.5))
+            self.e2e.labels(**t, is_streaming=streaming).observe(q + ttft + generated * itl)
+        if dt:
+            self.throughput.labels(**s).set(round(generated_total / dt, 1))
+
+
+class TrainingSim:
+    """A supervised fine-tuning run logging through the SDK: one step a tick, a checkpoint now and then."""
+
+    def __init__(
+        self,
+        url: str,
+        rng: random.Random,
+        clock: Clock,
+        *,
+        total_steps: int = 3000,
+        checkpoint_every: int = 300,
+        checkpoint_ticks: int = 4,
+        **options: Any,
+    ) -> None:
+        self.url = url
+        self.rng = rng
+        self.clock = clock
+        self.total_steps = total_steps
+        self.checkpoint_every = checkpoint_every
+        self.checkpoint_ticks = checkpoint_ticks
+        self.options = options
+        self.run: client.Run | None = None
+        self.step = 0
+        self._saving: contextlib.ExitStack | None = None
+        self._saving_left = 0
+
+    def _start(self) -> client.Run:
+        self.step = 0
+        return client.init(
+            run=TRAINING_RUN,
+            total_steps=self.total_steps,
+            url=self.url,
+            config={"model": "llama-7b", "lr": 3e-4, "batch_size": 16, "seq_len": 2048, "demo": True},
+            clock=self.clock,
+            flush_interval_s=2.0,
+            **self.options,
+        )
+
+    def learning_rate(self, step: int) -> float:
+        """Return the learning rate at `step`: linear warmup, then cosine decay to a tenth."""
+        peak, warmup = 3e-4, max(1, self.total_steps // 30)
+        if step < warmup:
+            return peak * (step + 1) / warmup
+        progress = (step - warmup) / max(1, self.total_steps - warmup)
+        return peak * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * progress)))
+
+    def loss(self, step: int) -> float:
+        """Return a loss that falls fast, then slowly, with noise."""
+        base = 1.4 + 1.2 * math.exp(-step / (self.total_steps / 10)) + 0.3 * (1 - step / self.total_steps)
+        return max(0.5, base + self.rng.gauss(0, 0.04))
+
+    def tick(self) -> None:
+        """Train one step (or go on saving a checkpoint); finish and start over at the end."""
+        if self.run is None:
+            self.run = self._start()
+        if self._saving is not None:
+            self._saving_left -= 1
+            if self._saving_left <= 0:
+                self._saving.close()  # logs training_checkpoint_seconds
+                self._saving = None
+            return
+        self.step += 1
+        grad_norm = abs(self.rng.gauss(0.9, 0.15)) * (
+            self.rng.uniform(3, 6) if self.rng.random() < 0.01 else 1.0
+        )
+        self.run.log(
+            {
+                "loss": self.loss(self.step),
+                "lr": self.learning_rate(self.step),
+                "grad_norm": grad_norm,
+                "tokens": int(16 * 2048 * self.rng.uniform(0.95, 1.05)),
+            },
+            step=self.step,
+        )
+        if self.step >= self.total_steps:
+            self.run.finish(status="ok", timeout_s=2.0)
+            self.run = None
+        elif self.step % self.checkpoint_every == 0:
+            self._saving = contextlib.ExitStack()
+            self._saving.enter_context(self.run.checkpoint())
+            self._saving_left = self.checkpoint_ticks
+
+    def close(self) -> None:
+        """Finish the run (status `ok`); what the server does not take within a second is dropped."""
+        if self._saving is not None:
+            self._saving.close()
+            self._saving = None
+        if self.run is not None:
+            self.run.finish(status="ok", timeout_s=1.0)
+            self.run = None
+
+
+class _QuietHandler(WSGIRequestHandler):
+    timeout = 5  # a client that connects and says nothing must not hold the demo thread for long
+
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the base class's name
+        """Log nothing: the demo's servers are scraped every few seconds."""
+
+
+def local_url(host: str, port: int) -> str:
+    """Return the URL at which this machine reaches a gpuwatch listening on `host`:`port`."""
+    if host in ("", "0.0.0.0"):
+        host = "127.0.0.1"
+    elif host == "::":
+        host = "::1"
+    return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+
+
+class DemoSources:
+    """The simulated vLLM and SGLang servers and training run, all driven by one thread."""
+
+    def __init__(
+        self,
+        gpuwatch_url: str | None,
+        *,
+        clock: Clock | None = None,
+        tick_s: float = 1.0,
+        seed: int | None = None,
+    ) -> None:
+        self.clock = clock or SystemClock()
+        self.tick_s = tick_s
+        rng = random.Random(seed)
+        self.vllm = VllmSim(rng)
+        self.sglang = SglangSim(rng)
+        self.training = TrainingSim(gpuwatch_url, rng, self.clock) if gpuwatch_url else None
+        self._servers: dict[str, WSGIServer] = {}
+        self._thread: threading.Thread | None = None
+        self._stop = threading.Event()
+        self._wake_r: socket.socket | None = None
+        self._wake_w: socket.socket | None = None
+
+    def start(self) -> None:
+        """Bind both servers on 127.0.0.1 ephemeral ports and start the demo thread."""
+        if self._thread is not None:
+            return
+        try:
+            for job, registry in (("demo-vllm", self.vllm.registry), ("demo-sglang", self.sglang.registry)):
+                server = make_server("127.0.0.1", 0, make_wsgi_app(registry), handler_class=_QuietHandler)
+                server.timeout = 0  # handle_request() only when select said a connection is waiting
+                self._servers[job] = server
+            self._wake_r, self._wake_w = socket.socketpair()
+        except OSError:
+            self._close_sockets()
+            raise
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._loop, name="gpuwatch-demo", daemon=True)
+        self._thread.start()
+        log.info("demo: simulated vLLM at %s, SGLang at %s", self.url("demo-vllm"), self.url("demo-sglang"))
+
+    def url(self, job: str) -> str:
+        """Return the `/metrics` URL of the simulated server scraped as `job`."""
+        return f"http://127.0.0.1:{self._servers[job].server_port}/metrics"
+
+    def scrape_configs(self) -> tuple[ScrapeConfig, ...]:
+        """Return one scrape job per simulated server (`demo-vllm`, `demo-sglang`); call after start."""
+        return tuple(
+            ScrapeConfig(job_name=job, static_configs=(StaticGroup((f"127.0.0.1:{server.server_port}",)),))
+            for job, server in self._servers.items()
+        )
+
+    def _loop(self) -> None:
+        assert self._wake_r is not None
+        with selectors.DefaultSelector() as sel:
+            for server in self._servers.values():
+                sel.register(server.socket, selectors.EVENT_READ, server)
+            sel.register(self._wake_r, selectors.EVENT_READ, None)
+            last = next_tick = self.clock.monotonic()
+            while not self._stop.is_set():
+                for key, _ in sel.select(max(0.0, next_tick - self.clock.monotonic())):
+                    if key.data is not None:
+                        key.data.handle_request()
+                now = self.clock.monotonic()
+                if now >= next_tick:
+                    self._tick(now - last)
+                    last, next_tick = now, max(next_tick + self.tick_s, now + self.tick_s / 2)
+
+    def _tick(self, dt: float) -> None:
+        try:
+            self.vllm.tick(dt)
+            self.sglang.tick(dt)
+            if self.training is not None:
+                self.training.tick()
+        except Exception:  # a bug in a simulation must not take the demo's servers down
+            log.exception("demo: a simulated source failed")
+
+    def stop(self) -> None:
+        """Stop the thread, close both ports and finish the training run. Safe to call twice."""
+        self._stop.set()
+        if self._wake_w is not None:
+            with contextlib.suppress(OSError):
+                self._wake_w.send(b"x")
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+            self._thread = None
+        if self.training is not None:
+            self.training.close()
+        self._close_sockets()
+
+    def _close_sockets(self) -> None:
+        for server in self._servers.values():
+            server.server_close()
+        for sock in (self._wake_r, self._wake_w):
+            if sock is not None:
+                sock.close()
+        self._wake_r = self._wake_w = None
+
+    def __enter__(self) -> DemoSources:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()

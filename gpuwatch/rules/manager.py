@@ -1,0 +1,345 @@
+"""Evaluate rule groups on schedule: query, advance alert state, write ALERTS and recorded samples, persist.
+
+One `RuleManager` holds the loaded groups and their alerts. `run_due()` (the `rules` job) evaluates each
+group whose interval has passed. Alert state is saved in the store after every evaluation that changed
+it and read back at start, so a restart resumes pending timers and keeps firing alerts firing; the time
+gpuwatch was down counts toward `for`, as the alert was already active before.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from gpuwatch.clock import Clock
+from gpuwatch.config import Settings
+from gpuwatch.errors import ConfigError, QueryError, StoreError
+from gpuwatch.model import STALE_NAN, Batch, Labels, Sample
+from gpuwatch.query import Engine, Scalar, Vector
+from gpuwatch.query.values import Result
+from gpuwatch.rules.evaluate import (
+    INACTIVE,
+    Alert,
+    EvaluationError,
+    Transition,
+    alert_series,
+    evaluate,
+    record_samples,
+)
+from gpuwatch.rules.load import (
+    Group,
+    Rule,
+    RuleFileError,
+    expand,
+    load_builtin,
+    load_files,
+)
+from gpuwatch.store.alerts import StoredAlert
+
+log = logging.getLogger("gpuwatch.rules")
+
+
+class RuleStore(Protocol):
+    """What the manager needs of the store."""
+
+    def append(self, batch: Batch) -> None: ...
+    def flush(self) -> None: ...
+    def save_alerts(self, group_key: str, alerts: Sequence[StoredAlert]) -> None: ...
+    def alerts(self) -> list[StoredAlert]: ...
+
+
+Query = Callable[[str, int], Result]
+
+
+@dataclass
+class RuleStatus:
+    """How a rule's last evaluation went."""
+
+    health: str = "unknown"
+    last_error: str = ""
+    last_eval_ms: int | None = None
+    duration_s: float = 0.0
+
+
+@dataclass
+class GroupState:
+    """A loaded group, its rules' alerts and status, and the series it wrote last time."""
+
+    group: Group
+    interval_s: float
+    alerts: list[dict[Labels, Alert]]
+    status: list[RuleStatus]
+    written: list[set[tuple[str, Labels]]]
+    last_eval_ms: int | None = None
+    duration_s: float = 0.0
+    saved: tuple[Any, ...] = ()
+
+
+def _samples(result: Result) -> list[tuple[Mapping[str, str], float]]:
+    if isinstance(result, Vector):
+        return [(s.labels, s.value) for s in result]
+    if isinstance(result, Scalar):
+        return [({}, result.value)]
+    raise EvaluationError(f"rule result is not a vector or scalar: {type(result).__name__.lower()}")
+
+
+def _static_labels_match(rule: Rule, labels: Labels) -> bool:
+    have = dict(labels)
+    return all(have.get(k) == v for k, v in rule.labels if "{{" not in v)
+
+
+class RuleManager:
+    """Hold rule groups and their alert state; evaluate due groups when `run_due` is called."""
+
+    def __init__(
+        self,
+        store: RuleStore,
+        query: Query,
+        clock: Clock,
+        groups: Sequence[Group],
+        *,
+        default_interval_s: float = 15.0,
+        external_labels: Mapping[str, str] | None = None,
+        loader: Callable[[], list[Group]] | None = None,
+    ) -> None:
+        self._loader = loader
+        self._store = store
+        self._query = query
+        self._clock = clock
+        self._default_interval_s = default_interval_s
+        self._external = dict(external_labels or {})
+        self._lock = threading.Lock()
+        self._eval_lock = threading.Lock()  # a reload waits for a running evaluation, and vice versa
+        self.transitions: list[Transition] = []  # the latest evaluation's, for a notifier to pick up
+        self._groups: list[GroupState] = []
+        self.replace_groups(groups, restore=True)
+
+    # -- loading --------------------------------------------------------------------------------------
+    def replace_groups(self, groups: Sequence[Group], *, restore: bool = False) -> None:
+        """Use `groups` from now on, keeping the alerts of rules that stay (by group and rule name)."""
+        stored: list[StoredAlert] = []
+        if restore:
+            try:
+                stored = self._store.alerts()
+            except StoreError as e:
+                log.warning("rules: cannot restore alert state: %s", e)
+        with self._lock:
+            old = {g.group.key: g for g in self._groups}
+            new: list[GroupState] = []
+            for group in groups:
+                prev = old.pop(group.key, None)
+                alerts: list[dict[Labels, Alert]] = []
+                status: list[RuleStatus] = []
+                written: list[set[tuple[str, Labels]]] = []
+                for rule in group.rules:
+                    kept: dict[Labels, Alert] = {}
+                    st = RuleStatus()
+                    wr: set[tuple[str, Labels]] = set()
+                    if prev is not None:
+                        for j, r in enumerate(prev.group.rules):
+                            if r.kind == rule.kind and r.name == rule.name:
+                                kept, st, wr = prev.alerts[j], prev.status[j], prev.written[j]
+                                break
+                    elif rule.kind == "alert":
+                        kept = {
+                            s.labels: Alert(
+                                s.labels,
+                                s.annotations,
+                                s.state,
+                                s.active_at_ms,
+                                s.value,
+                                s.fired_at_ms,
+                                s.resolved_at_ms,
+                                s.keep_firing_since_ms,
+                                s.last_eval_ms,
+                            )
+                            for s in stored
+                            if s.group_key == group.key
+                            and s.rule == rule.name
+                            and _static_labels_match(rule, s.labels)
+                        }
+                    alerts.append(kept)
+                    status.append(st)
+                    written.append(wr)
+                interval = group.interval_s or self._default_interval_s
+                state = GroupState(group, interval, alerts, status, written)
+                if prev is not None:
+                    state.last_eval_ms, state.duration_s = prev.last_eval_ms, prev.duration_s
+                state.saved = self._fingerprint(state) if not restore or not stored else ()
+                new.append(state)
+            self._groups = new
+        gone = list(old.values())
+        now_ms = self._clock.now_ms()
+        for g in gone:  # series of removed groups go stale now, as Prometheus does on reload
+            stale = [Sample(n, labels, STALE_NAN) for w in g.written for n, labels in w]
+            if stale:
+                self._store.append(Batch(now_ms, stale))
+            try:
+                self._store.save_alerts(g.group.key, [])
+            except StoreError as e:
+                log.warning("rules: cannot clear the alerts of group %s: %s", g.group.name, e)
+
+    def reload(self) -> list[str]:
+        """Load the rule files again; on any error keep the running rules and return the errors."""
+        if self._loader is None:
+            return []
+        try:
+            groups = self._loader()
+        except RuleFileError as e:
+            log.error("rules: reload failed, keeping the previous rules: %s", e)
+            return e.errors
+        with self._eval_lock:
+            self.replace_groups(groups)
+        log.info("rules: reloaded %d group(s)", len(groups))
+        return []
+
+    @property
+    def min_interval_s(self) -> float:
+        """Return the shortest group interval (how often the `rules` job should run)."""
+        with self._lock:
+            return min((g.interval_s for g in self._groups), default=self._default_interval_s)
+
+    # -- evaluating -----------------------------------------------------------------------------------
+    def run_due(self) -> None:
+        """Evaluate every group whose interval has passed since its last evaluation (the `rules` job)."""
+        with self._eval_lock:
+            self._run_due()
+
+    def _run_due(self) -> None:
+        now_ms = self._clock.now_ms()
+        with self._lock:
+            groups = list(self._groups)
+        for g in groups:
+            # A little slack so that a job firing a few ms early does not skip a whole interval.
+            if g.last_eval_ms is None or now_ms - g.last_eval_ms >= g.interval_s * 1000 - 50:
+                self.evaluate_group(g, now_ms)
+
+    def evaluate_all(self) -> None:
+        """Evaluate every group now (tests, `rules check --eval` style tools)."""
+        with self._eval_lock:
+            now_ms = self._clock.now_ms()
+            with self._lock:
+                groups = list(self._groups)
+            for g in groups:
+                self.evaluate_group(g, now_ms)
+
+    def evaluate_group(self, g: GroupState, now_ms: int) -> list[Transition]:
+        """Evaluate one group's rules in order at `now_ms`; write their samples; save changed alerts."""
+        start = self._clock.monotonic()
+        transitions: list[Transition] = []
+        n = len(g.group.rules)
+        for i, rule in enumerate(g.group.rules):
+            t0 = self._clock.monotonic()
+            st = g.status[i]
+            st.last_eval_ms = now_ms
+            try:
+                result = _samples(self._query(rule.expr, now_ms))
+                if rule.kind == "alert":
+                    g.alerts[i], changed = evaluate(rule, result, g.alerts[i], now_ms, self._external)
+                    transitions.extend(changed)
+                    out = alert_series(g.alerts[i])
+                else:
+                    out = record_samples(rule, result)
+            except (QueryError, EvaluationError) as e:
+                st.health, st.last_error = "err", str(e)
+                st.duration_s = self._clock.monotonic() - t0
+                log.warning("rules: %s %s in group %s: %s", rule.kind, rule.name, g.group.name, e)
+                continue
+            st.health, st.last_error = "ok", ""
+            now_series = {(s.name, s.labels) for s in out}
+            stale = [Sample(name, labels, STALE_NAN) for name, labels in g.written[i] - now_series]
+            g.written[i] = now_series
+            if out or stale:
+                self._store.append(Batch(now_ms, [*out, *stale]))
+                if rule.kind == "record" and i < n - 1:
+                    self._store.flush()  # later rules of the group read what this one recorded
+            st.duration_s = self._clock.monotonic() - t0
+        g.last_eval_ms = now_ms
+        g.duration_s = self._clock.monotonic() - start
+        self._save(g)
+        with self._lock:
+            self.transitions = transitions
+        return transitions
+
+    @staticmethod
+    def _fingerprint(g: GroupState) -> tuple[Any, ...]:
+        return tuple(
+            (i, a.labels, a.annotations, a.state, a.active_at_ms, a.fired_at_ms, a.resolved_at_ms)
+            + (a.keep_firing_since_ms,)
+            for i, alerts in enumerate(g.alerts)
+            for a in alerts.values()
+        )
+
+    def _save(self, g: GroupState) -> None:
+        fp = self._fingerprint(g)
+        if fp == g.saved:
+            return
+        rows = [
+            StoredAlert(
+                g.group.key,
+                g.group.rules[i].name,
+                a.labels,
+                a.annotations,
+                a.state,
+                a.active_at_ms,
+                a.value,
+                a.fired_at_ms,
+                a.resolved_at_ms,
+                a.keep_firing_since_ms,
+                a.last_eval_ms,
+            )
+            for i, alerts in enumerate(g.alerts)
+            for a in alerts.values()
+        ]
+        try:
+            self._store.save_alerts(g.group.key, rows)
+        except StoreError as e:
+            log.warning("rules: cannot save the alerts of group %s: %s", g.group.name, e)
+            return
+        g.saved = fp
+
+    # -- reading (API) --------------------------------------------------------------------------------
+    def groups(self) -> list[GroupState]:
+        with self._lock:
+            return list(self._groups)
+
+    def active_alerts(self) -> list[tuple[Rule, Alert]]:
+        """Return every pending or firing alert with its rule."""
+        out: list[tuple[Rule, Alert]] = []
+        for g in self.groups():
+            for rule, alerts in zip(g.group.rules, g.alerts, strict=True):
+                out.extend((rule, a) for a in alerts.values() if a.state != INACTIVE)
+        return out
+
+
+def configured_groups(settings: Settings) -> list[Group]:
+    """Return the built-in groups (unless `builtin_rules` is false) and those of `rule_files`."""
+    base = settings.config_file.parent if settings.config_file is not None else None
+    groups = load_builtin() if settings.builtin_rules else []
+    return groups + load_files(expand(settings.rule_files, base))
+
+
+def build_manager(settings: Settings, store: RuleStore, clock: Clock, queryable: Any) -> RuleManager:
+    """Return the rule manager for `settings`; raise ConfigError naming every bad rule file."""
+    try:
+        groups = configured_groups(settings)
+    except RuleFileError as e:
+        raise ConfigError("config error: rule_files: " + "; ".join(e.errors)) from None
+    engine = Engine(
+        queryable,
+        lookback_ms=int(settings.lookback * 1000),
+        max_samples=settings.query_max_samples,
+        timeout_s=settings.query_timeout,
+        monotonic=clock.monotonic,
+    )
+    return RuleManager(
+        store,
+        engine.instant,
+        clock,
+        groups,
+        default_interval_s=settings.evaluation_interval,
+        loader=lambda: configured_groups(settings),
+    )
