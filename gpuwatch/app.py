@@ -21,6 +21,7 @@ from gpuwatch.exposition import format_text
 from gpuwatch.jobs import JobRegistry
 from gpuwatch.model import Batch, MetricInfo, Sample, make_labels
 from gpuwatch.push import PUSH_METRICS, REEMIT_INTERVAL_S, PushGroups
+from gpuwatch.rules.manager import RuleManager, build_manager
 from gpuwatch.scrapeconfig import ScrapeConfig, url_config
 from gpuwatch.store import Store
 
@@ -65,6 +66,7 @@ class Runtime:
     pushes: PushGroups = field(default_factory=PushGroups)
     scrapes: ScrapePool | None = None
     demo: DemoSources | None = None  # simulated vLLM/SGLang servers and training run (demo mode)
+    rules: RuleManager | None = None
     logs: LogTailer | None = None
     _latest: dict[str, Batch] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
@@ -323,6 +325,8 @@ def build_runtime(settings: Settings, hostname: str, clock: Clock | None = None,
         jobs.add("push", runtime.repush, REEMIT_INTERVAL_S)
         jobs.add("host", runtime.sample_host, settings.host_interval)
         jobs.add("retention", runtime.retention, 3600.0)
+        runtime.rules = build_manager(settings, store, clock, store)
+        jobs.add("rules", runtime.rules.run_due, runtime.rules.min_interval_s)
         if settings.log_files:
             runtime.logs = LogTailer(settings.log_files, offsets=store.log_offsets())
             jobs.add("logs", runtime.tail_logs, LOG_INTERVAL_S)

@@ -1,4 +1,4 @@
-"""Command line: gpuwatch serve | demo | smi | import | query | --version."""
+"""Command line: gpuwatch serve | demo | smi | import | query | rules check | --version."""
 
 from __future__ import annotations
 
@@ -59,6 +59,12 @@ def _parser() -> argparse.ArgumentParser:
     add_import_arguments(sub.add_parser("import", help=help_text, description=help_text))
     help_text = "evaluate a PromQL expression on a running server (--url) or a stopped data directory"
     add_query_arguments(sub.add_parser("query", help=help_text, description=help_text))
+    help_text = "check Prometheus rule files, as promtool check rules does"
+    rules = sub.add_parser("rules", help="alert and recording rule files").add_subparsers(
+        dest="rules_command", metavar="ACTION", required=True
+    )
+    check = rules.add_parser("check", help=help_text, description=help_text)
+    check.add_argument("files", nargs="+", type=Path, metavar="FILE")
     return parser
 
 
@@ -121,6 +127,9 @@ def _serve(settings: Settings) -> int:
 
         signal.signal(signal.SIGTERM, on_signal)
         signal.signal(signal.SIGINT, on_signal)
+        if runtime.rules is not None:
+            rules = runtime.rules
+            signal.signal(signal.SIGHUP, lambda signum, frame: rules.reload())
         runtime.start()
         gpus = f"{len(runtime.gpu.gpus)} GPU(s)" if runtime.gpu is not None else "no GPUs"
         mode = " (demo: simulated GPUs)" if settings.demo else ""
@@ -185,6 +194,23 @@ def _smi(settings: Settings) -> int:
     return 0
 
 
+def _rules_check(files: Sequence[Path]) -> int:
+    from gpuwatch.rules.load import RuleFileError, load_files
+
+    failed = False
+    for path in files:
+        try:
+            groups = load_files([path])
+        except RuleFileError as e:
+            failed = True
+            print(f"{path}: FAILED:", file=sys.stderr)
+            for line in e.errors:
+                print(f"  {line}", file=sys.stderr)
+            continue
+        print(f"{path}: {sum(len(g.rules) for g in groups)} rules found")
+    return 1 if failed else 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; return the exit code."""
     parser = _parser()
@@ -192,6 +218,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command is None:
         parser.print_help()
         return 2
+    if args.command == "rules":
+        return _rules_check(args.files)
     if args.command in ("import", "query"):
         from gpuwatch import querycli
 

@@ -103,6 +103,14 @@ def _parse_positive_duration(lo: float, hi: float) -> Callable[[object], float]:
     return parse
 
 
+def _parse_globs(v: object) -> tuple[str, ...]:
+    if isinstance(v, str):
+        v = [p for p in v.split(",") if p.strip()]
+    if not isinstance(v, (list, tuple)) or not all(isinstance(p, str) and p.strip() for p in v):
+        raise ValueError("expected a list of file names or globs")
+    return tuple(p.strip() for p in v)
+
+
 def _parse_level(v: object) -> str:
     s = _parse_str(v).lower()
     if s not in ("debug", "info", "warning", "error"):
@@ -198,6 +206,20 @@ OPTIONS: tuple[Option, ...] = (
         "Training log files to tail (`path` or glob, `run`, `patterns` with named groups, "
         "`from_beginning`, `job`); see docs/logs.md.",
     ),
+    Option(
+        "rule_files",
+        _parse_globs,
+        (),
+        "Prometheus rule files (globs, relative to the config file) with alerting and recording rules; "
+        "see docs/rules.md.",
+    ),
+    Option(
+        "evaluation_interval",
+        _parse_positive_duration(1, 86400),
+        15.0,
+        "How often rule groups are evaluated unless a group sets `interval`.",
+    ),
+    Option("builtin_rules", _parse_bool, True, "Load the built-in GPU alert rules (docs/rules.md)."),
 )
 
 _BY_KEY = {o.key: o for o in OPTIONS}
@@ -226,6 +248,9 @@ class Settings:
     scrape_configs: tuple[ScrapeConfig, ...] = ()
     scrape: tuple[str, ...] = ()
     log_files: tuple[LogFileConfig, ...] = ()
+    rule_files: tuple[str, ...] = ()
+    evaluation_interval: float = 15.0
+    builtin_rules: bool = True
     demo_sources: bool = True
     config_file: Path | None = None
 
