@@ -43,6 +43,7 @@ def main() -> None:
             GPUWATCH_DEMO_GPUS=str(args.gpus),
             GPUWATCH_SAMPLE_INTERVAL=args.interval,
             GPUWATCH_LOG_LEVEL="warning",
+            GPUWATCH_DEMO_SOURCES="false",  # GPUs only: the figure is the cost of sampling them
         )
         proc = subprocess.Popen(
             [
