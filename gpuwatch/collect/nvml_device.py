@@ -75,6 +75,9 @@ class NvmlDevices:
     def __init__(self, nvml: Any, logger: logging.Logger, reprobe_ms: int) -> None:
         self._nvml = nvml
         self._log = logger
+        # (figure, reason) already announced at INFO: other GPUs giving the same answer (a fan-less
+        # datacenter board has no fan on any GPU) are logged at DEBUG, so start-up stays one line a figure.
+        self._announced: set[tuple[str, str]] = set()
         self._reprobe_ms = reprobe_ms
         self.now_ms = 0  # the current tick, for scheduling re-probes
         self.system_skipped: set[str] = set()  # calls without a GPU found unsupported
@@ -138,6 +141,11 @@ class NvmlDevices:
             ("processes_v2", nvml.nvmlDeviceGetComputeRunningProcesses_v2, (), {}),
         ]
 
+    def _announce(self, key: str, reason: str, msg: str, *args: Any) -> None:
+        level = logging.DEBUG if (key, reason) in self._announced else logging.INFO
+        self._announced.add((key, reason))
+        self._log.log(level, msg, *args)
+
     def query(self, gpu: GpuState | None, key: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         """Call `fn`; return None where the figure is absent (see the module docstring)."""
         skipped = gpu.skipped if gpu is not None else self.system_skipped
@@ -149,8 +157,14 @@ class NvmlDevices:
             where = f"GPU {gpu.index}" if gpu is not None else "NVML"
             if isinstance(exc, self._absent_errors):
                 skipped.add(key)
-                self._log.info(
-                    "%s: %s is not available (%s: %s); not asking again", where, key, type(exc).__name__, exc
+                self._announce(
+                    key,
+                    type(exc).__name__,
+                    "%s: %s is not available (%s: %s); not asking again",
+                    where,
+                    key,
+                    type(exc).__name__,
+                    exc,
                 )
             elif gpu is not None and isinstance(exc, self._lost_errors):
                 self.mark_lost(gpu, f"{key}: {type(exc).__name__}")
@@ -267,7 +281,9 @@ class NvmlDevices:
                     f[name] = getattr(fv.value, attr)
             elif ret in self._absent_codes:
                 del gpu.fields[fv.fieldId]
-                self._log.info(
+                self._announce(
+                    name,
+                    str(ret),
                     "GPU %d: %s (field %d) is not available (NVML return %d); not asking again",
                     gpu.index,
                     name,
