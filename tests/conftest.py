@@ -16,6 +16,11 @@ from typing import IO
 import pytest
 import requests
 
+from gpuwatch.app import Runtime, build_runtime
+from gpuwatch.clock import FakeClock
+from gpuwatch.collect.fakenvml import FakeNvml
+from gpuwatch.config import load
+
 ROOT = Path(__file__).resolve().parent.parent
 GPUWATCH = [sys.executable, "-m", "gpuwatch.cli"]
 
@@ -131,3 +136,24 @@ def serve(tmp_path: Path) -> Iterator[callable]:  # type: ignore[valid-type]
     for srv in servers:
         if srv.proc is not None:
             srv.stop(signal.SIGKILL)
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    """A fake clock at a fixed start; tests move it with advance()."""
+    return FakeClock(1_790_000_000)
+
+
+@pytest.fixture
+def nvml(request: pytest.FixtureRequest, clock: FakeClock) -> FakeNvml:
+    """Simulated GPUs on the fake clock; a test module sets DEMO_GPUS to change the count (default 4)."""
+    return FakeNvml(gpu_count=getattr(request.module, "DEMO_GPUS", 4), clock=clock, blocking_event_wait=False)
+
+
+@pytest.fixture
+def runtime(tmp_path: Path, clock: FakeClock, nvml: FakeNvml) -> Iterator[Runtime]:
+    """A whole runtime (real DuckDB file, simulated GPUs, fake clock) whose jobs tests call directly."""
+    settings = load(None, {}, {"data_dir": str(tmp_path / "data"), "demo": True})
+    rt = build_runtime(settings, "node-1", clock=clock, nvml=nvml)
+    yield rt
+    rt.close()

@@ -2,34 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
-
-import pytest
-
-from gpuwatch.app import Runtime, build_runtime
+from gpuwatch.app import Runtime
 from gpuwatch.clock import FakeClock
 from gpuwatch.collect.fakenvml import FakeNvml
-from gpuwatch.config import load
 from gpuwatch.model import Matcher
 
-
-@pytest.fixture
-def clock() -> FakeClock:
-    return FakeClock(1_790_000_000)
-
-
-@pytest.fixture
-def nvml(clock: FakeClock) -> FakeNvml:
-    return FakeNvml(gpu_count=2, clock=clock, blocking_event_wait=False)
-
-
-@pytest.fixture
-def runtime(tmp_path: Path, clock: FakeClock, nvml: FakeNvml) -> Iterator[Runtime]:
-    settings = load(None, {}, {"data_dir": str(tmp_path / "data"), "demo": True})
-    rt = build_runtime(settings, "node-1", clock=clock, nvml=nvml)
-    yield rt
-    rt.close()
+DEMO_GPUS = 2
 
 
 def util_points(rt: Runtime) -> int:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -14,24 +13,6 @@ from gpuwatch.collect.fakenvml import FakeNvml
 from gpuwatch.config import load
 from gpuwatch.errors import ConfigError
 from gpuwatch.web import create_app
-
-
-@pytest.fixture
-def clock() -> FakeClock:
-    return FakeClock(1_790_000_000)
-
-
-@pytest.fixture
-def nvml(clock: FakeClock) -> FakeNvml:
-    return FakeNvml(gpu_count=4, clock=clock, blocking_event_wait=False)
-
-
-@pytest.fixture
-def runtime(tmp_path: Path, clock: FakeClock, nvml: FakeNvml) -> Iterator[Runtime]:
-    settings = load(None, {}, {"data_dir": str(tmp_path / "data"), "demo": True})
-    rt = build_runtime(settings, "node-1", clock=clock, nvml=nvml)
-    yield rt
-    rt.close()
 
 
 def tick(runtime: Runtime, clock: FakeClock, n: int = 3) -> None:
