@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -157,3 +158,17 @@ def runtime(tmp_path: Path, clock: FakeClock, nvml: FakeNvml) -> Iterator[Runtim
     rt = build_runtime(settings, "node-1", clock=clock, nvml=nvml)
     yield rt
     rt.close()
+
+
+def require_tool(name: str) -> str:
+    """Return the path of a Debian tool a test runs against (promtool, amtool, prometheus-alertmanager).
+
+    Skips the test when the tool is missing, except in CI (`.ci/run` installs the tools and sets
+    GPUWATCH_TEST_TOOLS=required), where a missing tool fails the test.
+    """
+    path = shutil.which(name)
+    if path is None:
+        if os.environ.get("GPUWATCH_TEST_TOOLS") == "required":
+            pytest.fail(f"{name} is not installed (apt-get install prometheus prometheus-alertmanager)")
+        pytest.skip(f"{name} is not installed")
+    return path

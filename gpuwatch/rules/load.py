@@ -61,8 +61,13 @@ class Group:
 
 
 def builtin_path() -> Path:
-    """Return the path of the built-in rule pack shipped inside the package."""
-    return Path(str(resources.files("gpuwatch.rules").joinpath("builtin.yml")))
+    """Return the directory of the built-in rule pack shipped inside the package (one or more *.yml files)."""
+    return Path(str(resources.files("gpuwatch.rules").joinpath("builtin")))
+
+
+def builtin_files() -> list[Path]:
+    """Return the built-in rule files, sorted by name."""
+    return sorted(builtin_path().glob("*.yml"))
 
 
 def expand(patterns: Iterable[str], base_dir: Path | None = None) -> list[Path]:
@@ -223,5 +228,8 @@ def load_files(paths: Iterable[Path]) -> list[Group]:
 
 
 def load_builtin() -> list[Group]:
-    """Return the built-in rule groups (their `file` is 'builtin')."""
-    return load_groups(builtin_path().read_text(encoding="utf-8"), BUILTIN)
+    """Return the built-in rule groups of every built-in file (their `file` is 'builtin')."""
+    groups: list[Group] = []
+    for path in builtin_files():
+        groups.extend(load_groups(path.read_text(encoding="utf-8"), BUILTIN))
+    return groups
