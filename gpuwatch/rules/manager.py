@@ -37,6 +37,7 @@ from gpuwatch.rules.load import (
     load_builtin,
     load_files,
 )
+from gpuwatch.rules.pack import apply_builtin
 from gpuwatch.store.alerts import StoredAlert
 
 log = logging.getLogger("gpuwatch.rules")
@@ -115,6 +116,7 @@ class RuleManager:
         self._eval_lock = threading.Lock()  # a reload waits for a running evaluation, and vice versa
         self.transitions: list[Transition] = []  # the latest evaluation's, for a notifier to pick up
         self._groups: list[GroupState] = []
+        self._failures: dict[str, int] = {}  # failed rule evaluations by group key, since start
         self.replace_groups(groups, restore=True)
 
     # -- loading --------------------------------------------------------------------------------------
@@ -245,6 +247,8 @@ class RuleManager:
                     out = record_samples(rule, result)
             except (QueryError, EvaluationError) as e:
                 st.health, st.last_error = "err", str(e)
+                with self._lock:
+                    self._failures[g.group.key] = self._failures.get(g.group.key, 0) + 1
                 st.duration_s = self._clock.monotonic() - t0
                 log.warning("rules: %s %s in group %s: %s", rule.kind, rule.name, g.group.name, e)
                 continue
@@ -306,6 +310,11 @@ class RuleManager:
         with self._lock:
             return list(self._groups)
 
+    def failure_counts(self) -> dict[str, int]:
+        """Return failed rule evaluations since start by group key (`file;name`), 0 for every loaded group."""
+        with self._lock:
+            return {g.group.key: self._failures.get(g.group.key, 0) for g in self._groups}
+
     def active_alerts(self) -> list[tuple[Rule, Alert]]:
         """Return every pending or firing alert with its rule."""
         out: list[tuple[Rule, Alert]] = []
@@ -316,9 +325,9 @@ class RuleManager:
 
 
 def configured_groups(settings: Settings) -> list[Group]:
-    """Return the built-in groups (unless `builtin_rules` is false) and those of `rule_files`."""
+    """Return the built-in groups (as `builtin_rules` and `language` say) and those of `rule_files`."""
     base = settings.config_file.parent if settings.config_file is not None else None
-    groups = load_builtin() if settings.builtin_rules else []
+    groups = apply_builtin(load_builtin(), settings.builtin_rules, settings.language)
     return groups + load_files(expand(settings.rule_files, base))
 
 
