@@ -19,6 +19,7 @@ from gpuwatch.query import Engine
 from gpuwatch.rules.evaluate import FIRING
 from gpuwatch.rules.load import Group, load_builtin
 from gpuwatch.rules.manager import RuleManager
+from gpuwatch.rules.roundcache import RoundCache
 from gpuwatch.store import Store
 
 T0 = 1_800_000_000.0
@@ -87,7 +88,8 @@ def store(tmp_path: Path) -> Iterator[tuple[Store, FakeClock]]:
 
 def make_pack(store: tuple[Store, FakeClock], rule: str) -> Pack:
     s, clock = store
-    m = RuleManager(s, Engine(s).instant, clock, pack_groups(rule), default_interval_s=60)
+    cache = RoundCache(s)  # as `gpuwatch serve` builds it
+    m = RuleManager(s, Engine(cache).instant, clock, pack_groups(rule), default_interval_s=60, cache=cache)
     return Pack(s, clock, m)
 
 

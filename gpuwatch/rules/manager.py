@@ -38,6 +38,7 @@ from gpuwatch.rules.load import (
     load_files,
 )
 from gpuwatch.rules.pack import apply_builtin
+from gpuwatch.rules.roundcache import RoundCache
 from gpuwatch.store.alerts import StoredAlert
 
 log = logging.getLogger("gpuwatch.rules")
@@ -105,8 +106,10 @@ class RuleManager:
         default_interval_s: float = 15.0,
         external_labels: Mapping[str, str] | None = None,
         loader: Callable[[], list[Group]] | None = None,
+        cache: RoundCache | None = None,
     ) -> None:
         self._loader = loader
+        self._cache = cache  # the store reads `query` goes through, shared within a round
         self._store = store
         self._query = query
         self._clock = clock
@@ -195,6 +198,8 @@ class RuleManager:
             return e.errors
         with self._eval_lock:
             self.replace_groups(groups)
+            if self._cache is not None:
+                self._cache.clear()
         log.info("rules: reloaded %d group(s)", len(groups))
         return []
 
@@ -212,6 +217,8 @@ class RuleManager:
 
     def _run_due(self) -> None:
         now_ms = self._clock.now_ms()
+        if self._cache is not None:
+            self._cache.begin(now_ms)
         with self._lock:
             groups = list(self._groups)
         for g in groups:
@@ -223,6 +230,8 @@ class RuleManager:
         """Evaluate every group now (tests, `rules check --eval` style tools)."""
         with self._eval_lock:
             now_ms = self._clock.now_ms()
+            if self._cache is not None:
+                self._cache.begin(now_ms)
             with self._lock:
                 groups = list(self._groups)
             for g in groups:
@@ -260,6 +269,8 @@ class RuleManager:
                 self._store.append(Batch(now_ms, [*out, *stale]))
                 if rule.kind == "record" and i < n - 1:
                     self._store.flush()  # later rules of the group read what this one recorded
+                if rule.kind == "record" and self._cache is not None:
+                    self._cache.forget(rule.name)
             st.duration_s = self._clock.monotonic() - t0
         g.last_eval_ms = now_ms
         g.duration_s = self._clock.monotonic() - start
@@ -337,8 +348,9 @@ def build_manager(settings: Settings, store: RuleStore, clock: Clock, queryable:
         groups = configured_groups(settings)
     except RuleFileError as e:
         raise ConfigError("config error: rule_files: " + "; ".join(e.errors)) from None
+    cache = RoundCache(queryable)
     engine = Engine(
-        queryable,
+        cache,
         lookback_ms=int(settings.lookback * 1000),
         max_samples=settings.query_max_samples,
         timeout_s=settings.query_timeout,
@@ -351,4 +363,5 @@ def build_manager(settings: Settings, store: RuleStore, clock: Clock, queryable:
         groups,
         default_interval_s=settings.evaluation_interval,
         loader=lambda: configured_groups(settings),
+        cache=cache,
     )
