@@ -22,7 +22,7 @@ from gpuwatch.clock import Clock, SystemClock
 from gpuwatch.config import load
 from gpuwatch.errors import ConfigError, GpuwatchError
 from gpuwatch.querycli import UsageError, parse_duration_ms, parse_time_ms
-from gpuwatch.silences import SilenceError, format_time, parse_matcher
+from gpuwatch.silences import format_time, parse_matcher
 
 HTTP_TIMEOUT_S = 30.0
 
@@ -86,13 +86,10 @@ def _call(method: str, url: str, **kw: Any) -> Any:
 
 
 def _matchers(texts: list[str]) -> list[str]:
-    """Return the matchers as strings, the first as alertname=WORD when it is a bare word (amtool's rule)."""
+    """Return the matchers as strings, checked; a first word without an operator means alertname=WORD."""
     out = list(texts)
-    if out:
-        try:
-            parse_matcher(out[0])
-        except SilenceError:
-            out[0] = f"alertname={out[0]}"
+    if out and "=" not in out[0] and "!~" not in out[0]:
+        out[0] = f"alertname={out[0]}"
     for t in out:
         parse_matcher(t)
     return out
