@@ -20,8 +20,8 @@ bp = Blueprint("alertmanager", __name__, url_prefix="/api/v2")
 
 @bp.record
 def _remember_start(state: BlueprintSetupState) -> None:
-    runtime = state.app.extensions["gpuwatch"]
-    state.app.extensions["gpuwatch.started_ms"] = runtime.clock.now_ms()
+    clock = getattr(state.app.extensions["gpuwatch"], "clock", None)
+    state.app.extensions["gpuwatch.started_ms"] = clock.now_ms() if clock is not None else 0
 
 
 def _runtime() -> Any:
@@ -29,7 +29,7 @@ def _runtime() -> Any:
 
 
 def _silences() -> Any:
-    silences = _runtime().silences
+    silences = getattr(_runtime(), "silences", None)
     if silences is None:
         raise StoreError("silences are not available in this process")
     return silences
@@ -71,7 +71,7 @@ def silences():  # type: ignore[no-untyped-def]
 
 @bp.post("/silences")
 def post_silence():  # type: ignore[no-untyped-def]
-    body = request.get_json(silent=True)
+    body = request.get_json(force=True, silent=True)  # curl -d sends a form content type
     if body is None:
         raise SilenceError("the body must be a JSON postableSilence")
     return jsonify({"silenceID": _silences().set(parse_postable(body))})
