@@ -38,20 +38,37 @@ def fingerprint(labels: Mapping[str, str]) -> str:
 
 
 @dataclass(frozen=True)
-class FiringAlert:
-    """A firing alert with what its Alertmanager form needs from its rule and group."""
+class AmAlert:
+    """An alert as Alertmanager holds it; times in Unix milliseconds."""
 
-    alert: Alert
-    expr: str
-    interval_s: float
+    labels: Mapping[str, str]
+    annotations: Mapping[str, str]
+    starts_at_ms: int
+    ends_at_ms: int
+    updated_at_ms: int
+    generator_url: str = ""
 
 
-def firing_alerts(groups: Iterable[Any]) -> list[FiringAlert]:
+def from_rule(a: Alert, expr: str, interval_s: float, base_url: str) -> AmAlert:
+    """Return a rule's firing alert as Prometheus would have sent it to an Alertmanager."""
+    return AmAlert(
+        labels=dict(a.labels),
+        annotations=dict(a.annotations),
+        starts_at_ms=a.fired_at_ms if a.fired_at_ms is not None else a.active_at_ms,
+        ends_at_ms=a.last_eval_ms + int(4 * max(interval_s, RESEND_DELAY_S) * 1000),
+        updated_at_ms=a.last_eval_ms,
+        generator_url=f"{base_url.rstrip('/')}/api/v1/query?query={quote(expr, safe='')}",
+    )
+
+
+def firing_alerts(groups: Iterable[Any], base_url: str) -> list[AmAlert]:
     """Return the firing alerts of the rule manager's groups (`RuleManager.groups()`)."""
-    out: list[FiringAlert] = []
+    out: list[AmAlert] = []
     for g in groups:
         for rule, alerts in zip(g.group.rules, g.alerts, strict=True):
-            out.extend(FiringAlert(a, rule.expr, g.interval_s) for a in alerts.values() if a.state == FIRING)
+            out.extend(
+                from_rule(a, rule.expr, g.interval_s, base_url) for a in alerts.values() if a.state == FIRING
+            )
     return out
 
 
@@ -86,34 +103,30 @@ Suppression = Callable[[Mapping[str, str]], tuple[list[str], list[str]]]
 
 
 def alert_json(
-    f: FiringAlert, silenced_by: list[str], inhibited_by: list[str], receivers: list[str], base_url: str
+    a: AmAlert, silenced_by: list[str], inhibited_by: list[str], receivers: list[str]
 ) -> dict[str, Any]:
-    """Return one firing alert as Alertmanager's `gettableAlert`."""
-    a = f.alert
-    labels = dict(a.labels)
-    valid_until = a.last_eval_ms + int(4 * max(f.interval_s, RESEND_DELAY_S) * 1000)
+    """Return one alert as Alertmanager's `gettableAlert`."""
     return {
         "annotations": dict(a.annotations),
-        "endsAt": format_time(valid_until),
-        "fingerprint": fingerprint(labels),
+        "endsAt": format_time(a.ends_at_ms),
+        "fingerprint": fingerprint(a.labels),
         "receivers": [{"name": r} for r in receivers],
-        "startsAt": format_time(a.fired_at_ms if a.fired_at_ms is not None else a.active_at_ms),
+        "startsAt": format_time(a.starts_at_ms),
         "status": {
             "inhibitedBy": inhibited_by,
             "silencedBy": silenced_by,
             "state": "suppressed" if silenced_by or inhibited_by else "active",
         },
-        "updatedAt": format_time(a.last_eval_ms),
-        "generatorURL": f"{base_url.rstrip('/')}/api/v1/query?query={quote(f.expr, safe='')}",
-        "labels": labels,
+        "updatedAt": format_time(a.updated_at_ms),
+        "generatorURL": a.generator_url,
+        "labels": dict(a.labels),
     }
 
 
 def select_alerts(
-    alerts: Iterable[FiringAlert],
+    alerts: Iterable[AmAlert],
     suppression: Suppression,
     receivers: Callable[[Mapping[str, str]], list[str]],
-    base_url: str,
     *,
     matchers: Sequence[SilenceMatcher] = (),
     active: bool = True,
@@ -123,8 +136,13 @@ def select_alerts(
 ) -> list[dict[str, Any]]:
     """Return the alerts that pass GET /api/v2/alerts's filters, by fingerprint as Alertmanager sorts them."""
     out: list[dict[str, Any]] = []
-    for f in alerts:
-        labels = dict(f.alert.labels)
+    seen: set[str] = set()
+    for a in alerts:
+        labels = a.labels
+        fp = fingerprint(labels)
+        if fp in seen:  # a rule's alert and a received one with the same labels: the first wins
+            continue
+        seen.add(fp)
         names = receivers(labels)
         if receiver is not None and not any(receiver(n) for n in names):
             continue
@@ -135,7 +153,7 @@ def select_alerts(
             continue
         if not matches_filter(matchers, labels):
             continue
-        out.append(alert_json(f, silenced_by, inhibited_by, names, base_url))
+        out.append(alert_json(a, silenced_by, inhibited_by, names))
     out.sort(key=lambda a: str(a["fingerprint"]))
     return out
 

@@ -231,6 +231,54 @@ def test_status_and_receivers(client: FlaskClient, clock: FakeClock) -> None:
     assert client.get("/api/v2/receivers").get_json() == []
 
 
+def test_alerts_posted_by_other_senders_are_listed_silenced_and_time_out(
+    client: FlaskClient, runtime: Runtime, clock: FakeClock
+) -> None:
+    zero = "0001-01-01T00:00:00.000Z"  # what amtool sends for a time it was not given
+    disk = {
+        "labels": {"alertname": "DiskFull", "instance": "n1", "empty": ""},
+        "annotations": {"summary": "full"},
+    }
+    resp = client.post("/api/v2/alerts", json=[{**disk, "startsAt": zero, "endsAt": zero}])
+    assert resp.status_code == 200
+    started = format_time(clock.now_ms())
+    got = {a["labels"]["alertname"]: a for a in client.get("/api/v2/alerts").get_json()}
+    assert set(got) == {"AlwaysOn", "DiskFull"}
+    assert got["DiskFull"]["labels"] == {"alertname": "DiskFull", "instance": "n1"}  # empty values dropped
+    assert got["DiskFull"]["startsAt"] == started
+    assert got["DiskFull"]["endsAt"] == format_time(clock.now_ms() + 5 * 60_000)  # resolve_timeout
+    _, answer = post(client, silence_body(clock, {"name": "instance", "value": "n1", "isRegex": False}))
+    assert client.get("/api/v2/alerts?silenced=false").get_json()[0]["labels"]["alertname"] == "AlwaysOn"
+    clock.advance(240)
+    client.post("/api/v2/alerts", json=[disk])  # sent again: still the first start, a later end
+    (again,) = [a for a in client.get("/api/v2/alerts").get_json() if a["labels"]["alertname"] == "DiskFull"]
+    assert again["startsAt"] == started and again["status"]["silencedBy"] == [answer["silenceID"]]
+    clock.advance(301)  # not sent for longer than resolve_timeout: resolved
+    runtime.jobs.run("rules")
+    assert [a["labels"]["alertname"] for a in client.get("/api/v2/alerts").get_json()] == ["AlwaysOn"]
+
+
+def test_bad_posted_alerts_are_named_and_the_good_ones_kept(client: FlaskClient) -> None:
+    resp = client.post(
+        "/api/v2/alerts",
+        json=[
+            {"labels": {}},
+            {"labels": {"a-b": "x"}},
+            {"labels": {"alertname": "Good"}},
+            {"labels": {"x": "1"}, "startsAt": "2026-01-02T00:00:00Z", "endsAt": "2026-01-01T00:00:00Z"},
+            "nonsense",
+        ],
+    )
+    assert resp.status_code == 400
+    assert resp.get_json() == (
+        'alert 0: at least one label pair required; alert 1: invalid label set: invalid name "a-b"; '
+        "alert 3: start time must be before end time; alert 4: an alert must be a JSON object"
+    )
+    assert "Good" in {a["labels"]["alertname"] for a in client.get("/api/v2/alerts").get_json()}
+    resp = client.post("/api/v2/alerts", data="{", content_type="application/json")
+    assert resp.status_code == 400 and "JSON array" in resp.get_json()
+
+
 # -- the command line over real HTTP ------------------------------------------------------------------
 
 

@@ -75,8 +75,11 @@ def test_amtool_queries_alerts_and_manages_silences(serve, tmp_path: Path) -> No
     (row,) = rows(am("alert", "query"))
     assert row[0] == "AlwaysOn" and row[-1] == "active"
 
+    am("alert", "add", "DiskFull", "instance=n1", "--annotation=summary=disk full")
+    assert {r[0] for r in rows(am("alert", "query"))} == {"AlwaysOn", "DiskFull"}
+
     mine = run(*GPUWATCH, "silence", "add", "AlwaysOn", "-c", "again", "-a", "me", "--url", srv.url).strip()
-    (row,) = rows(am("alert", "query", "--silenced"))
+    (row,) = [r for r in rows(am("alert", "query", "--silenced")) if r[0] == "AlwaysOn"]
     assert row[-1] == "suppressed"
     assert run(*GPUWATCH, "silence", "expire", mine, "--url", srv.url) == f"expired {mine}\n"
     assert "suppressed" not in am("alert", "query", "--silenced")

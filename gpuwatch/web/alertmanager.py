@@ -99,12 +99,15 @@ def _alerts() -> list[dict[str, Any]]:
             raise SilenceError(f"failed to parse receiver param: {e}") from None
         receiver = lambda name: pattern.fullmatch(name) is not None  # noqa: E731
     manager = runtime.rules
+    received = getattr(runtime, "received", None)
     now_ms = runtime.clock.now_ms()
     return amapi.select_alerts(
-        amapi.firing_alerts(manager.groups() if manager is not None else []),
+        [
+            *amapi.firing_alerts(manager.groups() if manager is not None else [], request.host_url),
+            *(received.firing(now_ms) if received is not None else []),
+        ],
         lambda labels: amapi.suppression(runtime, labels, now_ms),
         lambda labels: amapi.receivers_for(runtime, labels),
-        request.host_url,
         matchers=amapi.parse_filter(args.getlist("filter")),
         active=amapi.parse_bool("active", args.get("active")),
         silenced=amapi.parse_bool("silenced", args.get("silenced")),
@@ -117,6 +120,15 @@ def _alerts() -> list[dict[str, Any]]:
 def alerts():  # type: ignore[no-untyped-def]
     amapi.parse_bool("unprocessed", request.args.get("unprocessed"))  # none are: checked, then unused
     return jsonify(_alerts())
+
+
+@bp.post("/alerts")
+def post_alerts():  # type: ignore[no-untyped-def]
+    received = getattr(_runtime(), "received", None)
+    if received is None:
+        raise StoreError("receiving alerts is not available in this process")
+    received.put(request.get_json(force=True, silent=True))
+    return Response(status=200)
 
 
 @bp.get("/alerts/groups")
