@@ -106,7 +106,7 @@ def alert_json(
     a: AmAlert, silenced_by: list[str], inhibited_by: list[str], receivers: list[str]
 ) -> dict[str, Any]:
     """Return one alert as Alertmanager's `gettableAlert`."""
-    return {
+    out: dict[str, Any] = {
         "annotations": dict(a.annotations),
         "endsAt": format_time(a.ends_at_ms),
         "fingerprint": fingerprint(a.labels),
@@ -118,9 +118,11 @@ def alert_json(
             "state": "suppressed" if silenced_by or inhibited_by else "active",
         },
         "updatedAt": format_time(a.updated_at_ms),
-        "generatorURL": a.generator_url,
-        "labels": dict(a.labels),
     }
+    if a.generator_url:  # Alertmanager leaves it out when the sender gave none
+        out["generatorURL"] = a.generator_url
+    out["labels"] = dict(a.labels)
+    return out
 
 
 def select_alerts(

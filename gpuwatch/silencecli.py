@@ -22,7 +22,7 @@ from gpuwatch.clock import Clock, SystemClock
 from gpuwatch.config import load
 from gpuwatch.errors import ConfigError, GpuwatchError
 from gpuwatch.querycli import UsageError, parse_duration_ms, parse_time_ms
-from gpuwatch.silences import format_time, parse_matcher
+from gpuwatch.silences import format_matcher, format_time, parse_matcher
 
 HTTP_TIMEOUT_S = 30.0
 
@@ -114,9 +114,8 @@ def _table(silences: list[dict[str, Any]]) -> str:
     from gpuwatch.silences import parse_time
 
     def matchers(s: dict[str, Any]) -> str:
-        ops = {(False, True): "=", (False, False): "!=", (True, True): "=~", (True, False): "!~"}
         return " ".join(
-            f'{m["name"]}{ops[(bool(m["isRegex"]), bool(m.get("isEqual", True)))]}"{m["value"]}"'
+            format_matcher(m["name"], m["value"], bool(m["isRegex"]), bool(m.get("isEqual", True)))
             for m in s["matchers"]
         )
 

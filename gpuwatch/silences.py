@@ -118,11 +118,16 @@ class SilenceMatcher:
         return hit == self.is_equal
 
     def __str__(self) -> str:
-        escaped = self.value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
-        return f'{self.name}{self.op}"{escaped}"'
+        return format_matcher(self.name, self.value, self.is_regex, self.is_equal)
 
     def to_json(self) -> dict[str, Any]:
         return {"name": self.name, "value": self.value, "isRegex": self.is_regex, "isEqual": self.is_equal}
+
+
+def format_matcher(name: str, value: str, is_regex: bool, is_equal: bool) -> str:
+    """Write a matcher as amtool does: `name=~"value"`, with `\\`, `"` and newlines escaped."""
+    escaped = value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+    return f'{name}{_OP_NAMES[(is_regex, is_equal)]}"{escaped}"'
 
 
 def parse_matcher(text: str) -> SilenceMatcher:

@@ -8,8 +8,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from gpuwatch.clock import FakeClock
+from gpuwatch.errors import StoreError
 from gpuwatch.silences import (
     ACTIVE,
     EXPIRED,
@@ -275,3 +278,25 @@ def test_expired_silences_are_deleted_after_five_days(tmp_path: Path, clock: Fak
         assert sils.gc() == 1
         assert [s.id for s in sils.list()] == [young]
         assert [r.id for r in store.silences()] == [young]
+
+
+def test_a_store_failure_changes_nothing_and_says_why(store: Store, clock: FakeClock) -> None:
+    sils = silences(store, clock)
+    kept = sils.set(draft(clock, "alertname=A"))
+    store.close()
+    with pytest.raises(StoreError, match="the store is closed"):
+        sils.set(draft(clock, "alertname=B"))
+    with pytest.raises(StoreError):
+        sils.expire(kept)
+    assert [s.id for s in sils.list()] == [kept]
+    assert sils.muted_by({"alertname": "A"}, clock.now_ms()) == [kept]
+
+
+@given(
+    name=st.from_regex(r"[a-zA-Z_][a-zA-Z0-9_]{0,10}", fullmatch=True),
+    value=st.text(max_size=20),
+    is_equal=st.booleans(),
+)
+def test_matchers_written_by_format_parse_back(name: str, value: str, is_equal: bool) -> None:
+    m = SilenceMatcher(name, value, False, is_equal)
+    assert parse_matcher(str(m)) == m
