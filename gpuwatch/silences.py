@@ -332,21 +332,36 @@ class Silences:
                 self._by_id[r.id] = Silence.from_record(r)
             except SilenceError as e:  # a regex this Python rejects: keep serving, say which
                 log.warning("silences: skipping stored silence %s: %s", r.id, e)
-        # Silences not yet expired when last changed: what muted_by scans. Replaced, never mutated.
-        self._live: tuple[Silence, ...] = ()
+        # Silences not yet expired when last changed, what muted_by scans: those with an
+        # `alertname="X"` matcher by X, and the rest. Replaced as a whole, never mutated.
+        self._live: tuple[dict[str, tuple[Silence, ...]], tuple[Silence, ...]] = ({}, ())
         self._rebuild(clock.now_ms())
 
     def _rebuild(self, now_ms: int) -> None:
-        self._live = tuple(s for s in self._by_id.values() if s.ends_at_ms > now_ms)
+        by_name: dict[str, list[Silence]] = {}
+        rest: list[Silence] = []
+        for s in self._by_id.values():
+            if s.ends_at_ms <= now_ms:
+                continue
+            name = next((m.value for m in s.matchers if m.name == "alertname" and m.op == "="), None)
+            if name is None:
+                rest.append(s)
+            else:
+                by_name.setdefault(name, []).append(s)
+        self._live = ({k: tuple(v) for k, v in by_name.items()}, tuple(rest))
 
     # -- reading ------------------------------------------------------------------------------------
     def muted_by(self, labels: Mapping[str, str], now_ms: int) -> list[str]:
         """Return the ids of the silences active at `now_ms` whose matchers all match `labels`, sorted."""
-        return sorted(
+        by_name, rest = self._live
+        found = [
             s.id
-            for s in self._live
+            for group in (by_name.get(labels.get("alertname", ""), ()), rest)
+            for s in group
             if s.starts_at_ms <= now_ms < s.ends_at_ms and matches_all(s.matchers, labels)
-        )
+        ]
+        found.sort()
+        return found
 
     def list(self) -> list[Silence]:
         """Return every silence (expired ones until garbage-collected) in Alertmanager's order."""
