@@ -4,6 +4,7 @@ validation, garbage collection and persistence in a real DuckDB file across a re
 from __future__ import annotations
 
 import itertools
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -300,3 +301,30 @@ def test_a_store_failure_changes_nothing_and_says_why(store: Store, clock: FakeC
 def test_matchers_written_by_format_parse_back(name: str, value: str, is_equal: bool) -> None:
     m = SilenceMatcher(name, value, False, is_equal)
     assert parse_matcher(str(m)) == m
+
+
+def test_concurrent_changes_and_reads_lose_nothing(tmp_path: Path, clock: FakeClock) -> None:
+    with Store.open(tmp_path / "data", clock=clock) as store:
+        sils = Silences(store, clock)
+        errors: list[BaseException] = []
+
+        def work(n: int) -> None:
+            try:
+                for i in range(10):
+                    sid = sils.set(draft(clock, f"alertname=A{n}", f"i={i}"))
+                    assert sils.muted_by({"alertname": f"A{n}", "i": str(i)}, clock.now_ms()) == [sid]
+                    if i % 2:
+                        sils.expire(sid)
+            except BaseException as e:  # reported below, in the test's thread
+                errors.append(e)
+
+        threads = [threading.Thread(target=work, args=(n,)) for n in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert errors == []
+        clock.advance(1)
+        states = [s.state(clock.now_ms()) for s in sils.list()]
+        assert states.count(ACTIVE) == 40 and states.count(EXPIRED) == 40
+        assert sorted(store.silences()) == sorted(s.record() for s in sils.list())
