@@ -21,17 +21,7 @@ import numpy as np
 
 from gpuwatch.clock import Clock
 from gpuwatch.errors import StoreError
-from gpuwatch.model import (
-    Batch,
-    Labels,
-    LogLine,
-    LogOffset,
-    Matcher,
-    RunRecord,
-    RunUpdate,
-    SeriesData,
-    SilenceRecord,
-)
+from gpuwatch.model import Batch, Labels, LogLine, LogOffset, Matcher, RunRecord, RunUpdate, SeriesData
 from gpuwatch.store import alerts as alerts_table
 from gpuwatch.store import logs as logs_table
 from gpuwatch.store import runs as runs_table
@@ -238,7 +228,7 @@ class Store:
         except duckdb.Error as exc:
             raise StoreError(f"store read failed: {exc}") from None
 
-    def save_silences(self, silences: Sequence[SilenceRecord]) -> None:
+    def save_silences(self, silences: Sequence[silences_table.SilenceRecord]) -> None:
         """Write silences (new or changed) in one transaction; waits for the writer."""
         writer = self._need_writer()
         try:
@@ -254,7 +244,7 @@ class Store:
         except duckdb.Error as exc:
             raise StoreError(f"cannot delete silences: {exc}") from None
 
-    def silences(self) -> list[SilenceRecord]:
+    def silences(self) -> list[silences_table.SilenceRecord]:
         """Return every stored silence."""
         if self._closed:
             raise StoreError("the store is closed")
