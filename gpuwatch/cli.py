@@ -1,4 +1,4 @@
-"""Command line: gpuwatch serve | demo | smi | import | query | rules check | --version."""
+"""Command line: gpuwatch serve | demo | smi | import | query | rules check | silence | --version."""
 
 from __future__ import annotations
 
@@ -65,6 +65,10 @@ def _parser() -> argparse.ArgumentParser:
     )
     check = rules.add_parser("check", help=help_text, description=help_text)
     check.add_argument("files", nargs="+", type=Path, metavar="FILE")
+    from gpuwatch.silencecli import add_silence_arguments
+
+    help_text = "add, list or expire silences of a running gpuwatch (Alertmanager's API)"
+    add_silence_arguments(sub.add_parser("silence", help=help_text, description=help_text))
     return parser
 
 
@@ -220,6 +224,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     if args.command == "rules":
         return _rules_check(args.files)
+    if args.command == "silence":
+        from gpuwatch.silencecli import run_silence
+
+        try:
+            return run_silence(args, dict(os.environ))
+        except KeyboardInterrupt:
+            return 130
     if args.command in ("import", "query"):
         from gpuwatch import querycli
 
