@@ -21,9 +21,11 @@ from gpuwatch.exposition import format_text
 from gpuwatch.jobs import JobRegistry
 from gpuwatch.model import Batch, MetricInfo, Sample, make_labels
 from gpuwatch.push import PUSH_METRICS, REEMIT_INTERVAL_S, PushGroups
+from gpuwatch.received import ReceivedAlerts
 from gpuwatch.rules.manager import RuleManager, build_manager
 from gpuwatch.runs import RUN_METRICS, RUN_STATUS_INTERVAL_S, run_status_samples
 from gpuwatch.scrapeconfig import ScrapeConfig, url_config
+from gpuwatch.silences import Silences
 from gpuwatch.store import Store
 
 log = logging.getLogger("gpuwatch")
@@ -75,6 +77,8 @@ class Runtime:
     scrapes: ScrapePool | None = None
     demo: DemoSources | None = None  # simulated vLLM/SGLang servers and training run (demo mode)
     rules: RuleManager | None = None
+    silences: Silences | None = None
+    received: ReceivedAlerts | None = None  # alerts other senders POST to /api/v2/alerts
     logs: LogTailer | None = None
     _latest: dict[str, Batch] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
@@ -356,6 +360,9 @@ def build_runtime(settings: Settings, hostname: str, clock: Clock | None = None,
         jobs.add("runs", runtime.sample_runs, RUN_STATUS_INTERVAL_S)
         runtime.rules = build_manager(settings, store, clock, store)
         jobs.add("rules", runtime.rules.run_due, runtime.rules.min_interval_s)
+        runtime.silences = Silences(store, clock)
+        jobs.add("silences", runtime.silences.gc, 3600.0)
+        runtime.received = ReceivedAlerts(clock)
         if settings.log_files:
             runtime.logs = LogTailer(settings.log_files, offsets=store.log_offsets())
             jobs.add("logs", runtime.tail_logs, LOG_INTERVAL_S)

@@ -1,4 +1,4 @@
-"""Command line: gpuwatch serve | demo | smi | import | query | rules check | rules export | --version."""
+"""Command line: gpuwatch serve | demo | smi | import | query | rules check | rules export | silence | --version."""
 
 from __future__ import annotations
 
@@ -69,6 +69,10 @@ def _parser() -> argparse.ArgumentParser:
     export = rules.add_parser("export", help=help_text, description=help_text)
     export.add_argument("--config", type=Path, help="YAML settings file (also GPUWATCH_CONFIG)")
     export.add_argument("-o", "--output", type=Path, metavar="FILE", help="write here instead of stdout")
+    from gpuwatch.silencecli import add_silence_arguments
+
+    help_text = "add, list or expire silences of a running gpuwatch (Alertmanager's API)"
+    add_silence_arguments(sub.add_parser("silence", help=help_text, description=help_text))
     return parser
 
 
@@ -228,6 +232,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         from gpuwatch.rules.export import run_export
 
         return run_export(args.config, args.output, dict(os.environ))
+    if args.command == "silence":
+        from gpuwatch.silencecli import run_silence
+
+        try:
+            return run_silence(args, dict(os.environ))
+        except KeyboardInterrupt:
+            return 130
     if args.command in ("import", "query"):
         from gpuwatch import querycli
 

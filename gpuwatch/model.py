@@ -132,3 +132,15 @@ class LogOffset(NamedTuple):
     path: str
     inode: int
     offset: int
+
+
+class SilenceRecord(NamedTuple):
+    """One silence as stored: matchers as (name, value, is_regex, is_equal); times in Unix milliseconds."""
+
+    id: str
+    matchers: tuple[tuple[str, str, bool, bool], ...]
+    starts_at_ms: int
+    ends_at_ms: int
+    created_by: str
+    comment: str
+    updated_at_ms: int

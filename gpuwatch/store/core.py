@@ -26,6 +26,7 @@ from gpuwatch.store import alerts as alerts_table
 from gpuwatch.store import logs as logs_table
 from gpuwatch.store import runs as runs_table
 from gpuwatch.store import schema
+from gpuwatch.store import silences as silences_table
 from gpuwatch.store.catalog import Catalog, Entry, Snapshot, match
 from gpuwatch.store.lock import DirLock
 from gpuwatch.store.read import ids_with_samples, read_samples
@@ -224,6 +225,31 @@ class Store:
             raise StoreError("the store is closed")
         try:
             return alerts_table.read_all(self._cursor())
+        except duckdb.Error as exc:
+            raise StoreError(f"store read failed: {exc}") from None
+
+    def save_silences(self, silences: Sequence[silences_table.SilenceRecord]) -> None:
+        """Write silences (new or changed) in one transaction; waits for the writer."""
+        writer = self._need_writer()
+        try:
+            self._ask(lambda: silences_table.upsert(writer._cur, silences))
+        except duckdb.Error as exc:
+            raise StoreError(f"cannot store silences: {exc}") from None
+
+    def delete_silences(self, ids: Sequence[str]) -> None:
+        """Delete the silences with these ids; waits for the writer."""
+        writer = self._need_writer()
+        try:
+            self._ask(lambda: silences_table.delete(writer._cur, ids))
+        except duckdb.Error as exc:
+            raise StoreError(f"cannot delete silences: {exc}") from None
+
+    def silences(self) -> list[silences_table.SilenceRecord]:
+        """Return every stored silence."""
+        if self._closed:
+            raise StoreError("the store is closed")
+        try:
+            return silences_table.read_all(self._cursor())
         except duckdb.Error as exc:
             raise StoreError(f"store read failed: {exc}") from None
 

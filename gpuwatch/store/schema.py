@@ -15,6 +15,8 @@ Tables (private to `gpuwatch.store`):
 - `alert_state(group_key, rule, labels, annotations, state, active_at_ms, value, fired_at_ms,
   resolved_at_ms, keep_firing_since_ms, last_eval_ms)`: the rule evaluator's alerts, replaced per rule
   group after each evaluation that changed them (`gpuwatch.store.alerts`).
+- `silences(id, matchers, starts_at_ms, ends_at_ms, created_by, comment, updated_at_ms)`: silences in
+  Alertmanager's model; matchers as a JSON list of [name, value, is_regex, is_equal] (`gpuwatch.store.silences`).
 """
 
 from __future__ import annotations
@@ -89,6 +91,20 @@ MIGRATIONS: tuple[tuple[int, str], ...] = (
             resolved_at_ms BIGINT,
             keep_firing_since_ms BIGINT,
             last_eval_ms BIGINT NOT NULL
+        );
+        """,
+    ),
+    (
+        6,
+        """
+        CREATE TABLE silences (
+            id VARCHAR NOT NULL,
+            matchers VARCHAR NOT NULL,
+            starts_at_ms BIGINT NOT NULL,
+            ends_at_ms BIGINT NOT NULL,
+            created_by VARCHAR NOT NULL,
+            comment VARCHAR NOT NULL,
+            updated_at_ms BIGINT NOT NULL
         );
         """,
     ),

@@ -30,6 +30,7 @@ def create_app(runtime: Any) -> Flask:
     app.extensions["gpuwatch"] = runtime
     app.json.sort_keys = False  # type: ignore[attr-defined]
 
+    from gpuwatch.web.alertmanager import bp as alertmanager_bp
     from gpuwatch.web.importapi import bp as import_bp
     from gpuwatch.web.logs import bp as logs_bp
     from gpuwatch.web.ops import bp as ops_bp
@@ -41,5 +42,6 @@ def create_app(runtime: Any) -> Flask:
 
     for bp in (ops_bp, pages_bp, prom_bp, import_bp, push_bp, targets_bp, logs_bp, rules_bp):
         app.register_blueprint(bp)
+    app.register_blueprint(alertmanager_bp)
     register_error_handlers(app)
     return app

@@ -1,0 +1,136 @@
+"""Alertmanager's API v2 on gpuwatch's port: silences, firing alerts, groups, receivers and status.
+
+Errors answer as Alertmanager does: the status code and the message as a JSON string.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from flask import Blueprint, Response, current_app, jsonify, request
+from flask.blueprints import BlueprintSetupState
+
+from gpuwatch import amapi
+from gpuwatch.errors import StoreError
+from gpuwatch.silences import SilenceError, parse_matcher, parse_postable
+
+bp = Blueprint("alertmanager", __name__, url_prefix="/api/v2")
+
+
+@bp.record
+def _remember_start(state: BlueprintSetupState) -> None:
+    clock = getattr(state.app.extensions["gpuwatch"], "clock", None)
+    state.app.extensions["gpuwatch.started_ms"] = clock.now_ms() if clock is not None else 0
+
+
+def _runtime() -> Any:
+    return current_app.extensions["gpuwatch"]
+
+
+def _silences() -> Any:
+    silences = getattr(_runtime(), "silences", None)
+    if silences is None:
+        raise StoreError("silences are not available in this process")
+    return silences
+
+
+@bp.errorhandler(SilenceError)
+def _bad(e: SilenceError) -> tuple[Response, int]:
+    return jsonify(str(e)), e.http_status
+
+
+@bp.errorhandler(StoreError)
+def _store(e: StoreError) -> tuple[Response, int]:
+    return jsonify(str(e)), 500
+
+
+@bp.get("/status")
+def status():  # type: ignore[no-untyped-def]
+    started = int(current_app.extensions.get("gpuwatch.started_ms", 0))
+    return jsonify(amapi.status_json(started, amapi.config_text(_runtime())))
+
+
+@bp.get("/receivers")
+def receivers():  # type: ignore[no-untyped-def]
+    return jsonify([{"name": n} for n in amapi.receiver_names(_runtime())])
+
+
+@bp.get("/silences")
+def silences():  # type: ignore[no-untyped-def]
+    wanted = [parse_matcher(t) for t in request.args.getlist("filter")]
+    creators = set(request.args.getlist("creator"))
+    now_ms = _runtime().clock.now_ms()
+    found = [
+        s.to_json(now_ms)
+        for s in _silences().list()
+        if all(w in s.matchers for w in wanted) and (not creators or s.created_by in creators)
+    ]
+    return jsonify(found)
+
+
+@bp.post("/silences")
+def post_silence():  # type: ignore[no-untyped-def]
+    body = request.get_json(force=True, silent=True)  # curl -d sends a form content type
+    if body is None:
+        raise SilenceError("the body must be a JSON postableSilence")
+    return jsonify({"silenceID": _silences().set(parse_postable(body))})
+
+
+@bp.get("/silence/<silence_id>")
+def get_silence(silence_id: str):  # type: ignore[no-untyped-def]
+    return jsonify(_silences().get(silence_id).to_json(_runtime().clock.now_ms()))
+
+
+@bp.delete("/silence/<silence_id>")
+def delete_silence(silence_id: str):  # type: ignore[no-untyped-def]
+    _silences().expire(silence_id)
+    return Response(status=200)
+
+
+def _alerts() -> list[dict[str, Any]]:
+    runtime = _runtime()
+    args = request.args
+    receiver = None
+    if args.get("receiver"):
+        try:
+            pattern = re.compile(args["receiver"])
+        except re.error as e:
+            raise SilenceError(f"failed to parse receiver param: {e}") from None
+        receiver = lambda name: pattern.fullmatch(name) is not None  # noqa: E731
+    manager = runtime.rules
+    received = getattr(runtime, "received", None)
+    now_ms = runtime.clock.now_ms()
+    return amapi.select_alerts(
+        [
+            *amapi.firing_alerts(manager.groups() if manager is not None else [], request.host_url),
+            *(received.firing(now_ms) if received is not None else []),
+        ],
+        lambda labels: amapi.suppression(runtime, labels, now_ms),
+        lambda labels: amapi.receivers_for(runtime, labels),
+        matchers=amapi.parse_filter(args.getlist("filter")),
+        active=amapi.parse_bool("active", args.get("active")),
+        silenced=amapi.parse_bool("silenced", args.get("silenced")),
+        inhibited=amapi.parse_bool("inhibited", args.get("inhibited")),
+        receiver=receiver,
+    )
+
+
+@bp.get("/alerts")
+def alerts():  # type: ignore[no-untyped-def]
+    amapi.parse_bool("unprocessed", request.args.get("unprocessed"))  # none are: checked, then unused
+    return jsonify(_alerts())
+
+
+@bp.post("/alerts")
+def post_alerts():  # type: ignore[no-untyped-def]
+    received = getattr(_runtime(), "received", None)
+    if received is None:
+        raise StoreError("receiving alerts is not available in this process")
+    received.put(request.get_json(force=True, silent=True))
+    return Response(status=200)
+
+
+@bp.get("/alerts/groups")
+def alert_groups():  # type: ignore[no-untyped-def]
+    return jsonify(amapi.alert_groups(_alerts()))
