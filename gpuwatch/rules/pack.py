@@ -11,7 +11,7 @@ import yaml
 
 from gpuwatch.config import format_duration
 from gpuwatch.rules.load import Group, Rule
-from gpuwatch.rulesconfig import BuiltinRules
+from gpuwatch.rulesconfig import LANGUAGES, BuiltinRules
 
 
 class _Dumper(yaml.SafeDumper):
@@ -26,8 +26,8 @@ def _text(dumper: yaml.SafeDumper, data: str) -> yaml.ScalarNode:
 _Dumper.add_representer(str, _text)
 
 
-# Built-in annotations in another language than English carry this suffix (`summary_zh`).
 def _suffix(language: str) -> str:
+    """Return the suffix of built-in annotations in `language` other than English (`summary_zh`)."""
     return f"_{language}"
 
 
@@ -47,8 +47,6 @@ def localize(
 
 def apply_builtin(groups: Sequence[Group], config: BuiltinRules, language: str) -> list[Group]:
     """Return the built-in `groups` as `config` and `language` say (empty when the pack is off)."""
-    from gpuwatch.rulesconfig import LANGUAGES
-
     if not config.enabled:
         return []
     disabled = set(config.disable)
