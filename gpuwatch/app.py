@@ -23,6 +23,7 @@ from gpuwatch.model import Batch, MetricInfo, Sample, make_labels
 from gpuwatch.push import PUSH_METRICS, REEMIT_INTERVAL_S, PushGroups
 from gpuwatch.received import ReceivedAlerts
 from gpuwatch.rules.manager import RuleManager, build_manager
+from gpuwatch.runs import RUN_METRICS, RUN_STATUS_INTERVAL_S, run_status_samples
 from gpuwatch.scrapeconfig import ScrapeConfig, url_config
 from gpuwatch.silences import Silences
 from gpuwatch.store import Store
@@ -42,6 +43,13 @@ SELF_METRICS: tuple[MetricInfo, ...] = (
     MetricInfo("gpuwatch_store_write_errors_total", "counter", "Failed writes to the store since start.", ""),
     MetricInfo("gpuwatch_job_runs_total", "counter", "Runs of each scheduled job since start.", "", ("job",)),
     MetricInfo("gpuwatch_job_failures_total", "counter", "Failed runs of each scheduled job.", "", ("job",)),
+    MetricInfo(
+        "gpuwatch_rule_evaluation_failures_total",
+        "counter",
+        "Failed rule evaluations of each rule group (`file;group`) since start.",
+        "",
+        ("rule_group",),
+    ),
     MetricInfo(
         "gpuwatch_job_last_duration_seconds",
         "gauge",
@@ -110,6 +118,13 @@ class Runtime:
             Sample("gpuwatch_store_queue_depth", (), float(stats.get("queue_depth", 0))),
             Sample("gpuwatch_store_write_errors_total", (), float(stats.get("write_errors", 0))),
         ]
+        if self.rules is not None:
+            for key, n in self.rules.failure_counts().items():
+                out.append(
+                    Sample(
+                        "gpuwatch_rule_evaluation_failures_total", make_labels({"rule_group": key}), float(n)
+                    )
+                )
         for job in self.jobs.states():
             labels = make_labels({"job": str(job["name"])})
             out.append(Sample("gpuwatch_job_runs_total", labels, float(job["runs"])))
@@ -119,6 +134,15 @@ class Runtime:
                     Sample("gpuwatch_job_last_duration_seconds", labels, float(job["last_duration_s"]))
                 )
         return out
+
+    def sample_runs(self) -> None:
+        """Write each recent training run's status gauges, for the training rules (the 'runs' job)."""
+        now_ms = self.clock.now_ms()
+        batch = Batch(now_ms, run_status_samples(self.store.runs(), now_ms))
+        with self._lock:
+            self._latest["runs"] = batch
+        if batch.samples:
+            self.store.append(batch)
 
     def repush(self) -> None:
         """Write every pushed group's last values again, as a scraped Pushgateway shows them (the 'push' job)."""
@@ -158,9 +182,12 @@ class Runtime:
         with self._lock:
             batch = self._latest.get("gpu")
             host = self._latest.get("host")
+            runs = self._latest.get("runs")
         samples = list(batch.samples) if batch is not None else self._self_samples()
         if host is not None:
             samples.extend(host.samples)
+        if runs is not None:
+            samples.extend(runs.samples)
         return format_text(samples, self.metadata)
 
     def targets(self) -> list[dict[str, Any]]:
@@ -312,7 +339,8 @@ def build_runtime(settings: Settings, hostname: str, clock: Clock | None = None,
             log.warning("%s", problem)
         jobs = JobRegistry(clock)
         metadata = {
-            m.name: m for m in (*GPU_METRICS, *HOST_METRICS, *SELF_METRICS, *PUSH_METRICS, *LOG_METRICS)
+            m.name: m
+            for m in (*GPU_METRICS, *HOST_METRICS, *SELF_METRICS, *PUSH_METRICS, *LOG_METRICS, *RUN_METRICS)
         }
         runtime = Runtime(
             settings=settings,
@@ -329,6 +357,7 @@ def build_runtime(settings: Settings, hostname: str, clock: Clock | None = None,
         jobs.add("push", runtime.repush, REEMIT_INTERVAL_S)
         jobs.add("host", runtime.sample_host, settings.host_interval)
         jobs.add("retention", runtime.retention, 3600.0)
+        jobs.add("runs", runtime.sample_runs, RUN_STATUS_INTERVAL_S)
         runtime.rules = build_manager(settings, store, clock, store)
         jobs.add("rules", runtime.rules.run_due, runtime.rules.min_interval_s)
         runtime.silences = Silences(store, clock)

@@ -1,4 +1,4 @@
-"""Command line: gpuwatch serve | demo | smi | import | query | rules check | silence | --version."""
+"""Command line: gpuwatch serve | demo | smi | import | query | rules check | rules export | silence | --version."""
 
 from __future__ import annotations
 
@@ -65,6 +65,10 @@ def _parser() -> argparse.ArgumentParser:
     )
     check = rules.add_parser("check", help=help_text, description=help_text)
     check.add_argument("files", nargs="+", type=Path, metavar="FILE")
+    help_text = "write the active rules (built-in as configured, and rule_files) as one Prometheus rule file"
+    export = rules.add_parser("export", help=help_text, description=help_text)
+    export.add_argument("--config", type=Path, help="YAML settings file (also GPUWATCH_CONFIG)")
+    export.add_argument("-o", "--output", type=Path, metavar="FILE", help="write here instead of stdout")
     from gpuwatch.silencecli import add_silence_arguments
 
     help_text = "add, list or expire silences of a running gpuwatch (Alertmanager's API)"
@@ -222,8 +226,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command is None:
         parser.print_help()
         return 2
-    if args.command == "rules":
+    if args.command == "rules" and args.rules_command == "check":
         return _rules_check(args.files)
+    if args.command == "rules":
+        from gpuwatch.rules.export import run_export
+
+        return run_export(args.config, args.output, dict(os.environ))
     if args.command == "silence":
         from gpuwatch.silencecli import run_silence
 

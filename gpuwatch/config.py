@@ -13,6 +13,7 @@ import yaml
 
 from gpuwatch.errors import ConfigError
 from gpuwatch.logconfig import LogFileConfig, parse_log_files
+from gpuwatch.rulesconfig import BuiltinRules, parse_builtin_rules, parse_language
 from gpuwatch.scrapeconfig import ScrapeConfig, parse_scrape_configs, parse_scrape_urls
 
 _DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d|w|y)")
@@ -219,7 +220,19 @@ OPTIONS: tuple[Option, ...] = (
         15.0,
         "How often rule groups are evaluated unless a group sets `interval`.",
     ),
-    Option("builtin_rules", _parse_bool, True, "Load the built-in GPU alert rules (docs/rules.md)."),
+    Option(
+        "builtin_rules",
+        parse_builtin_rules,
+        BuiltinRules(),
+        "The built-in alert rules (docs/rules.md): true, false, or `{disable: [names], override: {name: "
+        "{expr, for, keep_firing_for, labels, annotations}}}` (true/false in the environment).",
+    ),
+    Option(
+        "language",
+        parse_language,
+        "en",
+        "Language of the built-in rules' annotations: en or zh (Chinese).",
+    ),
 )
 
 _BY_KEY = {o.key: o for o in OPTIONS}
@@ -250,7 +263,8 @@ class Settings:
     log_files: tuple[LogFileConfig, ...] = ()
     rule_files: tuple[str, ...] = ()
     evaluation_interval: float = 15.0
-    builtin_rules: bool = True
+    builtin_rules: BuiltinRules = BuiltinRules()
+    language: str = "en"
     demo_sources: bool = True
     config_file: Path | None = None
 
@@ -271,6 +285,8 @@ class Settings:
                 v = [c.public() for c in v]  # without passwords and tokens
             elif f.name == "log_files":
                 v = [c.public() for c in v]
+            elif f.name == "builtin_rules":
+                v = v.public()
             out[f.name] = str(v) if isinstance(v, Path) else v
         return out
 

@@ -8,7 +8,16 @@ import threading
 from dataclasses import replace
 from typing import Any, Protocol
 
-from gpuwatch.model import Matcher, RunRecord, RunUpdate, SeriesData, is_stale
+from gpuwatch.model import (
+    Matcher,
+    MetricInfo,
+    RunRecord,
+    RunUpdate,
+    Sample,
+    SeriesData,
+    is_stale,
+    make_labels,
+)
 from gpuwatch.push import MAX_NAME, PushError
 
 RATE_WINDOW_MS = 10 * 60 * 1000  # the step rate (and so the ETA) comes from the last 10 minutes
@@ -208,4 +217,44 @@ def list_runs(store: RunSource, now_ms: int) -> list[dict[str, Any]]:
             if newest is not None and newest[0] > (record.last_seen_ms or 0):
                 record = replace(record, last_step=newest[1], last_seen_ms=newest[0])
         out.append(describe(record, rate, now_ms))
+    return out
+
+
+RUN_STATUS_INTERVAL_S = 15.0  # how often the run-status gauges are written (the `runs` job)
+RUN_STATUS_MAX_SILENCE_MS = 24 * 3600 * 1000  # a running run silent for a day is abandoned: no more gauges
+RUN_STATUS_FINISHED_MS = (
+    2 * 3600 * 1000
+)  # finished runs keep `running 0` this long, for rules that join on it
+
+RUN_METRICS: tuple[MetricInfo, ...] = (
+    MetricInfo(
+        "gpuwatch_training_run_running",
+        "gauge",
+        "1 while a training run is running, 0 once it finished (ok or failed).",
+        "",
+        ("run",),
+    ),
+    MetricInfo(
+        "gpuwatch_training_run_last_seen_timestamp_seconds",
+        "gauge",
+        "When a training run last logged a step or figure (Unix seconds).",
+        "seconds",
+        ("run",),
+    ),
+)
+
+
+def run_status_samples(records: list[RunRecord], now_ms: int) -> list[Sample]:
+    """Return each recent run's status gauges: running ones seen within a day, finished ones for two hours."""
+    out: list[Sample] = []
+    for r in records:
+        seen_ms = r.last_seen_ms or r.start_ms or now_ms
+        running = r.status == "running"
+        if running and now_ms - seen_ms > RUN_STATUS_MAX_SILENCE_MS:
+            continue
+        if not running and now_ms - (r.end_ms or seen_ms) > RUN_STATUS_FINISHED_MS:
+            continue
+        labels = make_labels({"run": r.name})
+        out.append(Sample("gpuwatch_training_run_running", labels, 1.0 if running else 0.0))
+        out.append(Sample("gpuwatch_training_run_last_seen_timestamp_seconds", labels, seen_ms / 1000))
     return out

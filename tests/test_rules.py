@@ -249,7 +249,9 @@ def test_load_files_reports_every_bad_file(tmp_path: Path) -> None:
 
 def test_builtin_pack_loads() -> None:
     names = [r.name for g in load_builtin() for r in g.rules]
-    assert names == ["GPUUtilizationLow", "GPUMemoryHigh", "GPUTemperatureHigh", "GPUECCError"]
+    # The source design's four GPU rules come first, with their names (the rest: tests/test_rules_pack.py).
+    assert names[:4] == ["GPUUtilizationLow", "GPUMemoryHigh", "GPUTemperatureHigh", "GPUECCError"]
+    assert {g.file for g in load_builtin()} == {"builtin"}
 
 
 # -- gpuwatch rules check -------------------------------------------------------------------------

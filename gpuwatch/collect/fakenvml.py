@@ -166,6 +166,8 @@ class FakeNvml:
         self._dbe = [0] * gpu_count
         self._remapped_unc = [0] * gpu_count
         self._remapped_pending = [0] * gpu_count
+        self._remap_failure = [0] * gpu_count
+        self._pcie_replays = [0] * gpu_count
         self._event_sets: list[FakeEventSet] = []
         self._events_lock = threading.Lock()
         self._fields = self._field_table()
@@ -258,6 +260,16 @@ class FakeNvml:
             self._remapped_pending[i] = 1
         else:
             self._sbe[i] += n
+        self._gen += 1
+
+    def fail_row_remap(self, i: int) -> None:
+        """Make GPU `i` report a failed row remapping (the card needs replacing)."""
+        self._remap_failure[i] = 1
+        self._gen += 1
+
+    def add_pcie_replays(self, i: int, n: int) -> None:
+        """Count `n` PCIe replays (link-level retries) on GPU `i`."""
+        self._pcie_replays[i] += n
         self._gen += 1
 
     def throttle(self, i: int, reason_mask: int) -> None:
@@ -456,11 +468,10 @@ class FakeNvml:
 
     def nvmlDeviceGetRemappedRows(self, device: Any) -> tuple[int, int, int, int]:
         i = self._dev(device, "nvmlDeviceGetRemappedRows")
-        return (0, self._remapped_unc[i], self._remapped_pending[i], 0)
+        return (0, self._remapped_unc[i], self._remapped_pending[i], self._remap_failure[i])
 
     def nvmlDeviceGetPcieReplayCounter(self, handle: Any) -> int:
-        self._dev(handle, "nvmlDeviceGetPcieReplayCounter")
-        return 0
+        return self._pcie_replays[self._dev(handle, "nvmlDeviceGetPcieReplayCounter")]
 
     def nvmlDeviceGetPcieThroughput(self, device: Any, counter: int) -> int:
         """KB/s (the real call measures over 20 ms and blocks that long; the fake does not)."""
@@ -478,11 +489,11 @@ class FakeNvml:
             pynvml.NVML_FI_DEV_ECC_DBE_AGG_TOTAL: (ull, lambda i, r: self._dbe[i]),
             pynvml.NVML_FI_DEV_MEMORY_TEMP: (ui, lambda i, r: r.mem_temp),
             pynvml.NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION: (ull, lambda i, r: r.energy_mj),
-            pynvml.NVML_FI_DEV_PCIE_REPLAY_COUNTER: (ui, lambda i, r: 0),
+            pynvml.NVML_FI_DEV_PCIE_REPLAY_COUNTER: (ui, lambda i, r: self._pcie_replays[i]),
             pynvml.NVML_FI_DEV_REMAPPED_COR: (ui, lambda i, r: 0),
             pynvml.NVML_FI_DEV_REMAPPED_UNC: (ui, lambda i, r: self._remapped_unc[i]),
             pynvml.NVML_FI_DEV_REMAPPED_PENDING: (ui, lambda i, r: self._remapped_pending[i]),
-            pynvml.NVML_FI_DEV_REMAPPED_FAILURE: (ui, lambda i, r: 0),
+            pynvml.NVML_FI_DEV_REMAPPED_FAILURE: (ui, lambda i, r: self._remap_failure[i]),
             pynvml.NVML_FI_DEV_POWER_INSTANT: (ui, lambda i, r: int(r.power_w * 1000)),
             pynvml.NVML_FI_DEV_POWER_AVERAGE: (ui, lambda i, r: int(r.power_w * 1000)),
             pynvml.NVML_FI_DEV_POWER_CURRENT_LIMIT: (ui, lambda i, r: limit_mw),

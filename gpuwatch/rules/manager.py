@@ -37,6 +37,8 @@ from gpuwatch.rules.load import (
     load_builtin,
     load_files,
 )
+from gpuwatch.rules.pack import apply_builtin
+from gpuwatch.rules.roundcache import RoundCache
 from gpuwatch.store.alerts import StoredAlert
 
 log = logging.getLogger("gpuwatch.rules")
@@ -104,8 +106,10 @@ class RuleManager:
         default_interval_s: float = 15.0,
         external_labels: Mapping[str, str] | None = None,
         loader: Callable[[], list[Group]] | None = None,
+        cache: RoundCache | None = None,
     ) -> None:
         self._loader = loader
+        self._cache = cache  # the store reads `query` goes through, shared within a round
         self._store = store
         self._query = query
         self._clock = clock
@@ -115,6 +119,7 @@ class RuleManager:
         self._eval_lock = threading.Lock()  # a reload waits for a running evaluation, and vice versa
         self.transitions: list[Transition] = []  # the latest evaluation's, for a notifier to pick up
         self._groups: list[GroupState] = []
+        self._failures: dict[str, int] = {}  # failed rule evaluations by group key, since start
         self.replace_groups(groups, restore=True)
 
     # -- loading --------------------------------------------------------------------------------------
@@ -193,6 +198,8 @@ class RuleManager:
             return e.errors
         with self._eval_lock:
             self.replace_groups(groups)
+            if self._cache is not None:
+                self._cache.clear()
         log.info("rules: reloaded %d group(s)", len(groups))
         return []
 
@@ -210,6 +217,8 @@ class RuleManager:
 
     def _run_due(self) -> None:
         now_ms = self._clock.now_ms()
+        if self._cache is not None:
+            self._cache.begin(now_ms)
         with self._lock:
             groups = list(self._groups)
         for g in groups:
@@ -221,6 +230,8 @@ class RuleManager:
         """Evaluate every group now (tests, `rules check --eval` style tools)."""
         with self._eval_lock:
             now_ms = self._clock.now_ms()
+            if self._cache is not None:
+                self._cache.begin(now_ms)
             with self._lock:
                 groups = list(self._groups)
             for g in groups:
@@ -245,6 +256,8 @@ class RuleManager:
                     out = record_samples(rule, result)
             except (QueryError, EvaluationError) as e:
                 st.health, st.last_error = "err", str(e)
+                with self._lock:
+                    self._failures[g.group.key] = self._failures.get(g.group.key, 0) + 1
                 st.duration_s = self._clock.monotonic() - t0
                 log.warning("rules: %s %s in group %s: %s", rule.kind, rule.name, g.group.name, e)
                 continue
@@ -256,6 +269,8 @@ class RuleManager:
                 self._store.append(Batch(now_ms, [*out, *stale]))
                 if rule.kind == "record" and i < n - 1:
                     self._store.flush()  # later rules of the group read what this one recorded
+                if rule.kind == "record" and self._cache is not None:
+                    self._cache.forget(rule.name)
             st.duration_s = self._clock.monotonic() - t0
         g.last_eval_ms = now_ms
         g.duration_s = self._clock.monotonic() - start
@@ -306,6 +321,11 @@ class RuleManager:
         with self._lock:
             return list(self._groups)
 
+    def failure_counts(self) -> dict[str, int]:
+        """Return failed rule evaluations since start by group key (`file;name`), 0 for every loaded group."""
+        with self._lock:
+            return {g.group.key: self._failures.get(g.group.key, 0) for g in self._groups}
+
     def active_alerts(self) -> list[tuple[Rule, Alert]]:
         """Return every pending or firing alert with its rule."""
         out: list[tuple[Rule, Alert]] = []
@@ -316,9 +336,9 @@ class RuleManager:
 
 
 def configured_groups(settings: Settings) -> list[Group]:
-    """Return the built-in groups (unless `builtin_rules` is false) and those of `rule_files`."""
+    """Return the built-in groups (as `builtin_rules` and `language` say) and those of `rule_files`."""
     base = settings.config_file.parent if settings.config_file is not None else None
-    groups = load_builtin() if settings.builtin_rules else []
+    groups = apply_builtin(load_builtin(), settings.builtin_rules, settings.language)
     return groups + load_files(expand(settings.rule_files, base))
 
 
@@ -328,8 +348,9 @@ def build_manager(settings: Settings, store: RuleStore, clock: Clock, queryable:
         groups = configured_groups(settings)
     except RuleFileError as e:
         raise ConfigError("config error: rule_files: " + "; ".join(e.errors)) from None
+    cache = RoundCache(queryable)
     engine = Engine(
-        queryable,
+        cache,
         lookback_ms=int(settings.lookback * 1000),
         max_samples=settings.query_max_samples,
         timeout_s=settings.query_timeout,
@@ -342,4 +363,5 @@ def build_manager(settings: Settings, store: RuleStore, clock: Clock, queryable:
         groups,
         default_interval_s=settings.evaluation_interval,
         loader=lambda: configured_groups(settings),
+        cache=cache,
     )

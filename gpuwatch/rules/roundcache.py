@@ -1,0 +1,116 @@
+"""Share store reads between the rules of one evaluation round.
+
+The built-in pack has dozens of rules over a few dozen metrics; read one selector at a time, each read
+is a DuckDB round trip of a few milliseconds and a round of the pack costs hundreds of them.
+`RoundCache` sits between the rules' query engine and the store:
+
+- it remembers, per metric name, the time window (relative to the evaluation time) the rules read in
+  the previous round, and at the start of a round (`begin`) fetches all those names in one store read
+  per distinct window;
+- a read of a name not fetched yet (the first round, a new rule) fetches every series of that name,
+  and a later, wider read of it widens that; every read is filtered by its other matchers in memory;
+- a recording rule's output is forgotten when the rule writes (`forget`), so later rules read it anew.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+import threading
+from collections.abc import Callable, Sequence
+
+from gpuwatch.errors import QueryError
+from gpuwatch.model import Matcher, SeriesData
+from gpuwatch.query.engine import Queryable
+
+NAME = "__name__"
+
+
+@functools.lru_cache(maxsize=512)
+def _regex(pattern: str) -> re.Pattern[str]:
+    try:
+        return re.compile(pattern, re.DOTALL)
+    except re.error as exc:
+        raise QueryError(f"invalid regular expression {pattern!r}: {exc}") from None
+
+
+def _test(m: Matcher) -> Callable[[str], bool]:
+    if m.op == "=":
+        return lambda v: v == m.value
+    if m.op == "!=":
+        return lambda v: v != m.value
+    if m.op == "=~":
+        return lambda v: _regex(m.value).fullmatch(v) is not None
+    if m.op == "!~":
+        return lambda v: _regex(m.value).fullmatch(v) is None
+    raise QueryError(f"unknown matcher operator {m.op!r}; expected one of =, !=, =~, !~")
+
+
+class RoundCache:
+    """A Queryable over `source` that reads each metric name about once per round (module docstring)."""
+
+    def __init__(self, source: Queryable) -> None:
+        self.source = source
+        self._lock = threading.Lock()
+        self._by_name: dict[str, tuple[int, int, list[SeriesData]]] = {}
+        self._now_ms = 0
+        self._plan: dict[str, tuple[int, int]] = {}  # name -> window read last round, relative to now
+        self._seen: dict[str, tuple[int, int]] = {}  # the same, for this round
+        self.reads = 0  # store reads since start (for tests and the benchmark)
+
+    def begin(self, now_ms: int) -> None:
+        """Start a round evaluated at `now_ms`: forget the last one's data, prefetch what it read."""
+        with self._lock:
+            if self._seen:
+                self._plan, self._seen = self._seen, {}
+            self._by_name.clear()
+            self._now_ms = now_ms
+            windows: dict[tuple[int, int], list[str]] = {}
+            for name, window in self._plan.items():
+                windows.setdefault(window, []).append(name)
+        for (lo, hi), names in sorted(windows.items()):
+            pattern = "|".join(re.escape(n) for n in sorted(names))
+            start, end = now_ms + lo, now_ms + hi
+            data = self.source.select([Matcher(NAME, "=~", pattern)], start, end)
+            self.reads += 1
+            found: dict[str, list[SeriesData]] = {n: [] for n in names}
+            for s in data:
+                found.setdefault(s.name, []).append(s)
+            with self._lock:
+                for n, series in found.items():
+                    self._by_name[n] = (start, end, series)
+
+    def clear(self) -> None:
+        """Forget all data and what was learned (rules were replaced)."""
+        with self._lock:
+            self._by_name.clear()
+            self._plan.clear()
+            self._seen.clear()
+
+    def forget(self, name: str) -> None:
+        """Drop what was read of `name` this round (a recording rule has just written it)."""
+        with self._lock:
+            self._by_name.pop(name, None)
+
+    def select(self, matchers: Sequence[Matcher], start_ms: int, end_ms: int) -> list[SeriesData]:
+        name = next((m.value for m in matchers if m.name == NAME and m.op == "="), None)
+        if name is None:  # `{job="x"}` alone: nothing to share by name
+            self.reads += 1
+            return self.source.select(matchers, start_ms, end_ms)
+        with self._lock:
+            rel = (start_ms - self._now_ms, end_ms - self._now_ms)
+            old = self._seen.get(name)
+            self._seen[name] = rel if old is None else (min(old[0], rel[0]), max(old[1], rel[1]))
+            hit = self._by_name.get(name)
+        if hit is None or start_ms < hit[0] or end_ms > hit[1]:
+            if hit is not None:
+                start_ms, end_ms = min(start_ms, hit[0]), max(end_ms, hit[1])
+            data = self.source.select([Matcher(NAME, "=", name)], start_ms, end_ms)
+            self.reads += 1
+            hit = (start_ms, end_ms, data)
+            with self._lock:
+                self._by_name[name] = hit
+        tests = [(m.name, _test(m)) for m in matchers if m.name != NAME]
+        if not tests:
+            return list(hit[2])
+        return [s for s in hit[2] if all(test(dict(s.labels).get(label, "")) for label, test in tests)]
