@@ -20,6 +20,7 @@ from gpuwatch.errors import ConfigError, NvmlUnavailable
 from gpuwatch.exposition import format_text
 from gpuwatch.jobs import JobRegistry
 from gpuwatch.model import Batch, MetricInfo, Sample, make_labels
+from gpuwatch.notify.notifier import NOTIFY_METRICS, Notifier, build_notifier
 from gpuwatch.push import PUSH_METRICS, REEMIT_INTERVAL_S, PushGroups
 from gpuwatch.rules.manager import RuleManager, build_manager
 from gpuwatch.scrapeconfig import ScrapeConfig, url_config
@@ -68,6 +69,7 @@ class Runtime:
     demo: DemoSources | None = None  # simulated vLLM/SGLang servers and training run (demo mode)
     rules: RuleManager | None = None
     logs: LogTailer | None = None
+    notifier: Notifier | None = None
     _latest: dict[str, Batch] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _stop: threading.Event = field(default_factory=threading.Event)
@@ -114,6 +116,8 @@ class Runtime:
                 out.append(
                     Sample("gpuwatch_job_last_duration_seconds", labels, float(job["last_duration_s"]))
                 )
+        if self.notifier is not None:
+            out.extend(self.notifier.samples())
         return out
 
     def repush(self) -> None:
@@ -217,6 +221,8 @@ class Runtime:
             self.scrapes = scrape_pool(self.settings, self.store, self.clock, self.demo.scrape_configs())
         if self.scrapes is not None:
             self.scrapes.start()
+        if self.notifier is not None:
+            self.notifier.start()
         self.jobs.run("sample")
         if "host" in self.jobs.names():
             self.jobs.run("host")  # /metrics has host figures from the start, not after host_interval
@@ -242,6 +248,8 @@ class Runtime:
         for t in self._threads:
             t.join(timeout=5)
         self._threads.clear()
+        if self.notifier is not None:
+            self.notifier.stop()
         if self.logs is not None:
             self.logs.close()
         if self.gpu is not None:
@@ -308,7 +316,15 @@ def build_runtime(settings: Settings, hostname: str, clock: Clock | None = None,
             log.warning("%s", problem)
         jobs = JobRegistry(clock)
         metadata = {
-            m.name: m for m in (*GPU_METRICS, *HOST_METRICS, *SELF_METRICS, *PUSH_METRICS, *LOG_METRICS)
+            m.name: m
+            for m in (
+                *GPU_METRICS,
+                *HOST_METRICS,
+                *SELF_METRICS,
+                *PUSH_METRICS,
+                *LOG_METRICS,
+                *NOTIFY_METRICS,
+            )
         }
         runtime = Runtime(
             settings=settings,
@@ -327,6 +343,9 @@ def build_runtime(settings: Settings, hostname: str, clock: Clock | None = None,
         jobs.add("retention", runtime.retention, 3600.0)
         runtime.rules = build_manager(settings, store, clock, store)
         jobs.add("rules", runtime.rules.run_due, runtime.rules.min_interval_s)
+        runtime.notifier = build_notifier(settings, store, clock, hostname)
+        if runtime.notifier is not None:
+            runtime.rules.add_listener(runtime.notifier.observe)
         if settings.log_files:
             runtime.logs = LogTailer(settings.log_files, offsets=store.log_offsets())
             jobs.add("logs", runtime.tail_logs, LOG_INTERVAL_S)

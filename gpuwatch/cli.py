@@ -1,4 +1,4 @@
-"""Command line: gpuwatch serve | demo | smi | import | query | rules check | --version."""
+"""Command line: gpuwatch serve | demo | smi | import | query | rules check | notify test | --version."""
 
 from __future__ import annotations
 
@@ -65,6 +65,13 @@ def _parser() -> argparse.ArgumentParser:
     )
     check = rules.add_parser("check", help=help_text, description=help_text)
     check.add_argument("files", nargs="+", type=Path, metavar="FILE")
+    notify = sub.add_parser("notify", help="notification receivers").add_subparsers(
+        dest="notify_command", metavar="ACTION", required=True
+    )
+    help_text = "send a test notification to RECEIVER (from the config file's notify: receivers)"
+    test = notify.add_parser("test", help=help_text, description=help_text)
+    test.add_argument("--config", type=Path, help="YAML settings file (also GPUWATCH_CONFIG)")
+    test.add_argument("receiver", metavar="RECEIVER")
     return parser
 
 
@@ -211,6 +218,32 @@ def _rules_check(files: Sequence[Path]) -> int:
     return 1 if failed else 0
 
 
+def _notify_test(args: argparse.Namespace, env: dict[str, str]) -> int:
+    from gpuwatch.clock import SystemClock
+    from gpuwatch.notify.notifier import external_url
+    from gpuwatch.notify.receivers import DeliveryError
+    from gpuwatch.notify.testsend import UnknownReceiver, send_test
+
+    settings = load(args.config, env, {})
+    hostname = _hostname(settings)
+    try:
+        line = send_test(
+            settings.notify,
+            args.receiver,
+            SystemClock(),
+            hostname=hostname,
+            external_url=external_url(settings, hostname),
+        )
+    except UnknownReceiver as e:
+        print(f"gpuwatch: {e}", file=sys.stderr)
+        return 2
+    except DeliveryError as e:
+        print(f"gpuwatch: {e}", file=sys.stderr)
+        return 1
+    print(f"gpuwatch: {line}")
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; return the exit code."""
     parser = _parser()
@@ -229,6 +262,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         except KeyboardInterrupt:
             return 130
     try:
+        if args.command == "notify":
+            return _notify_test(args, dict(os.environ))
         settings = _settings(args, dict(os.environ))
         if args.command in ("serve", "demo"):
             return _serve(settings)

@@ -13,6 +13,7 @@ import yaml
 
 from gpuwatch.errors import ConfigError
 from gpuwatch.logconfig import LogFileConfig, parse_log_files
+from gpuwatch.notify.config import AlertingConfig, NotifyConfig, parse_alerting, parse_notify
 from gpuwatch.scrapeconfig import ScrapeConfig, parse_scrape_configs, parse_scrape_urls
 
 _DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d|w|y)")
@@ -220,6 +221,20 @@ OPTIONS: tuple[Option, ...] = (
         "How often rule groups are evaluated unless a group sets `interval`.",
     ),
     Option("builtin_rules", _parse_bool, True, "Load the built-in GPU alert rules (docs/rules.md)."),
+    Option(
+        "notify",
+        parse_notify,
+        NotifyConfig(),
+        "Notifications, as alertmanager.yml writes them: `route`, `receivers`, `inhibit_rules`, `global`; "
+        "see docs/notify.md.",
+    ),
+    Option(
+        "alerting",
+        parse_alerting,
+        AlertingConfig(),
+        "Alertmanagers to send alerts to, as prometheus.yml writes them (`alertmanagers` with "
+        "`static_configs`); see docs/notify.md.",
+    ),
 )
 
 _BY_KEY = {o.key: o for o in OPTIONS}
@@ -251,6 +266,8 @@ class Settings:
     rule_files: tuple[str, ...] = ()
     evaluation_interval: float = 15.0
     builtin_rules: bool = True
+    notify: NotifyConfig = NotifyConfig()
+    alerting: AlertingConfig = AlertingConfig()
     demo_sources: bool = True
     config_file: Path | None = None
 
@@ -271,6 +288,8 @@ class Settings:
                 v = [c.public() for c in v]  # without passwords and tokens
             elif f.name == "log_files":
                 v = [c.public() for c in v]
+            elif f.name in ("notify", "alerting"):
+                v = v.public()
             out[f.name] = str(v) if isinstance(v, Path) else v
         return out
 
@@ -343,7 +362,7 @@ def settings_table() -> str:
     for o in OPTIONS:
         if o.default is None or o.default == "":
             default = "(see meaning)"
-        elif o.default == ():
+        elif o.default == () or o.key in ("notify", "alerting"):
             default = "(none)"
         elif isinstance(o.default, float) and o.parse.__qualname__.startswith("_parse_positive_duration"):
             default = format_duration(o.default)
