@@ -318,8 +318,10 @@ def _integration(
 
 
 def _check_apprise(path: str, urls: list[str]) -> None:
+    from gpuwatch.notify.receivers import import_apprise
+
     try:
-        import apprise  # type: ignore[import-not-found,unused-ignore]
+        apprise = import_apprise()
     except ImportError:
         raise fail(
             path, "apprise is not installed; install it with pip install 'gpuwatch[apprise]'"

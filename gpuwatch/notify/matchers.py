@@ -31,6 +31,7 @@ class LabelMatcher:
         regex = None
         if op in ("=~", "!~"):
             try:
+                re.compile(value)  # for an error message about the user's text, not the anchored form
                 regex = re.compile(f"(?:{value})\\Z", re.S)
             except re.error as e:
                 raise ValueError(f"invalid regular expression {value!r} ({e})") from None

@@ -173,7 +173,7 @@ def send(
 
 def _send_apprise(integration: Integration, payload: Mapping[str, Any]) -> None:
     try:
-        import apprise  # type: ignore[import-not-found,unused-ignore]
+        apprise = import_apprise()
     except ImportError:
         raise DeliveryError(
             "apprise is not installed; pip install 'gpuwatch[apprise]'", permanent=True
@@ -190,6 +190,18 @@ def _send_apprise(integration: Integration, payload: Mapping[str, Any]) -> None:
     )
     if not ok:
         raise DeliveryError("Apprise could not deliver to at least one URL (see the log for its reason)")
+
+
+def import_apprise() -> Any:
+    """Import apprise (an optional extra) without the DeprecationWarnings it causes on import."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        import apprise  # type: ignore[import-not-found,unused-ignore]
+
+        apprise.Apprise.instantiate("json://localhost/")  # loads every plugin module now, inside the filter
+    return apprise
 
 
 def tls_context(http: HttpOptions) -> ssl.SSLContext:
