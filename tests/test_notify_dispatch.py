@@ -302,3 +302,42 @@ def test_rule_manager_hands_alerts_to_the_notifier(tmp_path: Path, clock: FakeCl
         assert p["alerts"][0]["generatorURL"] == "http://gw:9842/graph?g0.expr=vector%281%29&g0.tab=1"
     finally:
         h.store.close()
+
+
+def test_notifications_api(runtime) -> None:  # type: ignore[no-untyped-def]
+    from gpuwatch.web import create_app
+
+    client = create_app(runtime).test_client()
+    empty = client.get("/api/v1/notifications").get_json()
+    assert empty["status"] == "success" and empty["data"]["deliveries"] == [] and empty["data"]["queue"] == []
+    bad = client.get("/api/v1/notifications?limit=lots")
+    assert bad.status_code == 400 and bad.get_json()["error"] == "limit: expected 1 to 5000, got 'lots'"
+
+
+def test_notifications_api_shows_the_log(h: Harness) -> None:
+    from gpuwatch.app import Runtime
+    from gpuwatch.jobs import JobRegistry
+    from gpuwatch.web import create_app
+
+    h.fire(alertname="Disk", instance="a")
+    h.run(30)
+    rt = Runtime(
+        settings=None,
+        clock=h.clock,
+        store=h.store,
+        hostname="n",
+        gpu=None,
+        gpu_problem=None,
+        jobs=JobRegistry(h.clock),
+    )  # type: ignore[arg-type]
+    rt.notifier = h.notifier
+    data = create_app(rt).test_client().get("/api/v1/notifications?receiver=team").get_json()["data"]
+    [d] = data["deliveries"]
+    assert (d["receiver"], d["integration"], d["status"], d["alerts"], d["result"]) == (
+        "team",
+        "webhook[0]",
+        "firing",
+        1,
+        "success",
+    )
+    assert d["groupKey"] == '{}:{alertname="Disk"}'

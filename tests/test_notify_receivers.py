@@ -301,3 +301,61 @@ def test_apprise_missing_is_a_config_error(monkeypatch: pytest.MonkeyPatch) -> N
         "config error: notify.receivers[0].apprise_configs[0]: apprise is not installed; "
         "install it with pip install 'gpuwatch[apprise]'"
     )
+
+
+def test_email_with_starttls_and_login(tmp_path: Path) -> None:
+    pytest.importorskip("aiosmtpd")
+    import shutil
+    import ssl
+
+    from aiosmtpd.controller import Controller
+    from aiosmtpd.handlers import Message
+    from aiosmtpd.smtp import AuthResult, LoginPassword
+
+    if shutil.which("openssl") is None:
+        pytest.skip("openssl is not installed")
+    key, cert = tmp_path / "key.pem", tmp_path / "cert.pem"
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", str(key), "-out", str(cert),
+         "-days", "1", "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1"],
+        check=True, capture_output=True, timeout=60,
+    )  # fmt: skip
+    ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    ctx.load_cert_chain(cert, key)
+    got: list[Any] = []
+    logins: list[tuple[bytes, bytes]] = []
+
+    class Keep(Message):  # type: ignore[misc]
+        def handle_message(self, message: Any) -> None:
+            got.append(message)
+
+    def check(server: Any, session: Any, envelope: Any, mechanism: str, data: Any) -> AuthResult:
+        assert isinstance(data, LoginPassword)
+        logins.append((data.login, data.password))
+        return AuthResult(success=data.password == b"secret")
+
+    port = free_port()
+    server = Controller(
+        Keep(), hostname="127.0.0.1", port=port, tls_context=ctx, require_starttls=True,
+        authenticator=check, auth_required=True,
+    )  # fmt: skip
+    server.start()
+    try:
+        cfg = parse_notify(
+            {
+                "route": {"receiver": "r"},
+                "receivers": [
+                    {
+                        "name": "r",
+                        "email_configs": [
+                            {"to": "ops@lab", "from": "gw@lab", "smarthost": f"127.0.0.1:{port}",
+                             "auth_username": "gw", "auth_password": "secret", "tls_config": {"ca_file": str(cert)}}
+                        ],
+                    }
+                ],
+            }
+        )  # fmt: skip
+        send(cfg.receivers[0].integrations[0], payload(), now_ms=NOW)
+        assert logins == [(b"gw", b"secret")] and got[0]["Subject"] == "[FIRING:1] GPUHot (critical)"
+    finally:
+        server.stop()

@@ -479,6 +479,7 @@ class Notifier:
                 for f in self._forwards
             ],
             "groups": self.dispatcher.groups() if self.dispatcher is not None else [],
+            "worker": {"wakeups": self.wakeups},
         }
 
 

@@ -16,7 +16,7 @@ def notifications():  # type: ignore[no-untyped-def]
         ), 400
     notifier = current_app.extensions["gpuwatch"].notifier
     if notifier is None:
-        data = {"deliveries": [], "queue": [], "alertmanagers": [], "groups": []}
+        data = {"deliveries": [], "queue": [], "alertmanagers": [], "groups": [], "worker": {"wakeups": 0}}
     else:
         data = notifier.status(receiver=request.args.get("receiver") or None, limit=int(raw))
     return jsonify({"status": "success", "data": data})
