@@ -176,7 +176,8 @@ class Dispatcher:
     def flush_due(self, now_ms: int) -> tuple[list[Notification], list[NotifyEntry]]:
         """Flush every due group; return the notifications to send and the notification state they imply.
 
-        The caller must persist both together (the state says these alerts have been notified).
+        The caller persists both together, then calls `commit(states)`; until then the dispatcher still
+        thinks these alerts were not notified (so a failed write means they are tried again).
         """
         out: list[Notification] = []
         states: list[NotifyEntry] = []
@@ -189,7 +190,6 @@ class Dispatcher:
                 for note, entry in self._flush(g, now_ms):
                     out.append(note)
                     states.append(entry)
-                    self._entries[(entry.group_key, entry.receiver)] = entry
                 # As Alertmanager: resolved alerts leave the group once a flush has handled them.
                 for fp, a in list(g.alerts.items()):
                     if a.is_resolved(now_ms):
@@ -198,6 +198,12 @@ class Dispatcher:
                     del self._groups[k]
             self._forget(now_ms)
         return out, states
+
+    def commit(self, states: Iterable[NotifyEntry]) -> None:
+        """Record that the notifications of `flush_due` were stored (queued for delivery)."""
+        with self._lock:
+            for e in states:
+                self._entries[(e.group_key, e.receiver)] = e
 
     def _flush(self, g: _Group, now_ms: int) -> list[tuple[Notification, NotifyEntry]]:
         alerts = [a for a in g.alerts.values() if not self.is_muted(a.label_map(), now_ms)]

@@ -203,6 +203,7 @@ class Notifier:
             if notes or states:
                 items = [self._queue_item(n) for n in notes]
                 self._store.enqueue_notifications(items, states)
+                self.dispatcher.commit(states)
                 for n in notes:
                     log.info(
                         "notify: queued %s notification of %d alert(s) for %s/%s",
@@ -234,15 +235,15 @@ class Notifier:
     def _deliver_due(self, now_ms: int) -> None:
         queued = self._store.queued_notifications()
         self._queued = len(queued)
-        by_integration: dict[str, list[QueuedNotification]] = {}
+        due: dict[str, int] = {}
         for q in queued:
-            by_integration.setdefault(f"{q.receiver}/{q.integration}", []).append(q)
-        for key, items in by_integration.items():
+            due.setdefault(f"{q.receiver}/{q.integration}", q.next_attempt_ms)  # the oldest decides
+        for key, at_ms in due.items():
             with self._lock:
-                if key in self._busy or items[0].next_attempt_ms > now_ms:
+                if key in self._busy or at_ms > now_ms:
                     continue
                 self._busy.add(key)
-            self._run(functools.partial(self._deliver, key, items))
+            self._run(functools.partial(self._deliver, key))
 
     def _run(self, fn: Callable[[], None]) -> None:
         if self._pool is None:
@@ -251,12 +252,16 @@ class Notifier:
         fut: Future[None] = self._pool.submit(fn)
         fut.add_done_callback(lambda f: self._wake.set())
 
-    def _deliver(self, key: str, items: list[QueuedNotification]) -> None:
-        """Deliver one integration's queued notifications in order, stopping at the first failure."""
+    def _deliver(self, key: str) -> None:
+        """Deliver one integration's queued notifications in order, stopping at the first failure.
+
+        Only one delivery per integration runs at a time (`_busy`), and it reads the queue itself, so a
+        notification is never sent twice from a stale snapshot.
+        """
         try:
+            items = [q for q in self._store.queued_notifications() if f"{q.receiver}/{q.integration}" == key]
             for q in items:
-                now_ms = self._clock.now_ms()
-                if q.next_attempt_ms > now_ms or self._stop.is_set():
+                if q.next_attempt_ms > self._clock.now_ms() or self._stop.is_set():
                     return
                 if not self._attempt(key, q):
                     return
