@@ -341,3 +341,56 @@ def test_notifications_api_shows_the_log(h: Harness) -> None:
         "success",
     )
     assert d["groupKey"] == '{}:{alertname="Disk"}'
+
+
+def test_forwarding_to_alertmanager_as_prometheus_sends(tmp_path: Path, clock: FakeClock) -> None:
+    from gpuwatch.notify.config import parse_alerting
+    from gpuwatch.rules.api import format_time
+    from tests.conftest import free_port
+    from tests.webhook_server import Hook
+
+    port = free_port()
+    alerting = parse_alerting({"alertmanagers": [{"static_configs": [{"targets": [f"127.0.0.1:{port}"]}]}]})
+    store = Store.open(tmp_path / "data", clock=clock)
+    am = None
+    try:
+        n = Notifier(parse_notify({}), alerting, store, clock, external_url="http://gw:9842")
+        rule = Rule("alert", "Hot", "temp > 85")
+        key = make_labels({"alertname": "Hot", "gpu": "0"})
+        fired = clock.now_ms()
+        firing = Alert(key, (), FIRING, fired - 60_000, 90.0, fired_at_ms=fired)
+
+        def evaluate(a: Alert, seconds: float = 15) -> None:
+            clock.advance(seconds)
+            n.observe([(rule, a)], 15.0, clock.now_ms())
+            n.tick()
+
+        evaluate(firing, 0)  # Alertmanager is down: kept and retried
+        assert n.status()["alertmanagers"][0]["pending"] == 1
+        assert "connection refused" in n.status()["alertmanagers"][0]["lastError"]
+        am = Hook(port)
+        evaluate(firing, 15)
+        [batch] = am.bodies()
+        assert batch == [
+            {
+                "labels": {"alertname": "Hot", "gpu": "0"},
+                "annotations": {},
+                "startsAt": format_time(fired),
+                "endsAt": format_time(fired + 240_000),  # four times the 1m resend delay
+                "generatorURL": "http://gw:9842/graph?g0.expr=temp+%3E+85&g0.tab=1",
+            }
+        ]
+        for _ in range(3):
+            evaluate(firing, 15)
+        assert (
+            len(am.requests) == 1
+        )  # re-sent only once more than a minute has passed (Prometheus's resend delay)
+        evaluate(firing, 15)
+        assert len(am.requests) == 2 and am.bodies()[1][0]["endsAt"] == format_time(clock.now_ms() + 240_000)
+        resolved_at = clock.now_ms() + 15_000
+        evaluate(Alert(key, (), INACTIVE, firing.active_at_ms, 80.0, fired, resolved_at), 15)
+        assert am.bodies()[2][0]["endsAt"] == format_time(resolved_at)  # resolved: sent at once
+    finally:
+        if am is not None:
+            am.close()
+        store.close()

@@ -13,7 +13,6 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
 
-from gpuwatch.errors import ConfigError
 from gpuwatch.notify.matchers import (
     Matchers,
     boolean,
@@ -526,21 +525,3 @@ def parse_alerting(raw: object) -> AlertingConfig:
                 base = f"{scheme}://{host}/{prefix.strip('/')}".rstrip("/")
                 out.append(AlertmanagerTarget(base + "/api/v2/alerts", timeout, http))
     return AlertingConfig(tuple(out))
-
-
-def receiver_names(config: NotifyConfig) -> list[str]:
-    return [r.name for r in config.receivers]
-
-
-__all__ = [
-    "AlertingConfig",
-    "AlertmanagerTarget",
-    "ConfigError",
-    "HttpOptions",
-    "InhibitRule",
-    "Integration",
-    "NotifyConfig",
-    "Receiver",
-    "parse_alerting",
-    "parse_notify",
-]
