@@ -494,8 +494,13 @@ def external_url(settings: Settings, hostname: str) -> str:
     return f"http://{host}:{settings.port}"
 
 
-def build_notifier(settings: Settings, store: NotifyStore, clock: Clock, hostname: str) -> Notifier | None:
-    """Return the notifier for `settings`, or None when neither `notify` nor `alerting` is configured."""
+def build_notifier(
+    settings: Settings, store: NotifyStore, clock: Clock, hostname: str, *, muted_by: MutedBy = no_silences
+) -> Notifier | None:
+    """Return the notifier for `settings`, or None when neither `notify` nor `alerting` is configured.
+
+    `muted_by(labels, now_ms)` returns the ids of the silences that mute an alert (none by default).
+    """
     if settings.notify.route is None and not settings.alerting.alertmanagers:
         return None
     for key in settings.notify.ignored:
