@@ -43,7 +43,9 @@ def flag(url: str, value: int) -> None:
     assert r.status_code == 200, r.text
 
 
-def test_webhook_down_then_up_gets_each_notification_once_in_order(serve, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_webhook_down_then_up_gets_each_notification_once_in_order_across_a_restart(
+    serve, tmp_path: Path
+) -> None:  # type: ignore[no-untyped-def]
     port = free_port()
     conf = write_config(
         tmp_path,
@@ -64,6 +66,9 @@ def test_webhook_down_then_up_gets_each_notification_once_in_order(serve, tmp_pa
 
     flag(srv.url, 1)
     wait_until(lambda: any(q["lastError"] for q in notes()["queue"]), 30, f"no failed attempt:\n{srv.log}")
+    assert srv.stop() == 0
+    srv = serve("--config", str(conf))  # same data directory: the queue and what was notified survive
+    assert [q["status"] for q in notes()["queue"]] == ["firing"]
     flag(srv.url, 0)
     wait_until(
         lambda: len(notes()["queue"]) == 2, 30, f"the resolved notification was not queued:\n{srv.log}"
