@@ -39,6 +39,7 @@ class HttpOptions:
     authorization: tuple[str, str] | None = None  # (type, credentials)
     insecure_skip_verify: bool = False
     ca_file: str = ""
+    proxy_url: str = ""
 
 
 @dataclass(frozen=True)
@@ -126,7 +127,15 @@ def _http(path: str, raw: object) -> HttpOptions:
     check_keys(
         path,
         data,
-        ("basic_auth", "authorization", "bearer_token", "tls_config", "follow_redirects", "enable_http2"),
+        (
+            "basic_auth",
+            "authorization",
+            "bearer_token",
+            "tls_config",
+            "proxy_url",
+            "follow_redirects",
+            "enable_http2",
+        ),
     )
     basic = auth = None
     if "basic_auth" in data:
@@ -156,6 +165,7 @@ def _http(path: str, raw: object) -> HttpOptions:
             f"{path}.tls_config.insecure_skip_verify", tls.get("insecure_skip_verify", False)
         ),
         ca_file=text(f"{path}.tls_config.ca_file", tls.get("ca_file", "")),
+        proxy_url=_url(f"{path}.proxy_url", data["proxy_url"]) if data.get("proxy_url") else "",
     )
 
 

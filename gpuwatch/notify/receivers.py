@@ -76,6 +76,7 @@ def post_json(
             timeout=timeout_s,
             verify=verify,
             allow_redirects=False,
+            proxies={"http": http.proxy_url, "https": http.proxy_url} if http.proxy_url else None,
         )
     except requests.Timeout:
         raise DeliveryError(f"no answer from {_short(url)} within {timeout_s:g}s") from None
