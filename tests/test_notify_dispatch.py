@@ -3,6 +3,7 @@ notifications, retries and restarts, through the Notifier on a real store with a
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -55,10 +56,14 @@ class Recorder:
     def __init__(self) -> None:
         self.sent: list[tuple[str, dict[str, Any]]] = []
         self.down: set[str] = set()
+        self.hang: set[str] = set()
+        self.release = threading.Event()
         self.attempts = 0
 
     def __call__(self, integration: Integration, payload: dict[str, Any], *, now_ms: int) -> None:
         self.attempts += 1
+        if payload["receiver"] in self.hang:
+            self.release.wait(30)
         if payload["receiver"] in self.down:
             raise DeliveryError("connection refused")
         self.sent.append((payload["receiver"], payload))
@@ -394,3 +399,26 @@ def test_forwarding_to_alertmanager_as_prometheus_sends(tmp_path: Path, clock: F
         if am is not None:
             am.close()
         store.close()
+
+
+def test_a_hanging_receiver_holds_up_neither_evaluation_nor_other_receivers(h: Harness) -> None:
+    from tests.conftest import wait_until
+
+    h.sender.hang.add("team")
+    h.fire(alertname="Disk", instance="a")  # -> team
+    h.fire(alertname="GPUHot", gpu="0", severity="critical")  # -> pager and gpu-team
+    rule = Rule("alert", "X", "up == 0")
+    h.notifier.start()
+    try:
+        h.notifier.observe([(rule, a) for a in h.alerts.values()], 15.0, h.clock.now_ms())
+        h.clock.advance(30)
+        h.notifier.observe([(rule, a) for a in h.alerts.values()], 15.0, h.clock.now_ms())  # returns at once
+        wait_until(
+            lambda: len(h.sender.to("pager")) == 1 and len(h.sender.to("gpu-team")) == 1, 20, "not sent"
+        )
+        assert h.sender.to("team") == []  # still hanging
+        h.sender.release.set()
+        wait_until(lambda: len(h.sender.to("team")) == 1, 20, "team not sent after it answered")
+    finally:
+        h.sender.release.set()
+        h.notifier.stop()
