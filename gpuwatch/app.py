@@ -316,16 +316,9 @@ def build_runtime(settings: Settings, hostname: str, clock: Clock | None = None,
             log.warning("%s", problem)
         jobs = JobRegistry(clock)
         metadata = {
-            m.name: m
-            for m in (
-                *GPU_METRICS,
-                *HOST_METRICS,
-                *SELF_METRICS,
-                *PUSH_METRICS,
-                *LOG_METRICS,
-                *NOTIFY_METRICS,
-            )
+            m.name: m for m in (*GPU_METRICS, *HOST_METRICS, *SELF_METRICS, *PUSH_METRICS, *LOG_METRICS)
         }
+        metadata.update({m.name: m for m in NOTIFY_METRICS})
         runtime = Runtime(
             settings=settings,
             clock=clock,

@@ -13,7 +13,8 @@ import yaml
 
 from gpuwatch.errors import ConfigError
 from gpuwatch.logconfig import LogFileConfig, parse_log_files
-from gpuwatch.notify.config import AlertingConfig, NotifyConfig, parse_alerting, parse_notify
+from gpuwatch.notify.alerting import AlertingConfig, parse_alerting
+from gpuwatch.notify.config import NotifyConfig, parse_notify
 from gpuwatch.scrapeconfig import ScrapeConfig, parse_scrape_configs, parse_scrape_urls
 
 _DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d|w|y)")

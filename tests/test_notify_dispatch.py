@@ -83,7 +83,7 @@ class Harness:
 
     def _notifier(self) -> Notifier:
         cfg = parse_notify(yaml.safe_load(self.config))
-        from gpuwatch.notify.config import AlertingConfig
+        from gpuwatch.notify.alerting import AlertingConfig
 
         n = Notifier(
             cfg, AlertingConfig(), self.store, self.clock, external_url="http://gw:9842", sender=self.sender
@@ -349,7 +349,7 @@ def test_notifications_api_shows_the_log(h: Harness) -> None:
 
 
 def test_forwarding_to_alertmanager_as_prometheus_sends(tmp_path: Path, clock: FakeClock) -> None:
-    from gpuwatch.notify.config import parse_alerting
+    from gpuwatch.notify.alerting import parse_alerting
     from gpuwatch.rules.api import format_time
     from tests.conftest import free_port
     from tests.webhook_server import Hook

@@ -1,5 +1,5 @@
 """Read `notify:` (alertmanager.yml's `global`, `route`, `receivers`, `inhibit_rules`) and `alerting:`
-(prometheus.yml's `alertmanagers`) into frozen specs; every problem is one sentence naming its path.
+(prometheus.yml's `alertmanagers`, read in `forward.py`) into frozen specs; every problem is one sentence naming its path.
 
 Receivers: `webhook_configs`, `email_configs`, `slack_configs` as Alertmanager writes them, plus
 `dingtalk_configs`, `feishu_configs`, `wecom_configs` (group robots) and `apprise_configs` (any
@@ -100,29 +100,10 @@ class NotifyConfig:
         }
 
 
-@dataclass(frozen=True)
-class AlertmanagerTarget:
-    """One Alertmanager that gets every firing and resolved alert, as Prometheus sends them."""
-
-    url: str  # .../api/v2/alerts
-    timeout_s: float = DEFAULT_TIMEOUT_S
-    http: HttpOptions = HttpOptions()
-
-
-@dataclass(frozen=True)
-class AlertingConfig:
-    """prometheus.yml's `alerting:` block."""
-
-    alertmanagers: tuple[AlertmanagerTarget, ...] = ()
-
-    def public(self) -> dict[str, Any]:
-        return {"alertmanagers": [t.url for t in self.alertmanagers]}
-
-
 # -- pieces -------------------------------------------------------------------------------------------
 
 
-def _http(path: str, raw: object) -> HttpOptions:
+def http_options(path: str, raw: object) -> HttpOptions:
     data = mapping(path, raw)
     check_keys(
         path,
@@ -165,11 +146,11 @@ def _http(path: str, raw: object) -> HttpOptions:
             f"{path}.tls_config.insecure_skip_verify", tls.get("insecure_skip_verify", False)
         ),
         ca_file=text(f"{path}.tls_config.ca_file", tls.get("ca_file", "")),
-        proxy_url=_url(f"{path}.proxy_url", data["proxy_url"]) if data.get("proxy_url") else "",
+        proxy_url=http_url(f"{path}.proxy_url", data["proxy_url"]) if data.get("proxy_url") else "",
     )
 
 
-def _url(path: str, raw: object) -> str:
+def http_url(path: str, raw: object) -> str:
     url = text(path, raw).strip()
     parts = urlsplit(url)
     if parts.scheme not in ("http", "https") or not parts.hostname:
@@ -184,11 +165,11 @@ def _url_or_file(path: str, data: dict[str, Any], key: str, default: str = "") -
         where = f"{path}.{key}_file"
         try:
             with open(text(where, data[f"{key}_file"]), encoding="utf-8") as f:
-                return _url(where, f.read().strip())
+                return http_url(where, f.read().strip())
         except OSError as e:
             raise fail(where, f"cannot read the file: {e.strerror or e}") from None
     if key in data:
-        return _url(f"{path}.{key}", data[key])
+        return http_url(f"{path}.{key}", data[key])
     if default:
         return default
     raise fail(path, f"{key} is missing")
@@ -227,7 +208,7 @@ def _integration(
     name = f"{kind}[{index}]"
     default_resolved = kind not in ("email", "slack")  # Alertmanager's defaults
     resolved = boolean(f"{path}.send_resolved", data.get("send_resolved", default_resolved))
-    http = _http(f"{path}.http_config", data.get("http_config") or glob.get("http_config"))
+    http = http_options(f"{path}.http_config", data.get("http_config") or glob.get("http_config"))
     if kind == "webhook":
         check_keys(path, data, (*_COMMON, "url", "url_file", "max_alerts", "timeout"))
         max_alerts = data.get("max_alerts", 0)
@@ -302,7 +283,7 @@ def _integration(
         opts["require_tls"] = boolean(
             f"{path}.require_tls", data.get("require_tls", glob.get("smtp_require_tls", True))
         )
-        tls = _http(path, {"tls_config": data.get("tls_config")} if data.get("tls_config") else {})
+        tls = http_options(path, {"tls_config": data.get("tls_config")} if data.get("tls_config") else {})
         headers = mapping(f"{path}.headers", data.get("headers"))
         subject = headers.get("Subject") or headers.get("subject")
         if subject is not None and "{{" not in str(subject):
@@ -423,7 +404,7 @@ _GLOBAL_KEYS = (
 def parse_notify(raw: object) -> NotifyConfig:
     """Validate the `notify:` block (YAML text from the environment is accepted too)."""
     if isinstance(raw, str):
-        raw = _yaml("notify", raw)
+        raw = yaml_value("notify", raw)
     data = mapping("notify", raw)
     if not data:
         return NotifyConfig()
@@ -433,7 +414,7 @@ def parse_notify(raw: object) -> NotifyConfig:
     if "resolve_timeout" in glob:
         duration("notify.global.resolve_timeout", glob["resolve_timeout"])
     if "slack_api_url" in glob:
-        glob["slack_api_url"] = _url("notify.global.slack_api_url", glob["slack_api_url"])
+        glob["slack_api_url"] = http_url("notify.global.slack_api_url", glob["slack_api_url"])
     ignored: list[str] = [
         f"notify.templates[{i}]" for i, _ in enumerate(listing("notify.templates", data.get("templates")))
     ]
@@ -463,75 +444,10 @@ def parse_notify(raw: object) -> NotifyConfig:
     return NotifyConfig(route, receivers, inhibit, tuple(ignored))
 
 
-def _yaml(key: str, raw: str) -> object:
+def yaml_value(key: str, raw: str) -> object:
     import yaml
 
     try:
         return yaml.safe_load(raw)
     except yaml.YAMLError:
         raise fail(key, "expected YAML") from None
-
-
-def parse_alerting(raw: object) -> AlertingConfig:
-    """Validate prometheus.yml's `alerting:` block (`alertmanagers` with `static_configs`)."""
-    if isinstance(raw, str):
-        raw = _yaml("alerting", raw)
-    data = mapping("alerting", raw)
-    check_keys("alerting", data, ("alertmanagers", "alert_relabel_configs"))
-    if data.get("alert_relabel_configs"):
-        raise fail("alerting.alert_relabel_configs", "not supported by gpuwatch yet; remove it")
-    out: list[AlertmanagerTarget] = []
-    for i, am in enumerate(listing("alerting.alertmanagers", data.get("alertmanagers"))):
-        path = f"alerting.alertmanagers[{i}]"
-        d = mapping(path, am)
-        for key in d:
-            if key.endswith("_sd_configs"):
-                raise fail(
-                    f"{path}.{key}", "not supported by gpuwatch (list the Alertmanagers in static_configs)"
-                )
-        check_keys(
-            path,
-            d,
-            (
-                "static_configs",
-                "scheme",
-                "path_prefix",
-                "timeout",
-                "api_version",
-                "basic_auth",
-                "authorization",
-                "bearer_token",
-                "tls_config",
-                "follow_redirects",
-                "enable_http2",
-                "relabel_configs",
-            ),
-        )
-        if d.get("relabel_configs"):
-            raise fail(f"{path}.relabel_configs", "not supported by gpuwatch yet; remove it")
-        if str(d.get("api_version", "v2")) != "v2":
-            raise fail(
-                f"{path}.api_version", f"only v2 is supported (as in Prometheus 3), got {d['api_version']!r}"
-            )
-        scheme = text(f"{path}.scheme", d.get("scheme", "http")).lower()
-        if scheme not in ("http", "https"):
-            raise fail(f"{path}.scheme", f"expected http or https, got {scheme!r}")
-        prefix = text(f"{path}.path_prefix", d.get("path_prefix", "/"))
-        timeout = duration(f"{path}.timeout", d["timeout"]) if "timeout" in d else DEFAULT_TIMEOUT_S
-        http = _http(
-            path, {k: d[k] for k in ("basic_auth", "authorization", "bearer_token", "tls_config") if k in d}
-        )
-        for j, group in enumerate(listing(f"{path}.static_configs", d.get("static_configs"))):
-            g = mapping(f"{path}.static_configs[{j}]", group)
-            check_keys(f"{path}.static_configs[{j}]", g, ("targets", "labels"))
-            for k, t in enumerate(listing(f"{path}.static_configs[{j}].targets", g.get("targets"))):
-                where = f"{path}.static_configs[{j}].targets[{k}]"
-                host = text(where, t).strip()
-                if not host or "/" in host or " " in host:
-                    raise fail(
-                        where,
-                        f"expected host:port (scheme and path go in scheme and path_prefix), got {host!r}",
-                    )
-                base = f"{scheme}://{host}/{prefix.strip('/')}".rstrip("/")
-                out.append(AlertmanagerTarget(base + "/api/v2/alerts", timeout, http))
-    return AlertingConfig(tuple(out))

@@ -22,7 +22,6 @@ import logging
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
 from typing import Any, Protocol
 from urllib.parse import quote_plus
 
@@ -31,9 +30,11 @@ from gpuwatch.config import Settings
 from gpuwatch.errors import StoreError
 from gpuwatch.model import Labels, MetricInfo, Sample, make_labels
 from gpuwatch.notify.alert import NotifyAlert, webhook_payload
-from gpuwatch.notify.config import AlertingConfig, AlertmanagerTarget, Integration, NotifyConfig
+from gpuwatch.notify.alerting import AlertingConfig
+from gpuwatch.notify.config import Integration, NotifyConfig
 from gpuwatch.notify.dispatcher import Dispatcher, MutedBy, Notification, no_silences
-from gpuwatch.notify.receivers import DeliveryError, post_json
+from gpuwatch.notify.forward import Forwarder
+from gpuwatch.notify.receivers import DeliveryError
 from gpuwatch.notify.receivers import send as send_integration
 from gpuwatch.rules.evaluate import FIRING, INACTIVE, Alert
 from gpuwatch.rules.load import Rule
@@ -89,19 +90,6 @@ def backoff_s(attempts: int) -> float:
     return float(min(BACKOFF_MAX_S, BACKOFF_FIRST_S * 2 ** max(0, attempts - 1)))
 
 
-@dataclass
-class _Forward:
-    """Alerts waiting to be posted to one Alertmanager (newest version of each alert)."""
-
-    target: AlertmanagerTarget
-    pending: dict[str, NotifyAlert]
-    attempts: int = 0
-    next_ms: int = 0
-    last_error: str = ""
-    last_success_ms: int | None = None
-    busy: bool = False
-
-
 class Notifier:
     """Route alerts to receivers and Alertmanagers; own the worker thread and the delivery pool."""
 
@@ -133,7 +121,9 @@ class Notifier:
         self._integrations: dict[str, Integration] = {
             f"{r.name}/{i.name}": i for r in config.receivers for i in r.integrations
         }
-        self._forwards = [_Forward(t, {}) for t in alerting.alertmanagers]
+        self.forwarder = Forwarder(
+            alerting, clock, on_result=lambda url, r: self._count(url, r, "alertmanager")
+        )
         self._last_sent: dict[Labels, int] = {}
         self._lock = threading.Lock()
         self._busy: set[str] = set()  # integrations with a delivery in flight
@@ -186,10 +176,8 @@ class Notifier:
             # Alerts that are gone (rule removed, resolved and forgotten) stop being tracked after an hour.
             for labels in [k for k, t in self._last_sent.items() if t < now_ms - 3600_000]:
                 del self._last_sent[labels]
-            for f in self._forwards:
-                for na in out:
-                    f.pending[na.fingerprint] = na
         if out:
+            self.forwarder.add(out)
             if self.dispatcher is not None:
                 self.dispatcher.put(out, now_ms)
             self._wake.set()
@@ -323,41 +311,21 @@ class Notifier:
             k = (metric, receiver, result)
             self._counts[k] = self._counts.get(k, 0) + 1
 
-    # -- forwarding to Alertmanager -----------------------------------------------------------------
     def _forward_due(self, now_ms: int) -> None:
-        for f in self._forwards:
-            with self._lock:
-                if f.busy or not f.pending or f.next_ms > now_ms:
-                    continue
-                f.busy = True
-                batch = dict(f.pending)
-            self._run(functools.partial(self._post, f, batch))
+        for job in self.forwarder.due(now_ms):
+            self._run(functools.partial(self._post, job))
 
-    def _post(self, f: _Forward, batch: dict[str, NotifyAlert]) -> None:
-        body = [a.api_json() for a in sorted(batch.values(), key=lambda a: a.labels)]
+    @staticmethod
+    def _post(job: Callable[[], None]) -> None:
         try:
-            post_json(f.target.url, body, http=f.target.http, timeout_s=f.target.timeout_s)
+            job()
         except DeliveryError as e:
-            with self._lock:
-                f.attempts += 1
-                f.last_error = str(e)
-                f.next_ms = self._clock.now_ms() + int(min(60.0, backoff_s(f.attempts)) * 1000)
-                f.busy = False
-            self._count(f.target.url, "failure", "alertmanager")
-            log.warning("notify: cannot post alerts to %s: %s", f.target.url, e)
-            return
-        with self._lock:
-            for fp, a in batch.items():
-                if f.pending.get(fp) is a:
-                    del f.pending[fp]
-            f.attempts, f.last_error, f.busy = 0, "", False
-            f.last_success_ms = self._clock.now_ms()
-        self._count(f.target.url, "success", "alertmanager")
+            log.warning("notify: cannot post alerts to an Alertmanager: %s", e)
 
     # -- the worker thread ----------------------------------------------------------------------------
     def start(self) -> None:
         """Start the worker thread and the delivery pool (only `gpuwatch serve` calls this)."""
-        n = max(1, min(8, len(self._integrations) + len(self._forwards)))
+        n = max(1, min(8, len(self._integrations) + len(self.forwarder.urls)))
         self._pool = ThreadPoolExecutor(max_workers=n, thread_name_prefix="gpuwatch-notify-send")
         self._thread = threading.Thread(target=self._loop, name="gpuwatch-notify", daemon=True)
         self._thread.start()
@@ -369,8 +337,10 @@ class Notifier:
             due = self.dispatcher.next_due_ms()
             if due is not None:
                 times.append(due)
+        forward = self.forwarder.next_ms()
+        if forward is not None:
+            times.append(forward)
         with self._lock:
-            times.extend(f.next_ms for f in self._forwards if f.pending and not f.busy)
             busy = set(self._busy)
         if self._queued:
             try:
@@ -415,9 +385,9 @@ class Notifier:
         for r in self.config.receivers:
             for result in ("success", "failure", "dropped"):
                 counts.setdefault(("notifications", r.name, result), 0)
-        for f in self._forwards:
+        for url in self.forwarder.urls:
             for result in ("success", "failure"):
-                counts.setdefault(("alertmanager", f.target.url, result), 0)
+                counts.setdefault(("alertmanager", url, result), 0)
         for (metric, who, result), n in sorted(counts.items()):
             if metric == "notifications":
                 out.append(
@@ -474,15 +444,7 @@ class Notifier:
                 }
                 for q in queued
             ],
-            "alertmanagers": [
-                {
-                    "url": f.target.url,
-                    "pending": len(f.pending),
-                    "lastError": f.last_error,
-                    "lastSuccess": format_time(f.last_success_ms) if f.last_success_ms else None,
-                }
-                for f in self._forwards
-            ],
+            "alertmanagers": self.forwarder.status(),
             "groups": self.dispatcher.groups() if self.dispatcher is not None else [],
             "worker": {"wakeups": self.wakeups},
         }
