@@ -14,6 +14,8 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote
 
+import yaml
+
 from gpuwatch import __version__
 from gpuwatch.rules.evaluate import FIRING, Alert
 from gpuwatch.silences import SilenceError, SilenceMatcher, format_time, parse_matcher
@@ -175,27 +177,30 @@ def alert_groups(alerts: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def inhibited_by(runtime: Any, labels: Mapping[str, str], now_ms: int) -> list[str]:
-    """Return the fingerprints of the alerts that inhibit an alert with `labels` (Alertmanager's `inhibitedBy`).
-
-    The one place API v2 asks about inhibition: wire the notifier's `inhibit_rules` here. Until then
-    nothing is inhibited.
-    """
-    return []
+    """Return the fingerprints of the alerts that inhibit an alert with `labels` (Alertmanager's `inhibitedBy`)."""
+    notifier = getattr(runtime, "notifier", None)
+    return notifier.inhibited_by(labels, now_ms) if notifier is not None else []
 
 
 def receivers_for(runtime: Any, labels: Mapping[str, str]) -> list[str]:
-    """Return the names of the receivers an alert with `labels` is routed to (none until routing is wired)."""
-    return []
+    """Return the names of the receivers an alert with `labels` is routed to (none without `notify.route`)."""
+    route = runtime.settings.notify.route
+    if route is None:
+        return []
+    return list(dict.fromkeys(r.receiver for r in route.match(labels)))
 
 
 def receiver_names(runtime: Any) -> list[str]:
     """Return the names of every configured receiver (GET /api/v2/receivers)."""
-    return []
+    return [r.name for r in runtime.settings.notify.receivers]
 
 
 def config_text(runtime: Any) -> str:
     """Return the notification configuration as YAML text (`config.original` of GET /api/v2/status)."""
-    return "# gpuwatch serves Alertmanager's API v2; notification routing is not configured here yet\n"
+    notify = runtime.settings.notify
+    if notify.route is None:
+        return "# no notify: route is configured; gpuwatch only serves Alertmanager's API v2 here\n"
+    return str(yaml.safe_dump(notify.public(), sort_keys=False))
 
 
 def suppression(runtime: Any, labels: Mapping[str, str], now_ms: int) -> tuple[list[str], list[str]]:

@@ -20,6 +20,7 @@ from gpuwatch.errors import ConfigError, NvmlUnavailable
 from gpuwatch.exposition import format_text
 from gpuwatch.jobs import JobRegistry
 from gpuwatch.model import Batch, MetricInfo, Sample, make_labels
+from gpuwatch.notify.notifier import NOTIFY_METRICS, Notifier, build_notifier
 from gpuwatch.push import PUSH_METRICS, REEMIT_INTERVAL_S, PushGroups
 from gpuwatch.received import ReceivedAlerts
 from gpuwatch.rules.manager import RuleManager, build_manager
@@ -80,6 +81,7 @@ class Runtime:
     silences: Silences | None = None
     received: ReceivedAlerts | None = None  # alerts other senders POST to /api/v2/alerts
     logs: LogTailer | None = None
+    notifier: Notifier | None = None
     _latest: dict[str, Batch] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _stop: threading.Event = field(default_factory=threading.Event)
@@ -133,6 +135,8 @@ class Runtime:
                 out.append(
                     Sample("gpuwatch_job_last_duration_seconds", labels, float(job["last_duration_s"]))
                 )
+        if self.notifier is not None:
+            out.extend(self.notifier.samples())
         return out
 
     def sample_runs(self) -> None:
@@ -248,6 +252,8 @@ class Runtime:
             self.scrapes = scrape_pool(self.settings, self.store, self.clock, self.demo.scrape_configs())
         if self.scrapes is not None:
             self.scrapes.start()
+        if self.notifier is not None:
+            self.notifier.start()
         self.jobs.run("sample")
         if "host" in self.jobs.names():
             self.jobs.run("host")  # /metrics has host figures from the start, not after host_interval
@@ -273,6 +279,8 @@ class Runtime:
         for t in self._threads:
             t.join(timeout=5)
         self._threads.clear()
+        if self.notifier is not None:
+            self.notifier.stop()
         if self.logs is not None:
             self.logs.close()
         if self.gpu is not None:
@@ -342,6 +350,7 @@ def build_runtime(settings: Settings, hostname: str, clock: Clock | None = None,
             m.name: m
             for m in (*GPU_METRICS, *HOST_METRICS, *SELF_METRICS, *PUSH_METRICS, *LOG_METRICS, *RUN_METRICS)
         }
+        metadata.update({m.name: m for m in NOTIFY_METRICS})
         runtime = Runtime(
             settings=settings,
             clock=clock,
@@ -363,6 +372,11 @@ def build_runtime(settings: Settings, hostname: str, clock: Clock | None = None,
         runtime.silences = Silences(store, clock)
         jobs.add("silences", runtime.silences.gc, 3600.0)
         runtime.received = ReceivedAlerts(clock)
+        runtime.notifier = build_notifier(
+            settings, store, clock, hostname, muted_by=runtime.silences.muted_by
+        )
+        if runtime.notifier is not None:
+            runtime.rules.add_listener(runtime.notifier.observe)
         if settings.log_files:
             runtime.logs = LogTailer(settings.log_files, offsets=store.log_offsets())
             jobs.add("logs", runtime.tail_logs, LOG_INTERVAL_S)

@@ -1,4 +1,4 @@
-"""Command line: gpuwatch serve | demo | smi | import | query | rules check | rules export | silence | --version."""
+"""Command line: gpuwatch serve | demo | smi | import | query | rules check | rules export | notify test | silence | --version."""
 
 from __future__ import annotations
 
@@ -73,6 +73,13 @@ def _parser() -> argparse.ArgumentParser:
 
     help_text = "add, list or expire silences of a running gpuwatch (Alertmanager's API)"
     add_silence_arguments(sub.add_parser("silence", help=help_text, description=help_text))
+    notify = sub.add_parser("notify", help="notification receivers").add_subparsers(
+        dest="notify_command", metavar="ACTION", required=True
+    )
+    help_text = "send a test notification to RECEIVER (from the config file's notify: receivers)"
+    test = notify.add_parser("test", help=help_text, description=help_text)
+    test.add_argument("--config", type=Path, help="YAML settings file (also GPUWATCH_CONFIG)")
+    test.add_argument("receiver", metavar="RECEIVER")
     return parser
 
 
@@ -219,6 +226,32 @@ def _rules_check(files: Sequence[Path]) -> int:
     return 1 if failed else 0
 
 
+def _notify_test(args: argparse.Namespace, env: dict[str, str]) -> int:
+    from gpuwatch.clock import SystemClock
+    from gpuwatch.notify.notifier import external_url
+    from gpuwatch.notify.receivers import DeliveryError
+    from gpuwatch.notify.testsend import UnknownReceiver, send_test
+
+    settings = load(args.config, env, {})
+    hostname = _hostname(settings)
+    try:
+        line = send_test(
+            settings.notify,
+            args.receiver,
+            SystemClock(),
+            hostname=hostname,
+            external_url=external_url(settings, hostname),
+        )
+    except UnknownReceiver as e:
+        print(f"gpuwatch: {e}", file=sys.stderr)
+        return 2
+    except DeliveryError as e:
+        print(f"gpuwatch: {e}", file=sys.stderr)
+        return 1
+    print(f"gpuwatch: {line}")
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; return the exit code."""
     parser = _parser()
@@ -248,6 +281,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         except KeyboardInterrupt:
             return 130
     try:
+        if args.command == "notify":
+            return _notify_test(args, dict(os.environ))
         settings = _settings(args, dict(os.environ))
         if args.command in ("serve", "demo"):
             return _serve(settings)

@@ -13,6 +13,8 @@ import yaml
 
 from gpuwatch.errors import ConfigError
 from gpuwatch.logconfig import LogFileConfig, parse_log_files
+from gpuwatch.notify.alerting import AlertingConfig, parse_alerting
+from gpuwatch.notify.config import NotifyConfig, parse_notify
 from gpuwatch.rulesconfig import BuiltinRules, parse_builtin_rules, parse_language
 from gpuwatch.scrapeconfig import ScrapeConfig, parse_scrape_configs, parse_scrape_urls
 
@@ -233,6 +235,20 @@ OPTIONS: tuple[Option, ...] = (
         "en",
         "Language of the built-in rules' annotations: en or zh (Chinese).",
     ),
+    Option(
+        "notify",
+        parse_notify,
+        NotifyConfig(),
+        "Notifications, as alertmanager.yml writes them: `route`, `receivers`, `inhibit_rules`, `global`; "
+        "see docs/notify.md.",
+    ),
+    Option(
+        "alerting",
+        parse_alerting,
+        AlertingConfig(),
+        "Alertmanagers to send alerts to, as prometheus.yml writes them (`alertmanagers` with "
+        "`static_configs`); see docs/notify.md.",
+    ),
 )
 
 _BY_KEY = {o.key: o for o in OPTIONS}
@@ -265,6 +281,8 @@ class Settings:
     evaluation_interval: float = 15.0
     builtin_rules: BuiltinRules = BuiltinRules()
     language: str = "en"
+    notify: NotifyConfig = NotifyConfig()
+    alerting: AlertingConfig = AlertingConfig()
     demo_sources: bool = True
     config_file: Path | None = None
 
@@ -285,7 +303,7 @@ class Settings:
                 v = [c.public() for c in v]  # without passwords and tokens
             elif f.name == "log_files":
                 v = [c.public() for c in v]
-            elif f.name == "builtin_rules":
+            elif f.name in ("builtin_rules", "notify", "alerting"):
                 v = v.public()
             out[f.name] = str(v) if isinstance(v, Path) else v
         return out
@@ -359,7 +377,7 @@ def settings_table() -> str:
     for o in OPTIONS:
         if o.default is None or o.default == "":
             default = "(see meaning)"
-        elif o.default == ():
+        elif o.default == () or o.key in ("notify", "alerting"):
             default = "(none)"
         elif isinstance(o.default, float) and o.parse.__qualname__.startswith("_parse_positive_duration"):
             default = format_duration(o.default)

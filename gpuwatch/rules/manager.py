@@ -54,6 +54,8 @@ class RuleStore(Protocol):
 
 
 Query = Callable[[str, int], Result]
+# Called after each group evaluation with the group's alerts (every state), its interval and the time.
+Listener = Callable[[Sequence[tuple[Rule, Alert]], float, int], None]
 
 
 @dataclass
@@ -118,6 +120,7 @@ class RuleManager:
         self._lock = threading.Lock()
         self._eval_lock = threading.Lock()  # a reload waits for a running evaluation, and vice versa
         self.transitions: list[Transition] = []  # the latest evaluation's, for a notifier to pick up
+        self._listeners: list[Listener] = []
         self._groups: list[GroupState] = []
         self._failures: dict[str, int] = {}  # failed rule evaluations by group key, since start
         self.replace_groups(groups, restore=True)
@@ -277,7 +280,19 @@ class RuleManager:
         self._save(g)
         with self._lock:
             self.transitions = transitions
+        if self._listeners:
+            alerts = [
+                (r, a)
+                for r, rule_alerts in zip(g.group.rules, g.alerts, strict=True)
+                for a in rule_alerts.values()
+            ]
+            for listener in self._listeners:
+                listener(alerts, g.interval_s, now_ms)
         return transitions
+
+    def add_listener(self, listener: Listener) -> None:
+        """Call `listener` after each group evaluation (the notifier; it must return quickly)."""
+        self._listeners.append(listener)
 
     @staticmethod
     def _fingerprint(g: GroupState) -> tuple[Any, ...]:

@@ -24,6 +24,7 @@ from gpuwatch.errors import StoreError
 from gpuwatch.model import Batch, Labels, LogLine, LogOffset, Matcher, RunRecord, RunUpdate, SeriesData
 from gpuwatch.store import alerts as alerts_table
 from gpuwatch.store import logs as logs_table
+from gpuwatch.store import notify as notify_table
 from gpuwatch.store import runs as runs_table
 from gpuwatch.store import schema
 from gpuwatch.store import silences as silences_table
@@ -250,6 +251,54 @@ class Store:
             raise StoreError("the store is closed")
         try:
             return silences_table.read_all(self._cursor())
+        except duckdb.Error as exc:
+            raise StoreError(f"store read failed: {exc}") from None
+
+    # -- notifications (gpuwatch.store.notify) ---------------------------------------------------------
+    def enqueue_notifications(
+        self, items: Sequence[notify_table.NewNotification], states: Sequence[notify_table.NotifyEntry]
+    ) -> None:
+        """Queue notifications with the notification state they imply, atomically; waits for the writer."""
+        self._notify_write(lambda cur: notify_table.enqueue(cur, items, states))
+
+    def retry_notification(self, id_: int, attempts: int, next_ms: int, error: str) -> None:
+        """Record a failed delivery attempt of a queued notification and when to try again."""
+        self._notify_write(lambda cur: notify_table.retry_later(cur, id_, attempts, next_ms, error))
+
+    def finish_notification(self, delivery: notify_table.Delivery) -> None:
+        """Take a notification off the queue and write how it ended to the delivery log."""
+        self._notify_write(lambda cur: notify_table.finish(cur, delivery))
+
+    def prune_notifications(self, log_before_ms: int, state_before_ms: int) -> None:
+        """Delete old delivery log rows and notification states."""
+        self._notify_write(lambda cur: notify_table.prune(cur, log_before_ms, state_before_ms))
+
+    def queued_notifications(self) -> list[notify_table.QueuedNotification]:
+        """Return the notifications waiting to be delivered, oldest first."""
+        return list(self._notify_read(notify_table.queued))
+
+    def notify_states(self) -> list[notify_table.NotifyEntry]:
+        """Return what each alert group last notified each receiver."""
+        return list(self._notify_read(notify_table.states))
+
+    def notification_log(
+        self, *, receiver: str | None = None, limit: int = 200
+    ) -> list[notify_table.Delivery]:
+        """Return the delivery log, newest first."""
+        return list(self._notify_read(lambda cur: notify_table.log_rows(cur, receiver=receiver, limit=limit)))
+
+    def _notify_write(self, fn: Any) -> None:
+        writer = self._need_writer()
+        try:
+            self._ask(lambda: fn(writer._cur))
+        except duckdb.Error as exc:
+            raise StoreError(f"cannot store notifications: {exc}") from None
+
+    def _notify_read(self, fn: Any) -> Any:
+        if self._closed:
+            raise StoreError("the store is closed")
+        try:
+            return fn(self._cursor())
         except duckdb.Error as exc:
             raise StoreError(f"store read failed: {exc}") from None
 

@@ -17,6 +17,10 @@ Tables (private to `gpuwatch.store`):
   group after each evaluation that changed them (`gpuwatch.store.alerts`).
 - `silences(id, matchers, starts_at_ms, ends_at_ms, created_by, comment, updated_at_ms)`: silences in
   Alertmanager's model; matchers as a JSON list of [name, value, is_regex, is_equal] (`gpuwatch.store.silences`).
+- `notify_queue(id, receiver, integration, group_key, status, payload, created_ms, attempts,
+  next_attempt_ms, last_error)`: notifications waiting to be delivered; `notify_log(...)` the delivery
+  log; `notify_state(group_key, receiver, firing, resolved, notified_ms)`: what each alert group last
+  notified each receiver, as Alertmanager's notification log (`gpuwatch.store.notify`).
 """
 
 from __future__ import annotations
@@ -91,6 +95,45 @@ MIGRATIONS: tuple[tuple[int, str], ...] = (
             resolved_at_ms BIGINT,
             keep_firing_since_ms BIGINT,
             last_eval_ms BIGINT NOT NULL
+        );
+        """,
+    ),
+    (
+        5,
+        """
+        CREATE SEQUENCE notify_seq;
+        CREATE TABLE notify_queue (
+            id BIGINT PRIMARY KEY,
+            receiver VARCHAR NOT NULL,
+            integration VARCHAR NOT NULL,
+            group_key VARCHAR NOT NULL,
+            status VARCHAR NOT NULL,
+            payload VARCHAR NOT NULL,
+            created_ms BIGINT NOT NULL,
+            attempts INTEGER NOT NULL,
+            next_attempt_ms BIGINT NOT NULL,
+            last_error VARCHAR NOT NULL
+        );
+        CREATE TABLE notify_log (
+            id BIGINT NOT NULL,
+            receiver VARCHAR NOT NULL,
+            integration VARCHAR NOT NULL,
+            group_key VARCHAR NOT NULL,
+            status VARCHAR NOT NULL,
+            alerts INTEGER NOT NULL,
+            created_ms BIGINT NOT NULL,
+            finished_ms BIGINT NOT NULL,
+            attempts INTEGER NOT NULL,
+            result VARCHAR NOT NULL,
+            error VARCHAR NOT NULL
+        );
+        CREATE TABLE notify_state (
+            group_key VARCHAR NOT NULL,
+            receiver VARCHAR NOT NULL,
+            firing VARCHAR NOT NULL,
+            resolved VARCHAR NOT NULL,
+            notified_ms BIGINT NOT NULL,
+            PRIMARY KEY (group_key, receiver)
         );
         """,
     ),

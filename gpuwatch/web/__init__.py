@@ -33,6 +33,7 @@ def create_app(runtime: Any) -> Flask:
     from gpuwatch.web.alertmanager import bp as alertmanager_bp
     from gpuwatch.web.importapi import bp as import_bp
     from gpuwatch.web.logs import bp as logs_bp
+    from gpuwatch.web.notify import bp as notify_bp
     from gpuwatch.web.ops import bp as ops_bp
     from gpuwatch.web.pages import bp as pages_bp
     from gpuwatch.web.promapi import bp as prom_bp
@@ -43,5 +44,6 @@ def create_app(runtime: Any) -> Flask:
     for bp in (ops_bp, pages_bp, prom_bp, import_bp, push_bp, targets_bp, logs_bp, rules_bp):
         app.register_blueprint(bp)
     app.register_blueprint(alertmanager_bp)
+    app.register_blueprint(notify_bp)
     register_error_handlers(app)
     return app
