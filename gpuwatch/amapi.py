@@ -17,8 +17,9 @@ from urllib.parse import quote
 import yaml
 
 from gpuwatch import __version__
+from gpuwatch.matchers import LabelMatcher, parse_matcher
 from gpuwatch.rules.evaluate import FIRING, Alert
-from gpuwatch.silences import SilenceError, SilenceMatcher, format_time, parse_matcher
+from gpuwatch.silences import SilenceError, format_time
 
 RESEND_DELAY_S = 60.0  # Prometheus's --rules.alert.resend-delay default
 API_VERSION = "0.25.0"  # the Alertmanager release whose API v2 this follows (amtool compares minor versions)
@@ -74,12 +75,12 @@ def firing_alerts(groups: Iterable[Any], base_url: str) -> list[AmAlert]:
     return out
 
 
-def parse_filter(texts: Sequence[str]) -> list[SilenceMatcher]:
-    """Parse the `filter` query parameters; raise SilenceError (400) for a bad one."""
+def parse_filter(texts: Sequence[str]) -> list[LabelMatcher]:
+    """Parse the `filter` query parameters; raise MatcherError (400) for a bad one."""
     return [parse_matcher(t) for t in texts]
 
 
-def matches_filter(matchers: Sequence[SilenceMatcher], labels: Mapping[str, str]) -> bool:
+def matches_filter(matchers: Sequence[LabelMatcher], labels: Mapping[str, str]) -> bool:
     """Tell whether `labels` pass a filter as Alertmanager's `matchFilterLabels` decides."""
     for m in matchers:
         present = m.name in labels
@@ -132,7 +133,7 @@ def select_alerts(
     suppression: Suppression,
     receivers: Callable[[Mapping[str, str]], list[str]],
     *,
-    matchers: Sequence[SilenceMatcher] = (),
+    matchers: Sequence[LabelMatcher] = (),
     active: bool = True,
     silenced: bool = True,
     inhibited: bool = True,

@@ -21,8 +21,9 @@ import requests
 from gpuwatch.clock import Clock, SystemClock
 from gpuwatch.config import load
 from gpuwatch.errors import ConfigError, GpuwatchError
+from gpuwatch.matchers import format_matcher, parse_matcher
 from gpuwatch.querycli import UsageError, parse_duration_ms, parse_time_ms
-from gpuwatch.silences import format_matcher, format_time, parse_matcher
+from gpuwatch.silences import format_time
 
 HTTP_TIMEOUT_S = 30.0
 

@@ -9,8 +9,7 @@ the store first, so a restart keeps them. The rules for changing one follow Aler
 expires the old silence and makes a new one with a new id. Expired silences are kept five days
 (Alertmanager's `--data.retention` default), then deleted.
 
-Regular expressions are anchored (`^(?:re)$`) as in Alertmanager, in Python's `re` syntax, which
-agrees with Go's RE2 on everything but exotic constructs.
+Matchers are `gpuwatch.matchers.LabelMatcher`s, as Alertmanager's routes and filters use them.
 """
 
 from __future__ import annotations
@@ -20,12 +19,13 @@ import re
 import threading
 import uuid
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta, timezone
 from typing import Any, Protocol
 
 from gpuwatch.clock import Clock
 from gpuwatch.errors import GpuwatchError, StoreError
+from gpuwatch.matchers import LABEL_NAME, LabelMatcher, MatcherError, matches_all
 from gpuwatch.model import SilenceRecord
 
 log = logging.getLogger("gpuwatch.silences")
@@ -33,10 +33,6 @@ log = logging.getLogger("gpuwatch.silences")
 PENDING, ACTIVE, EXPIRED = "pending", "active", "expired"
 RETENTION_MS = 120 * 3600 * 1000
 _STATE_ORDER = {ACTIVE: 0, PENDING: 1, EXPIRED: 2}
-_LABEL_NAME = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*")
-_MATCHER = re.compile(r"^\s*([a-zA-Z_:][a-zA-Z0-9_:]*)\s*(=~|=|!=|!~)\s*((?s:.*?))\s*$")
-_OPS = {"=": (False, True), "!=": (False, False), "=~": (True, True), "!~": (True, False)}
-_OP_NAMES = {v: k for k, v in _OPS.items()}
 _RFC3339 = re.compile(
     r"(\d{4})-(\d{2})-(\d{2})[Tt ](\d{2}):(\d{2}):(\d{2})(?:\.(\d+))?([Zz]|[+-]\d{2}:\d{2})"
 )
@@ -84,84 +80,22 @@ def format_time(ms: int) -> str:
 # -- matchers -----------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class SilenceMatcher:
-    """One matcher of a silence, in Alertmanager API v2's terms; invalid ones cannot be built."""
+def silence_matcher(name: str, value: str, is_regex: bool, is_equal: bool = True) -> LabelMatcher:
+    """Build a silence's matcher, checked as Alertmanager's `silence.validateMatcher`; raise SilenceError.
 
-    name: str
-    value: str
-    is_regex: bool = False
-    is_equal: bool = True
-    _regex: re.Pattern[str] | None = field(default=None, compare=False, repr=False)
-
-    def __post_init__(self) -> None:
-        if not _LABEL_NAME.fullmatch(self.name):
-            raise SilenceError(f"invalid label name {self.name!r}")
-        if self.is_regex:
-            try:
-                compiled = re.compile(self.value)
-            except re.error as e:
-                raise SilenceError(f"invalid regular expression {self.value!r}: {e}") from None
-            object.__setattr__(self, "_regex", compiled)
-
-    @property
-    def op(self) -> str:
-        """Return `=`, `!=`, `=~` or `!~`."""
-        return _OP_NAMES[(self.is_regex, self.is_equal)]
-
-    def matches_value(self, value: str) -> bool:
-        """Tell whether a label value (empty when the label is absent) satisfies this matcher."""
-        if self._regex is not None:
-            hit = self._regex.fullmatch(value) is not None
-        else:
-            hit = value == self.value
-        return hit == self.is_equal
-
-    def __str__(self) -> str:
-        return format_matcher(self.name, self.value, self.is_regex, self.is_equal)
-
-    def to_json(self) -> dict[str, Any]:
-        return {"name": self.name, "value": self.value, "isRegex": self.is_regex, "isEqual": self.is_equal}
-
-
-def format_matcher(name: str, value: str, is_regex: bool, is_equal: bool) -> str:
-    """Write a matcher as amtool does: `name=~"value"`, with `\\`, `"` and newlines escaped."""
-    escaped = value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
-    return f'{name}{_OP_NAMES[(is_regex, is_equal)]}"{escaped}"'
-
-
-def parse_matcher(text: str) -> SilenceMatcher:
-    """Parse `name=value`, `name!="value"`, `name=~regex` or `name!~regex` as amtool does."""
-    m = _MATCHER.match(text)
-    if m is None:
-        raise SilenceError(f"bad matcher format: {text}")
-    raw = m.group(3)
-    expect_quote = raw.startswith('"')
-    if expect_quote:
-        raw = raw[1:]
-    out: list[str] = []
-    escaped = False
-    for i, c in enumerate(raw):
-        if escaped:
-            escaped = False
-            out.append({"n": "\n", '"': '"', "\\": "\\"}.get(c, "\\" + c))
-        elif c == "\\" and i < len(raw) - 1:
-            escaped = True
-        elif c == '"':
-            if not expect_quote or i < len(raw) - 1:
-                raise SilenceError(f"matcher value contains unescaped double quote: {m.group(3)}")
-            expect_quote = False
-        else:
-            out.append(c)
-    if expect_quote:
-        raise SilenceError(f"matcher value contains unescaped double quote: {m.group(3)}")
-    is_regex, is_equal = _OPS[m.group(2)]
-    return SilenceMatcher(m.group(1), "".join(out), is_regex, is_equal)
-
-
-def matches_all(matchers: Sequence[SilenceMatcher], labels: Mapping[str, str]) -> bool:
-    """Tell whether every matcher matches `labels` (an absent label counts as empty)."""
-    return all(m.matches_value(labels.get(m.name, "")) for m in matchers)
+    Stricter than a filter's: the name must be a Prometheus label name, and the regex must compile
+    on its own (not only inside the anchors).
+    """
+    if not LABEL_NAME.fullmatch(name):
+        raise SilenceError(f"invalid label name {name!r}")
+    try:
+        if is_regex:
+            re.compile(value)
+        return LabelMatcher.of(name, value, is_regex, is_equal)
+    except (re.error, OverflowError, RecursionError) as e:
+        raise SilenceError(f"invalid regular expression {value!r}: {e}") from None
+    except MatcherError as e:
+        raise SilenceError(str(e)) from None
 
 
 # -- silences -----------------------------------------------------------------------------------------
@@ -172,7 +106,7 @@ class Silence:
     """One silence; times in Unix milliseconds."""
 
     id: str
-    matchers: tuple[SilenceMatcher, ...]
+    matchers: tuple[LabelMatcher, ...]
     starts_at_ms: int
     ends_at_ms: int
     created_by: str
@@ -217,7 +151,7 @@ class Silence:
     def from_record(cls, r: SilenceRecord) -> Silence:
         return cls(
             r.id,
-            tuple(SilenceMatcher(*m) for m in r.matchers),
+            tuple(silence_matcher(*m) for m in r.matchers),
             r.starts_at_ms,
             r.ends_at_ms,
             r.created_by,
@@ -242,7 +176,7 @@ def parse_postable(body: Any) -> Silence:
     raw = _field(body, "matchers", list)
     if not raw:
         raise SilenceError("silence invalid: at least one matcher required")
-    matchers: list[SilenceMatcher] = []
+    matchers: list[LabelMatcher] = []
     for i, m in enumerate(raw):
         where = f"matchers.{i}."
         if not isinstance(m, dict):
@@ -252,7 +186,7 @@ def parse_postable(body: Any) -> Silence:
         is_regex = _field(m, "isRegex", bool, where)
         is_equal = _field(m, "isEqual", bool, where) if m.get("isEqual") is not None else True
         try:
-            matchers.append(SilenceMatcher(name, value, is_regex, is_equal))
+            matchers.append(silence_matcher(name, value, is_regex, is_equal))
         except SilenceError as e:
             raise SilenceError(f"silence invalid: invalid label matcher {i}: {e}") from None
     sid = body.get("id") or ""

@@ -172,3 +172,47 @@ def require_tool(name: str) -> str:
             pytest.fail(f"{name} is not installed (apt-get install prometheus prometheus-alertmanager)")
         pytest.skip(f"{name} is not installed")
     return path
+
+
+@pytest.fixture
+def alertmanager(tmp_path: Path) -> Iterator[str]:
+    """Start the real Alertmanager (Debian's prometheus-alertmanager) on a free port; yield its URL."""
+    binary = require_tool("prometheus-alertmanager")
+    conf = tmp_path / "alertmanager.yml"
+    conf.write_text("route: {receiver: default}\nreceivers: [{name: default}]\n")
+    log_path = tmp_path / "alertmanager.log"
+    port = free_port()
+    with log_path.open("w") as log:
+        proc = subprocess.Popen(
+            [
+                binary,
+                f"--config.file={conf}",
+                f"--storage.path={tmp_path / 'am-data'}",
+                f"--web.listen-address=127.0.0.1:{port}",
+                "--cluster.listen-address=",
+            ],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+        url = f"http://127.0.0.1:{port}"
+
+        def ready() -> bool:
+            assert proc.poll() is None, f"Alertmanager exited:\n{log_path.read_text()}"
+            try:
+                return requests.get(url + "/-/ready", timeout=2).status_code == 200
+            except requests.ConnectionError:
+                return False
+
+        try:
+            try:
+                wait_until(ready, 30, "Alertmanager did not start in 30s")
+            except AssertionError as e:
+                raise AssertionError(f"{e}; its log:\n{log_path.read_text()}") from None
+            yield url
+        finally:
+            proc.terminate()
+            try:
+                proc.wait(10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()

@@ -4,54 +4,16 @@
 from __future__ import annotations
 
 import re
-import subprocess
-from collections.abc import Iterator
 from datetime import datetime, timedelta, timezone
-from pathlib import Path
 from typing import Any
 
 import pytest
 import requests
 
-from tests.conftest import clean_env, free_port, require_tool, wait_until
+from tests.conftest import clean_env
 
 TIME = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z")
 UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
-
-
-@pytest.fixture
-def alertmanager(tmp_path: Path) -> Iterator[str]:
-    binary = require_tool("prometheus-alertmanager")
-    config = tmp_path / "alertmanager.yml"
-    config.write_text("route: {receiver: default}\nreceivers: [{name: default}]\n")
-    port = free_port()
-    with (tmp_path / "alertmanager.log").open("w") as log:
-        proc = subprocess.Popen(
-            [
-                binary,
-                f"--config.file={config}",
-                f"--storage.path={tmp_path / 'am-data'}",
-                f"--web.listen-address=127.0.0.1:{port}",
-                "--cluster.listen-address=",
-            ],
-            stdout=log,
-            stderr=subprocess.STDOUT,
-        )
-        url = f"http://127.0.0.1:{port}"
-
-        def ready() -> bool:
-            assert proc.poll() is None, (tmp_path / "alertmanager.log").read_text()
-            try:
-                return requests.get(url + "/-/ready", timeout=2).status_code == 200
-            except requests.ConnectionError:
-                return False
-
-        try:
-            wait_until(ready, 20, "Alertmanager did not start")
-            yield url
-        finally:
-            proc.terminate()
-            proc.wait(10)
 
 
 def shape(value: Any) -> Any:

@@ -4,8 +4,6 @@ the alerts forwarded as Prometheus sends them."""
 
 from __future__ import annotations
 
-import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +12,7 @@ import requests
 import yaml
 
 from gpuwatch.notify.alert import fingerprint
-from tests.conftest import free_port, require_tool, wait_until
+from tests.conftest import free_port, wait_until
 from tests.webhook_server import Hook
 
 pytestmark = pytest.mark.slow
@@ -93,41 +91,6 @@ def test_webhook_down_then_up_gets_each_notification_once_in_order_across_a_rest
     finally:
         hook.close()
     assert srv.stop() == 0
-
-
-@pytest.fixture
-def alertmanager(tmp_path: Path) -> Iterator[str]:
-    binary = require_tool("prometheus-alertmanager")
-    port = free_port()
-    conf = tmp_path / "alertmanager.yml"
-    conf.write_text("route: {receiver: 'null'}\nreceivers: [{name: 'null'}]\n")
-    log = (tmp_path / "alertmanager.log").open("w")
-    proc = subprocess.Popen(
-        [
-            binary,
-            f"--config.file={conf}",
-            f"--storage.path={tmp_path / 'am-data'}",
-            f"--web.listen-address=127.0.0.1:{port}",
-            "--cluster.listen-address=",
-        ],
-        stdout=log,
-        stderr=subprocess.STDOUT,
-    )
-    url = f"http://127.0.0.1:{port}"
-
-    def ready() -> bool:
-        try:
-            return requests.get(url + "/-/ready", timeout=2).status_code == 200
-        except requests.ConnectionError:
-            return False
-
-    try:
-        wait_until(ready, 30, "Alertmanager did not start")
-        yield url
-    finally:
-        proc.terminate()
-        proc.wait(10)
-        log.close()
 
 
 def test_alerts_are_forwarded_to_a_real_alertmanager(serve, tmp_path: Path, alertmanager: str) -> None:  # type: ignore[no-untyped-def]

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpuwatch.notify.config import DEFAULT_TIMEOUT_S, HttpOptions, http_options, yaml_value
-from gpuwatch.notify.matchers import check_keys, duration, fail, listing, mapping, text
+from gpuwatch.notify.yamlread import check_keys, duration, fail, listing, mapping, text
 
 
 @dataclass(frozen=True)

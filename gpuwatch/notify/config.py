@@ -13,8 +13,9 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
 
-from gpuwatch.notify.matchers import (
-    Matchers,
+from gpuwatch.matchers import Matchers
+from gpuwatch.notify.route import Route, parse_route
+from gpuwatch.notify.yamlread import (
     boolean,
     check_keys,
     duration,
@@ -25,7 +26,6 @@ from gpuwatch.notify.matchers import (
     matchers_from,
     text,
 )
-from gpuwatch.notify.route import Route, parse_route
 
 DEFAULT_TIMEOUT_S = 10.0
 WECOM_URL = "https://qyapi.weixin.qq.com/cgi-bin/webhook/send?key="

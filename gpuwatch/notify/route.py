@@ -12,18 +12,16 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from gpuwatch.notify.matchers import (
-    Matchers,
+from gpuwatch.matchers import Matchers, format_matchers, matches_all
+from gpuwatch.notify.yamlread import (
     boolean,
     check_keys,
     duration,
     fail,
-    format_matchers,
     label_names,
     listing,
     mapping,
     matchers_from,
-    matches_all,
     text,
 )
 

@@ -13,7 +13,8 @@ from flask.blueprints import BlueprintSetupState
 
 from gpuwatch import amapi
 from gpuwatch.errors import StoreError
-from gpuwatch.silences import SilenceError, parse_matcher, parse_postable
+from gpuwatch.matchers import MatcherError
+from gpuwatch.silences import SilenceError, parse_postable
 
 bp = Blueprint("alertmanager", __name__, url_prefix="/api/v2")
 
@@ -36,7 +37,8 @@ def _silences() -> Any:
 
 
 @bp.errorhandler(SilenceError)
-def _bad(e: SilenceError) -> tuple[Response, int]:
+@bp.errorhandler(MatcherError)
+def _bad(e: SilenceError | MatcherError) -> tuple[Response, int]:
     return jsonify(str(e)), e.http_status
 
 
@@ -58,7 +60,7 @@ def receivers():  # type: ignore[no-untyped-def]
 
 @bp.get("/silences")
 def silences():  # type: ignore[no-untyped-def]
-    wanted = [parse_matcher(t) for t in request.args.getlist("filter")]
+    wanted = amapi.parse_filter(request.args.getlist("filter"))
     creators = set(request.args.getlist("creator"))
     now_ms = _runtime().clock.now_ms()
     found = [
