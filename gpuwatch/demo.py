@@ -298,6 +298,7 @@ class SglangSim:
         self.ttft = Histogram("sglang:time_to_first_token_seconds", "Histogram of time to first token in seconds.", (*tok, "is_streaming"), buckets=SGLANG_TTFT, registry=r)  # fmt: skip
         self.itl = Histogram("sglang:inter_token_latency_seconds", "Histogram of inter-token latency in seconds.", tok, buckets=SGLANG_ITL, registry=r)  # fmt: skip
         self.e2e = Histogram("sglang:e2e_request_latency_seconds", "Histogram of End-to-end request latency in seconds", (*tok, "is_streaming"), buckets=SGLANG_E2E, registry=r)  # fmt: skip
+        self.http = Counter("sglang:http_responses", "Total number of HTTP responses by endpoint and status code", ("endpoint", "status_code", "method"), registry=r)  # fmt: skip
         self.max_total.labels(**self.sched).set(self.max_tokens)
         self.tick(0.0)
 
@@ -328,6 +329,8 @@ class SglangSim:
             self.requests.labels(**t, is_streaming=streaming).inc()
             if self.rng.random() < 0.02:
                 self.aborted.labels(**t).inc()
+            failed = self.rng.random() < (0.02 if slow > 1 else 0.001)  # errors come with latency spikes
+            self.http.labels("/v1/chat/completions", "500" if failed else "200", "POST").inc()
             self.queue_time.labels(**s).observe(q)
             self.ttft.labels(**t, is_streaming=streaming).observe(q + ttft)
             for _ in range(4):  # SGLang observes every token gap; a few samples a request keep this cheap

@@ -282,13 +282,17 @@ def test_api_alerts_and_rules_in_prometheus_shapes(
         "value": "9.05e+01",
     }
     groups = client.get("/api/v1/rules").get_json()["data"]["groups"]
-    assert [g["name"] for g in groups] == ["gpuwatch-gpu", "gpu"]
-    assert groups[0]["file"] == "builtin" and groups[1]["file"] == str(tmp_path / "rules.yml")
-    (rule,) = groups[1]["rules"]
+    assert groups[0]["name"] == "gpuwatch-gpu" and groups[-1]["name"] == "gpu"  # built-in groups first
+    assert {g["file"] for g in groups[:-1]} == {"builtin"} and groups[-1]["file"] == str(
+        tmp_path / "rules.yml"
+    )
+    user = groups[-1]
+    (rule,) = user["rules"]
     assert rule["type"] == "alerting" and rule["state"] == "firing" and rule["health"] == "ok"
     assert rule["name"] == "Hot" and rule["query"] == "DCGM_FI_DEV_GPU_TEMP > 85" and rule["duration"] == 0
-    assert rule["alerts"] == [hot] and groups[1]["interval"] == 15
-    assert client.get("/api/v1/rules?type=record").get_json()["data"]["groups"] == []
+    assert rule["alerts"] == [hot] and user["interval"] == 15
+    recording = client.get("/api/v1/rules?type=record").get_json()["data"]["groups"]
+    assert [g["file"] for g in recording] == ["builtin"] * len(recording)  # only the built-in ones
     only = client.get("/api/v1/rules?rule_name[]=Hot").get_json()["data"]["groups"]
     assert [g["name"] for g in only] == ["gpu"]
     assert client.get("/api/v1/rules?type=bogus").status_code == 400
@@ -298,12 +302,16 @@ def test_reload_keeps_previous_rules_when_a_file_is_bad(runtime: Runtime, tmp_pa
     client = create_app(runtime).test_client()
     (tmp_path / "more.yml").write_text("groups: [{name: more, rules: [{record: 'x:y', expr: vector(1)}]}]")
     assert client.post("/-/reload").get_json() == {"status": "success"}
-    names = [g["name"] for g in client.get("/api/v1/rules").get_json()["data"]["groups"]]
-    assert names == ["gpuwatch-gpu", "more", "gpu"]  # files in glob order: more.yml, rules.yml
+    names = [
+        g["name"] for g in client.get("/api/v1/rules").get_json()["data"]["groups"] if g["file"] != "builtin"
+    ]
+    assert names == ["more", "gpu"]  # files in glob order: more.yml, rules.yml
     (tmp_path / "more.yml").write_text("groups: [{name: more, rules: [{alert: A, expr: 'up =='}]}]")
     bad = client.post("/-/reload")
     assert bad.status_code == 400 and "more.yml: group 'more' rule 0 (alert 'A')" in bad.get_json()["error"]
-    after = [g["name"] for g in client.get("/api/v1/rules").get_json()["data"]["groups"]]
+    after = [
+        g["name"] for g in client.get("/api/v1/rules").get_json()["data"]["groups"] if g["file"] != "builtin"
+    ]
     assert after == names
 
 
