@@ -97,6 +97,9 @@ def main() -> None:
     ap.add_argument("--seconds", type=float, default=180.0)
     ap.add_argument("--warmup", type=float, default=30.0)
     ap.add_argument("--profile", metavar="FILE", help="also record the serve process with py-spy into FILE")
+    ap.add_argument(
+        "--env", action="append", default=[], metavar="KEY=VALUE", help="extra GPUWATCH_* setting"
+    )
     args = ap.parse_args()
     interval_s = parse_duration(args.interval)
 
@@ -136,6 +139,7 @@ def main() -> None:
             GPUWATCH_LOG_LEVEL="warning",
             GPUWATCH_DEMO_SOURCES="false",
         )
+        env.update(kv.split("=", 1) for kv in args.env)
         serve = subprocess.Popen(
             [sys.executable, "-m", "gpuwatch.cli", "serve", "--demo", "--host", "127.0.0.1",
              "--port", str(port), "--data-dir", str(Path(tmp) / "data"), "--config", str(config)],
@@ -160,6 +164,7 @@ def main() -> None:
         ups = series_over(url, f'up{{job="bench"}}{window}')
         samples = series_over(url, f'scrape_samples_scraped{{job="bench"}}{window}')
         jobs = requests.get(f"{url}/-/jobs", timeout=5).json()["jobs"]
+        groups = requests.get(f"{url}/api/v1/rules", timeout=5).json()["data"]["groups"]
         print(f"machine: {os.cpu_count()} vCPU, Python {platform.python_version()}, {platform.machine()}")
         print(
             f"targets={args.targets} x {lines} lines ({len(page) / 1000:.0f} KB) every {args.interval}, "
@@ -169,6 +174,12 @@ def main() -> None:
         for j in jobs:
             if j["name"] in ("sample", "rules", "host"):
                 print(f"job {j['name']}: {j['runs']} runs, {j['failures']} failures, last {1000 * (j['last_duration_s'] or 0):.1f} ms")  # fmt: skip
+        for g in groups:
+            slowest = max(g["rules"], key=lambda r: r["evaluationTime"])
+            print(
+                f"rule group {g['name']} (every {g['interval']:.0f} s): last round {1000 * g['evaluationTime']:.0f} ms, "
+                f"slowest rule {slowest['name']} {1000 * slowest['evaluationTime']:.0f} ms"
+            )
         print("per target: scrapes, samples/scrape, scrape_duration ms (median / max), interval s (min / max), jitter ms (max |interval - 5s|)")  # fmt: skip
         worst_jitter, all_durations = 0.0, []
         for inst in sorted(ups):
