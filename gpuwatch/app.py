@@ -157,6 +157,7 @@ class Runtime:
         samples = list(batch.samples) if batch is not None else self._self_samples()
         if host is not None:
             samples.extend(host.samples)
+        samples.extend(self.pushes.current())  # pushed groups, as a Pushgateway's /metrics shows them
         return format_text(samples, self.metadata)
 
     def targets(self) -> list[dict[str, Any]]:
