@@ -311,7 +311,7 @@ def scan_comment(line: str, is_openmetrics: bool) -> Metadata:
     else:
         cur.separator(f"the {kind} text")
         text = rest[cur.pos :]
-    if kind == "HELP" and not is_openmetrics and not text.strip(" \t\r"):
+    if kind == "HELP" and not is_openmetrics and not text.strip(" \t"):
         return Metadata("", "", "")  # `# HELP name` without text says nothing (Prometheus ignores it too)
     if kind == "HELP":
         return Metadata(kind, name, unescape(text, _ESCAPES if is_openmetrics else _HELP_ESCAPES_TEXT))
