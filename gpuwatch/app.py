@@ -15,7 +15,7 @@ from gpuwatch.collect.logs import LOG_METRICS, LogTailer
 from gpuwatch.collect.nvml import GPU_METRICS, GpuCollector, load_nvml
 from gpuwatch.collect.scrapepool import ScrapePool
 from gpuwatch.config import Settings
-from gpuwatch.demo import DemoSources, local_url
+from gpuwatch.demo import DemoSources, local_url, training_log_file
 from gpuwatch.errors import ConfigError, NvmlUnavailable
 from gpuwatch.exposition import format_text
 from gpuwatch.jobs import JobRegistry
@@ -192,6 +192,7 @@ class Runtime:
             samples.extend(host.samples)
         if runs is not None:
             samples.extend(runs.samples)
+        samples.extend(self.pushes.current())  # pushed groups, as a Pushgateway's /metrics shows them
         return format_text(samples, self.metadata)
 
     def targets(self) -> list[dict[str, Any]]:
@@ -377,13 +378,19 @@ def build_runtime(settings: Settings, hostname: str, clock: Clock | None = None,
         )
         if runtime.notifier is not None:
             runtime.rules.add_listener(runtime.notifier.observe)
-        if settings.log_files:
-            runtime.logs = LogTailer(settings.log_files, offsets=store.log_offsets())
+        log_files = settings.log_files
+        if settings.demo and settings.demo_sources:
+            # Nothing is bound until start(); the training run pushes to this very gpuwatch and writes
+            # a trainer's log that is tailed like any `log_files` entry.
+            demo_log = settings.data_dir / "demo-logs" / "train.log"
+            runtime.demo = DemoSources(
+                local_url(settings.host, settings.port), clock=clock, training_log=demo_log
+            )
+            log_files = (*log_files, training_log_file(demo_log))
+        if log_files:
+            runtime.logs = LogTailer(log_files, offsets=store.log_offsets())
             jobs.add("logs", runtime.tail_logs, LOG_INTERVAL_S)
         runtime.scrapes = scrape_pool(settings, store, clock)
-        if settings.demo and settings.demo_sources:
-            # Nothing is bound until start(); the training run pushes to this very gpuwatch.
-            runtime.demo = DemoSources(local_url(settings.host, settings.port), clock=clock)
         return runtime
     except BaseException:
         store.close()

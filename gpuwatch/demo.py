@@ -1,16 +1,17 @@
-"""Demo sources: simulated vLLM and SGLang `/metrics` servers and a simulated training run.
+"""Demo sources: simulated vLLM and SGLang `/metrics` servers and a simulated training run with its log.
 
 In demo mode gpuwatch exercises its whole path over real HTTP: two `prometheus_client` registries with
 the metric names, labels and buckets vLLM V1 and SGLang expose, served on 127.0.0.1 ephemeral ports and
 scraped as jobs `demo-vllm` and `demo-sglang`, and a training run that pushes through the real SDK
-(`gpuwatch.client`). One thread does it all: it serves both ports (requests are small and answered
-inline) and, every `tick_s`, moves the figures and logs a training step. The SDK has its own sender
-thread. Figures follow a bursty request load with a latency spike now and then.
+(`gpuwatch.client`) and writes a trainer's text log, which gpuwatch tails as a `log_files` entry. One
+thread does it all: it serves both ports (requests are small and answered inline) and, every `tick_s`,
+moves the figures and logs a training step. The SDK has its own sender thread. Figures follow a bursty request load with a latency spike now and then.
 """
 
 from __future__ import annotations
 
 import contextlib
+import datetime as dt
 import logging
 import math
 import random
@@ -18,7 +19,8 @@ import selectors
 import socket
 import threading
 from collections.abc import Iterable
-from typing import Any
+from pathlib import Path
+from typing import IO, Any
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, make_wsgi_app
@@ -27,11 +29,14 @@ from prometheus_client.registry import Collector
 
 from gpuwatch import client
 from gpuwatch.clock import Clock, SystemClock
+from gpuwatch.logconfig import LogFileConfig
 from gpuwatch.scrapeconfig import ScrapeConfig, StaticGroup
 
 log = logging.getLogger("gpuwatch.demo")
 
 TRAINING_RUN = "demo-llama-7b-sft"
+TRAINING_LOG_JOB = "demo-log"  # the tailed log's figures get their own series next to the SDK's
+TRAINING_LOG_MAX_BYTES = 4 * 1024 * 1024  # then the log is rotated to <name>.1, as logrotate would
 VLLM_MODEL = "meta-llama/Llama-3.1-8B-Instruct"
 SGLANG_MODEL = "Qwen/Qwen2.5-7B-Instruct"
 
@@ -298,6 +303,7 @@ class SglangSim:
         self.ttft = Histogram("sglang:time_to_first_token_seconds", "Histogram of time to first token in seconds.", (*tok, "is_streaming"), buckets=SGLANG_TTFT, registry=r)  # fmt: skip
         self.itl = Histogram("sglang:inter_token_latency_seconds", "Histogram of inter-token latency in seconds.", tok, buckets=SGLANG_ITL, registry=r)  # fmt: skip
         self.e2e = Histogram("sglang:e2e_request_latency_seconds", "Histogram of End-to-end request latency in seconds", (*tok, "is_streaming"), buckets=SGLANG_E2E, registry=r)  # fmt: skip
+        self.http = Counter("sglang:http_responses", "Total number of HTTP responses by endpoint and status code", ("endpoint", "status_code", "method"), registry=r)  # fmt: skip
         self.max_total.labels(**self.sched).set(self.max_tokens)
         self.tick(0.0)
 
@@ -328,6 +334,8 @@ class SglangSim:
             self.requests.labels(**t, is_streaming=streaming).inc()
             if self.rng.random() < 0.02:
                 self.aborted.labels(**t).inc()
+            failed = self.rng.random() < (0.02 if slow > 1 else 0.001)  # errors come with latency spikes
+            self.http.labels("/v1/chat/completions", "500" if failed else "200", "POST").inc()
             self.queue_time.labels(**s).observe(q)
             self.ttft.labels(**t, is_streaming=streaming).observe(q + ttft)
             for _ in range(4):  # SGLang observes every token gap; a few samples a request keep this cheap
@@ -337,8 +345,57 @@ class SglangSim:
             self.throughput.labels(**s).set(round(generated_total / dt, 1))
 
 
+def training_log_file(path: Path) -> LogFileConfig:
+    """Return the `log_files` entry that tails the demo trainer's log at `path`."""
+    return LogFileConfig(
+        path=str(path),
+        run=TRAINING_RUN,
+        patterns=(
+            r"\| loss (?P<loss>[0-9.eE+-]+|nan|inf) \|",
+            r"\| lr (?P<learning_rate>[0-9.eE+-]+) \|",
+            r"\| grad_norm (?P<grad_norm>[0-9.eE+-]+) \|",
+        ),
+        job=TRAINING_LOG_JOB,
+    )
+
+
+class TrainerLog:
+    """The text log a trainer writes (Python logging's default-ish format), rotated past `max_bytes`."""
+
+    def __init__(self, path: Path, clock: Clock, max_bytes: int = TRAINING_LOG_MAX_BYTES) -> None:
+        self.path = path
+        self.clock = clock
+        self.max_bytes = max_bytes
+        self._file: IO[str] | None = None
+
+    def write(self, level: str, text: str) -> None:
+        """Append one line `<time> - <level> - trainer - <text>`; a disk problem only costs the line."""
+        stamp = dt.datetime.fromtimestamp(self.clock.now(), dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S,%f")
+        try:
+            if self._file is None:
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+                self._file = self.path.open("a", encoding="utf-8")
+            self._file.write(f"{stamp[:-3]} - {level} - trainer - {text}\n")
+            self._file.flush()
+            if self._file.tell() >= self.max_bytes:
+                self._file.close()
+                self._file = None
+                self.path.replace(self.path.with_name(self.path.name + ".1"))
+        except OSError as e:
+            log.warning("demo: cannot write the training log %s: %s", self.path, e)
+
+    def close(self) -> None:
+        if self._file is not None:
+            self._file.close()
+            self._file = None
+
+
 class TrainingSim:
-    """A supervised fine-tuning run logging through the SDK: one step a tick, a checkpoint now and then."""
+    """A supervised fine-tuning run logging through the SDK: one step a tick, a checkpoint now and then.
+
+    With `log_path` it also writes the text log a trainer prints (step, loss, lr, grad norm, throughput;
+    warnings when gradients are clipped; checkpoint lines), which gpuwatch tails like any `log_files` entry.
+    """
 
     def __init__(
         self,
@@ -349,6 +406,7 @@ class TrainingSim:
         total_steps: int = 3000,
         checkpoint_every: int = 300,
         checkpoint_ticks: int = 4,
+        log_path: Path | None = None,
         **options: Any,
     ) -> None:
         self.url = url
@@ -360,11 +418,18 @@ class TrainingSim:
         self.options = options
         self.run: client.Run | None = None
         self.step = 0
+        self.text_log = TrainerLog(log_path, clock) if log_path is not None else None
         self._saving: contextlib.ExitStack | None = None
         self._saving_left = 0
 
+    def _log(self, level: str, text: str) -> None:
+        if self.text_log is not None:
+            self.text_log.write(level, text)
+
     def _start(self) -> client.Run:
         self.step = 0
+        self._log("INFO", "***** Running training *****")
+        self._log("INFO", f"  Num steps = {self.total_steps}, batch size = 16, seq len = 2048")
         return client.init(
             run=TRAINING_RUN,
             total_steps=self.total_steps,
@@ -402,19 +467,24 @@ class TrainingSim:
         grad_norm = abs(self.rng.gauss(0.9, 0.15)) * (
             self.rng.uniform(3, 6) if self.rng.random() < 0.01 else 1.0
         )
-        self.run.log(
-            {
-                "loss": self.loss(self.step),
-                "lr": self.learning_rate(self.step),
-                "grad_norm": grad_norm,
-                "tokens": int(16 * 2048 * self.rng.uniform(0.95, 1.05)),
-            },
-            step=self.step,
+        loss, lr = self.loss(self.step), self.learning_rate(self.step)
+        tokens = int(16 * 2048 * self.rng.uniform(0.95, 1.05))
+        self.run.log({"loss": loss, "lr": lr, "grad_norm": grad_norm, "tokens": tokens}, step=self.step)
+        self._log(
+            "INFO",
+            f"step {self.step}/{self.total_steps} | loss {loss:.4f} | lr {lr:.4e} | grad_norm {grad_norm:.3f} "
+            f"| {tokens} tokens",
         )
+        if grad_norm > 2.5:
+            self._log("WARNING", f"grad_norm {grad_norm:.2f} exceeds max_grad_norm 1.0; gradients clipped")
         if self.step >= self.total_steps:
+            self._log("INFO", f"Training completed. Final loss {loss:.4f}")
             self.run.finish(status="ok", timeout_s=2.0)
             self.run = None
         elif self.step % self.checkpoint_every == 0:
+            self._log(
+                "INFO", f"Saving model checkpoint to /checkpoints/{TRAINING_RUN}/checkpoint-{self.step}"
+            )
             self._saving = contextlib.ExitStack()
             self._saving.enter_context(self.run.checkpoint())
             self._saving_left = self.checkpoint_ticks
@@ -427,6 +497,8 @@ class TrainingSim:
         if self.run is not None:
             self.run.finish(status="ok", timeout_s=1.0)
             self.run = None
+        if self.text_log is not None:
+            self.text_log.close()
 
 
 class _QuietHandler(WSGIRequestHandler):
@@ -455,13 +527,16 @@ class DemoSources:
         clock: Clock | None = None,
         tick_s: float = 1.0,
         seed: int | None = None,
+        training_log: Path | None = None,
     ) -> None:
         self.clock = clock or SystemClock()
         self.tick_s = tick_s
         rng = random.Random(seed)
         self.vllm = VllmSim(rng)
         self.sglang = SglangSim(rng)
-        self.training = TrainingSim(gpuwatch_url, rng, self.clock) if gpuwatch_url else None
+        self.training = (
+            TrainingSim(gpuwatch_url, rng, self.clock, log_path=training_log) if gpuwatch_url else None
+        )
         self._servers: dict[str, WSGIServer] = {}
         self._thread: threading.Thread | None = None
         self._stop = threading.Event()

@@ -1,4 +1,4 @@
-"""Read the GPU overview (latest figures per GPU, processes) from the store."""
+"""Read the GPU overview (latest figures per GPU, processes, scraped gpuwatch nodes) from the store."""
 
 from __future__ import annotations
 
@@ -65,8 +65,9 @@ def read_overview(store: Selectable, now_ms: int, window_ms: int = 30_000) -> li
     """Return one row per GPU seen in the last `window_ms`, with its latest figures."""
     names = "|".join((*OVERVIEW_METRICS, PROCESS_METRIC))
     series = store.select([Matcher("__name__", "=~", names)], now_ms - window_ms, now_ms)
-    rows: dict[str, GpuRow] = {}
-    procs: dict[str, list[tuple[int, ProcessRow]]] = {}
+    # Keyed by host too: simulated GPUs of two demo nodes share UUIDs (real ones never do).
+    rows: dict[tuple[str, str], GpuRow] = {}
+    procs: dict[tuple[str, str], list[tuple[int, ProcessRow]]] = {}
     for s in series:
         labels = dict(s.labels)
         uuid = labels.get("UUID")
@@ -74,9 +75,10 @@ def read_overview(store: Selectable, now_ms: int, window_ms: int = 30_000) -> li
         if uuid is None or last is None:
             continue
         t, v = last
-        row = rows.get(uuid)
+        key = (labels.get("Hostname", ""), uuid)
+        row = rows.get(key)
         if row is None:
-            row = rows[uuid] = GpuRow(
+            row = rows[key] = GpuRow(
                 gpu=labels.get("gpu", "?"),
                 uuid=uuid,
                 model=labels.get("modelName", ""),
@@ -93,13 +95,60 @@ def read_overview(store: Selectable, now_ms: int, window_ms: int = 30_000) -> li
                 container_id=labels.get("container_id", ""),
                 used_memory_mib=v / 2**20,
             )
-            procs.setdefault(uuid, []).append((t, proc))
+            procs.setdefault(key, []).append((t, proc))
         else:
             row.figures[s.name] = v
-    for uuid, found in procs.items():
+    for key, found in procs.items():
         # A process is current only if it was seen in the GPU's newest tick.
-        row = rows[uuid]
+        row = rows[key]
         row.processes = sorted(
             (p for t, p in found if t == row.last_seen_ms), key=lambda p: -p.used_memory_mib
         )
     return sorted(rows.values(), key=lambda r: (r.hostname, int(r.gpu) if r.gpu.isdigit() else 10**9, r.uuid))
+
+
+@dataclass
+class NodeRow:
+    """Another gpuwatch scraped by this one: Ready while its last scrape succeeded (`up` is 1)."""
+
+    job: str
+    instance: str
+    version: str
+    gpus: float | None
+    is_ready: bool
+    last_scrape_ms: int
+
+    @property
+    def state(self) -> str:
+        return "Ready" if self.is_ready else "NotReady"
+
+
+def read_nodes(store: Selectable, now_ms: int, window_ms: int = 3_600_000) -> list[NodeRow]:
+    """Return the scrape targets that are gpuwatch nodes (their page had `gpuwatch_build_info` within
+    `window_ms`), each Ready or NotReady by its latest `up`."""
+    names = "up|gpuwatch_build_info|gpuwatch_gpus"
+    series = store.select(
+        [Matcher("__name__", "=~", names), Matcher("job", "!=", "")], now_ms - window_ms, now_ms
+    )
+    info: dict[tuple[str, str], str] = {}
+    gpus: dict[tuple[str, str], float] = {}
+    up: dict[tuple[str, str], tuple[int, float]] = {}
+    for s in series:
+        labels = dict(s.labels)
+        key = (labels.get("job", ""), labels.get("instance", ""))
+        last = _last(s)
+        if last is None and s.name != "up":
+            continue
+        if s.name == "gpuwatch_build_info":
+            info[key] = labels.get("version", "")
+        elif s.name == "gpuwatch_gpus" and last is not None:
+            gpus[key] = last[1]
+        elif s.name == "up" and len(s.timestamps_ms):
+            # A staleness marker after `up` (target removed) counts as not ready.
+            t, v = int(s.timestamps_ms[-1]), float(s.values[-1])
+            up[key] = (t, 0.0 if is_stale(v) else v)
+    rows = []
+    for key, version in info.items():
+        t, v = up.get(key, (0, 0.0))
+        rows.append(NodeRow(key[0], key[1], version, gpus.get(key), v == 1.0, t))
+    return sorted(rows, key=lambda r: (r.job, r.instance))

@@ -295,6 +295,8 @@ def scan_comment(line: str, is_openmetrics: bool) -> Metadata:
         if m is None:
             return Metadata("", "", "")
     kind, rest = m.group(1), m.group(2) or ""
+    if not is_openmetrics and not rest.strip(" \t"):
+        return Metadata("", "", "")  # `# HELP` alone is a plain comment, as Prometheus's parser reads it
     cur = _Cursor(rest, is_openmetrics)
     if cur.peek() == '"':
         name = cur.string()
@@ -309,6 +311,8 @@ def scan_comment(line: str, is_openmetrics: bool) -> Metadata:
     else:
         cur.separator(f"the {kind} text")
         text = rest[cur.pos :]
+    if kind == "HELP" and not is_openmetrics and not text.strip(" \t"):
+        return Metadata("", "", "")  # `# HELP name` without text says nothing (Prometheus ignores it too)
     if kind == "HELP":
         return Metadata(kind, name, unescape(text, _ESCAPES if is_openmetrics else _HELP_ESCAPES_TEXT))
     if kind == "TYPE":

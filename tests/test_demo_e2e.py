@@ -1,4 +1,5 @@
-"""End to end: `gpuwatch serve --demo` scrapes its simulated vLLM and SGLang servers and gets the training run."""
+"""End to end: `gpuwatch serve --demo` scrapes its simulated vLLM and SGLang servers, gets the training
+run and tails its log."""
 
 from __future__ import annotations
 
@@ -43,6 +44,14 @@ def test_demo_sources_are_scraped_and_pushed(serve) -> None:  # type: ignore[no-
     run = demo_run(srv)
     assert run is not None and run["total_steps"] > run["last_step"] and run["status"] == "running"
     wait_until(lambda: query(srv, 'training_loss{run="demo-llama-7b-sft"}') != [], 30, "no training_loss")
+
+    # The trainer's text log, tailed by the `logs` job: stored lines and figures of their own.
+    def logged() -> list[dict[str, Any]]:
+        return list(srv.get("/api/v1/logs", params={"run": "demo-llama-7b-sft"}).json()["data"])
+
+    wait_until(lambda: any(" - trainer - step " in line["text"] for line in logged()), 30, "no log lines")
+    assert {line["file"] for line in logged()} == {str(srv.data_dir / "demo-logs" / "train.log")}
+    wait_until(lambda: query(srv, 'training_loss{job="demo-log"}') != [], 30, "no figures from the log")
 
     assert srv.stop() == 0
     assert "Traceback" not in srv.log and "ERROR" not in srv.log, srv.log

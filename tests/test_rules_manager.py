@@ -285,14 +285,17 @@ def test_api_alerts_and_rules_in_prometheus_shapes(
         "value": "9.05e+01",
     }
     groups = client.get("/api/v1/rules").get_json()["data"]["groups"]
-    assert [g["name"] for g in groups if g["file"] != "builtin"] == ["gpu"]
-    assert groups[0]["name"] == "gpuwatch-gpu" and groups[0]["file"] == "builtin"
-    assert groups[-1]["file"] == str(tmp_path / "rules.yml")
-    (rule,) = groups[-1]["rules"]
+    assert groups[0]["name"] == "gpuwatch-gpu" and groups[-1]["name"] == "gpu"  # built-in groups first
+    assert {g["file"] for g in groups[:-1]} == {"builtin"} and groups[-1]["file"] == str(
+        tmp_path / "rules.yml"
+    )
+    user = groups[-1]
+    (rule,) = user["rules"]
     assert rule["type"] == "alerting" and rule["state"] == "firing" and rule["health"] == "ok"
     assert rule["name"] == "Hot" and rule["query"] == "DCGM_FI_DEV_GPU_TEMP > 85" and rule["duration"] == 0
-    assert rule["alerts"] == [hot] and groups[-1]["interval"] == 15
-    assert client.get("/api/v1/rules?type=record").get_json()["data"]["groups"] == []
+    assert rule["alerts"] == [hot] and user["interval"] == 15
+    recording = client.get("/api/v1/rules?type=record").get_json()["data"]["groups"]
+    assert [g["file"] for g in recording] == ["builtin"] * len(recording)  # only the built-in ones
     only = client.get("/api/v1/rules?rule_name[]=Hot").get_json()["data"]["groups"]
     assert [g["name"] for g in only] == ["gpu"]
     assert client.get("/api/v1/rules?type=bogus").status_code == 400

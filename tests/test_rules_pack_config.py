@@ -25,7 +25,7 @@ DEMO_GPUS = 2
 
 def rules_of(settings_overrides: dict[str, object], tmp_path: Path) -> dict[str, object]:
     settings = load(None, {}, {"data_dir": str(tmp_path / "d"), **settings_overrides})
-    return {r.name: r for g in configured_groups(settings) for r in g.rules}
+    return {r.name: r for g in configured_groups(settings) for r in g.rules if r.kind == "alert"}
 
 
 def test_disable_and_override_builtin_rules_by_name(tmp_path: Path) -> None:
@@ -56,7 +56,7 @@ def test_disable_and_override_builtin_rules_by_name(tmp_path: Path) -> None:
 def test_builtin_rules_false_and_true(tmp_path: Path) -> None:
     assert rules_of({"builtin_rules": False}, tmp_path) == {}
     assert set(rules_of({"builtin_rules": "true"}, tmp_path)) == {
-        r.name for g in load_builtin() for r in g.rules
+        r.name for g in load_builtin() for r in g.rules if r.kind == "alert"
     }
 
 

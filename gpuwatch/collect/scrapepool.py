@@ -13,6 +13,7 @@ import json
 import logging
 import os
 import threading
+import zlib
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -50,6 +51,12 @@ def read_target_file(path: Path) -> tuple[StaticGroup, ...]:
     return tuple(targets_group(f"{path}[{i}]", g) for i, g in enumerate(data))
 
 
+def phase(spec: TargetSpec) -> float:
+    """Return the target's fixed offset within its scrape interval (from a hash of its URL and labels)."""
+    key = f"{spec.url}|{spec.labels}".encode()
+    return zlib.crc32(key) / 2**32 * spec.interval_s
+
+
 class ScrapePool:
     """Every configured target, its scrapes and its state; feeds each scrape's batches to `sink`."""
 
@@ -74,6 +81,7 @@ class ScrapePool:
         self._targets: dict[TargetSpec, Target] = {}
         self.dropped: list[dict[str, str]] = []  # discovered labels of targets relabel_configs dropped
         self._due: dict[TargetSpec, float] = {}
+        self._unphased: set[TargetSpec] = set()  # scraped once at start, not yet moved to their phase
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -123,6 +131,7 @@ class ScrapePool:
                 if spec not in wanted:
                     target = self._targets.pop(spec)
                     self._due.pop(spec, None)
+                    self._unphased.discard(spec)
                     # A scrape in flight holds the lock; it sees the removal and writes the markers.
                     if target.lock.acquire(blocking=False):
                         removed.append(target)
@@ -130,6 +139,7 @@ class ScrapePool:
                 if spec not in self._targets:
                     self._targets[spec] = Target(spec, self._fetch, self._clock)
                     self._due[spec] = now
+                    self._unphased.add(spec)
         for target in removed:
             self._retire(target)
 
@@ -213,6 +223,14 @@ class ScrapePool:
                 at = at + spec.interval_s
                 if at <= now:
                     at = now + spec.interval_s  # missed rounds are skipped, not caught up
+                if spec in self._unphased:
+                    # Every target is scraped at once at start (data at once); after that each keeps
+                    # its own phase in the interval, as Prometheus spreads targets, so that 20 targets
+                    # of one job do not all parse and store in the same instant.
+                    self._unphased.discard(spec)
+                    at = now + phase(spec)
+                    if at - now < min(1.0, spec.interval_s / 2):
+                        at += spec.interval_s
                 with self._lock:
                     if spec in self._due:
                         self._due[spec] = at

@@ -100,6 +100,10 @@ def _range_call(ev: Any, name: str, node: Any, ts: np.ndarray) -> VectorFrame:
             raise PromQLEvalError(f"invalid smoothing factor. Expected: 0 < sf < 1, got: {float(sf[0]):f}")
         if ((tf <= 0) | (tf >= 1)).any():
             raise PromQLEvalError(f"invalid trend factor. Expected: 0 < tf < 1, got: {float(tf[0]):f}")
+    if n == 1 and name in _RATES and len(frame.series) > 1:
+        fast = _rates_at_one_step(name, frame)
+        if fast is not None:
+            return fast
     fn = RANGE_FUNCTIONS[name]
     labels: list[LabelSet] = []
     values: list[np.ndarray] = []
@@ -118,6 +122,34 @@ def _range_call(ev: Any, name: str, node: Any, ts: np.ndarray) -> VectorFrame:
     if not labels:
         return VectorFrame.empty(n)
     out = VectorFrame(labels, np.array(values), np.array(present))
+    check_unique_labels(out)
+    return out
+
+
+_RATES = {"rate": (True, True), "increase": (True, False), "delta": (False, False)}
+
+
+def _rates_at_one_step(name: str, frame: RangeFrame) -> VectorFrame | None:
+    """rate/increase/delta of every series at a single step in one pass (rules, instant queries)."""
+    is_counter, is_rate = _RATES[name]
+    got = windows.extrapolated_rate_at(
+        [(rs.times, rs.values) for rs in frame.series],
+        int(frame.ends[0]),
+        frame.range_ms,
+        is_counter,
+        is_rate,
+    )
+    if got is None:
+        return None
+    val, ok = got
+    keep = np.flatnonzero(ok)
+    if not len(keep):
+        return VectorFrame.empty(1)
+    out = VectorFrame(
+        [drop_name(frame.series[i].labels) for i in keep],
+        val[keep][:, None],
+        np.ones((len(keep), 1), dtype=bool),
+    )
     check_unique_labels(out)
     return out
 

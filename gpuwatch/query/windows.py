@@ -90,20 +90,82 @@ def extrapolated_rate(w: Window, is_counter: bool, is_rate: bool) -> WindowResul
         return np.zeros(n), ok
     first = np.minimum(w.lo, len(w.values) - 1)
     last = np.maximum(w.hi - 1, 0)
-    ft = w.times[first].astype(np.float64)
-    lt = w.times[last].astype(np.float64)
-    fv = w.values[first]
-    lv = w.values[last]
+    corrections = _counter_corrections(w) if is_counter else None
+    return _extrapolate(w.times[first], w.times[last], w.values[first], w.values[last], w.count,
+                        corrections, w.ends, w.range_ms, is_counter, is_rate), ok  # fmt: skip
+
+
+def extrapolated_rate_at(
+    series: list[tuple[np.ndarray, np.ndarray]], end_ms: int, range_ms: int, is_counter: bool, is_rate: bool
+) -> WindowResult | None:
+    """Return rate/increase/delta of many series at one time `end_ms`, one element per series.
+
+    The same arithmetic as `extrapolated_rate`, but over all series at once (an instant query or a
+    rule over hundreds of histogram buckets would otherwise pay numpy's per-call cost per series).
+    Returns None for timestamps outside 0..2^42 ms; the caller then goes series by series.
+    """
+    k = len(series)
+    sizes = np.fromiter((len(t) for t, _ in series), dtype=np.int64, count=k)
+    starts = np.concatenate(([0], np.cumsum(sizes)[:-1])).astype(np.int64)
+    times = np.concatenate([t for t, _ in series]) if k else np.zeros(0, dtype=np.int64)
+    values = np.concatenate([v for _, v in series]) if k else np.zeros(0)
+    # Each series' times are ascending: search them all at once in (series index, time) order.
+    seg = np.repeat(np.arange(k, dtype=np.int64), sizes)
+    shift = np.int64(1 << 42)  # ms timestamps stay below 2^42 until the year 2109
+    if len(times) and (times.min() < 0 or times.max() >= shift or end_ms >= shift or end_ms - range_ms < 0):
+        return None
+    key = seg * shift + times
+    base = np.arange(k, dtype=np.int64) * shift
+    lo = np.searchsorted(key, base + (end_ms - range_ms), side="right")
+    hi = np.searchsorted(key, base + end_ms, side="right")
+    count = hi - lo
+    ok = count >= 2
+    if not ok.any():
+        return np.zeros(k), ok
+    n = len(values)
+    first = np.minimum(lo, max(n - 1, 0))
+    last = np.maximum(hi - 1, 0)
+    corrections = None
+    if is_counter:
+        with np.errstate(invalid="ignore"):
+            drop = np.concatenate(([0.0], np.where(values[1:] < values[:-1], values[:-1], 0.0)))
+        drop[starts[sizes > 0]] = 0.0  # the first sample of a series follows no sample of its own
+        corrections = np.zeros(k)
+        # Resets are rare: only series that have one get the corrections, one by one, exactly as
+        # `extrapolated_rate` computes them (prefix sums across series would round differently).
+        for i in np.intersect1d(seg[drop != 0], np.flatnonzero(ok)):
+            a, b = starts[i], starts[i] + sizes[i]
+            w = Window(times[a:b], values[a:b], np.array([end_ms], dtype=np.int64), range_ms)
+            corrections[i] = _counter_corrections(w)[0]
+    ends = np.full(k, end_ms, dtype=np.int64)
+    return _extrapolate(times[first], times[last], values[first], values[last], count, corrections, ends,
+                        range_ms, is_counter, is_rate), ok  # fmt: skip
+
+
+def _extrapolate(
+    ft_ms: np.ndarray,
+    lt_ms: np.ndarray,
+    fv: np.ndarray,
+    lv: np.ndarray,
+    count: np.ndarray,
+    corrections: np.ndarray | None,
+    ends: np.ndarray,
+    range_ms: int,
+    is_counter: bool,
+    is_rate: bool,
+) -> np.ndarray:
+    ft = ft_ms.astype(np.float64)
+    lt = lt_ms.astype(np.float64)
     with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
         result = lv - fv
-        if is_counter:
-            result = result + _counter_corrections(w)
-        range_start = (w.ends - w.range_ms).astype(np.float64)
-        range_end = w.ends.astype(np.float64)
+        if corrections is not None:
+            result = result + corrections
+        range_start = (ends - range_ms).astype(np.float64)
+        range_end = ends.astype(np.float64)
         to_start = (ft - range_start) / 1000
         to_end = (range_end - lt) / 1000
         sampled = (lt - ft) / 1000
-        avg = sampled / np.maximum(w.count - 1, 1)
+        avg = sampled / np.maximum(count - 1, 1)
         threshold = avg * 1.1
         to_start = np.where(to_start >= threshold, avg / 2, to_start)
         if is_counter:
@@ -112,8 +174,8 @@ def extrapolated_rate(w: Window, is_counter: bool, is_rate: bool) -> WindowResul
         to_end = np.where(to_end >= threshold, avg / 2, to_end)
         factor = np.where(sampled != 0, (sampled + to_start + to_end) / sampled, 1.0)
         if is_rate:
-            factor = factor / (w.range_ms / 1000)
-        return result * factor, ok
+            factor = factor / (range_ms / 1000)
+        return np.asarray(result * factor)
 
 
 def instant_value(w: Window, is_rate: bool) -> WindowResult:

@@ -6,7 +6,7 @@ from dataclasses import asdict
 
 from flask import Blueprint, current_app, jsonify, render_template
 
-from gpuwatch.overview import read_overview
+from gpuwatch.overview import read_nodes, read_overview
 
 bp = Blueprint("pages", __name__)
 
@@ -22,7 +22,8 @@ def _overview() -> dict[str, object]:
         d = asdict(r)
         d["is_lost"] = r.is_lost
         gpus.append(d)
-    return {**runtime.status(), "now_ms": runtime.clock.now_ms(), "gpus_seen": gpus}
+    nodes = [{**asdict(n), "state": n.state} for n in read_nodes(runtime.store, runtime.clock.now_ms())]
+    return {**runtime.status(), "now_ms": runtime.clock.now_ms(), "gpus_seen": gpus, "nodes": nodes}
 
 
 @bp.get("/")
