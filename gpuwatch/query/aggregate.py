@@ -132,12 +132,17 @@ def count_values(frame: VectorFrame, label: str, grouping: list[str], without: b
         if not row_present.any():
             continue
         vals = frame.values[i]
+        hist = None if frame.hist is None else frame.hist[i]
         for step in np.flatnonzero(row_present).tolist():
-            x = float(vals[step])
-            text = formatted.get(x) if x == x else "NaN"
-            if text is None:
-                text = format_value(x)
-                formatted[x] = text
+            h = None if hist is None else hist[step]
+            if h is not None:
+                text = h.text()  # a native histogram sample: its text form, as Prometheus writes it
+            else:
+                x = float(vals[step])
+                text = formatted.get(x) if x == x else "NaN"
+                if text is None:
+                    text = format_value(x)
+                    formatted[x] = text
             full = tuple(sorted([p for p in ls if p[0] != label] + [(label, text)]))
             if without:
                 key = group_labels(full, grouping, True)

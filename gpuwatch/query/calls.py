@@ -14,12 +14,14 @@ from gpuwatch.query.frames import (
     NAME,
     LabelSet,
     RangeFrame,
+    RangeSeries,
     ScalarFrame,
     StringFrame,
     VectorFrame,
     check_unique_labels,
     drop_name,
 )
+from gpuwatch.query.nativehist import NativeHistogramUnsupported
 
 RangeFn = Callable[[windows.Window, list[np.ndarray], np.ndarray], windows.WindowResult]
 
@@ -53,6 +55,41 @@ RANGE_FUNCTIONS: dict[str, RangeFn] = {
 }
 
 KEEP_NAME = frozenset({"last_over_time", "first_over_time"})
+
+# Over a window holding native histogram samples: these count samples of either kind ...
+_HIST_COUNTING = frozenset({"count_over_time", "present_over_time", "absent_over_time"})
+# ... these give no result where floats and histograms mix (Prometheus warns there) ...
+_HIST_MIX_DROPS = frozenset({"rate", "increase", "delta", "sum_over_time", "avg_over_time"})
+# ... and these use the float samples only (Prometheus adds an info annotation).
+_HIST_IGNORED = frozenset(
+    {
+        "min_over_time", "max_over_time", "stddev_over_time", "stdvar_over_time", "quantile_over_time",
+        "mad_over_time", "deriv", "predict_linear", "double_exponential_smoothing",
+    }
+)  # fmt: skip
+
+
+def _split_histograms(
+    name: str, rs: RangeSeries, ends: np.ndarray, range_ms: int
+) -> tuple[RangeSeries, np.ndarray]:
+    """Return the float samples of `rs` and the steps whose window mixes floats and histograms;
+    fail where a window holds histogram samples that `name` would have to compute with."""
+    assert rs.hist is not None
+    hist_times = rs.times[rs.hist]
+    in_window = np.searchsorted(hist_times, ends, side="right") - np.searchsorted(
+        hist_times, ends - range_ms, side="right"
+    )
+    floats = RangeSeries(rs.labels, rs.times[~rs.hist], rs.values[~rs.hist])
+    if name in _HIST_IGNORED:
+        return floats, np.zeros(len(ends), dtype=bool)
+    if name not in _HIST_MIX_DROPS:
+        if (in_window > 0).any():
+            raise NativeHistogramUnsupported(f"{name}() over histogram samples")
+        return floats, np.zeros(len(ends), dtype=bool)
+    w = windows.Window(floats.times, floats.values, ends, range_ms)
+    if ((in_window > 0) & (w.count == 0)).any():
+        raise NativeHistogramUnsupported(f"{name}() over histogram samples")
+    return floats, (in_window > 0) & (w.count > 0)
 
 
 def _unwrap(node: Any) -> Any:
@@ -106,10 +143,15 @@ def _range_call(ev: Any, name: str, node: Any, ts: np.ndarray) -> VectorFrame:
     present: list[np.ndarray] = []
     for rs in frame.series:
         ev.check_deadline()
+        mixed = None
+        if rs.hist is not None and name not in _HIST_COUNTING:
+            rs, mixed = _split_histograms(name, rs, frame.ends, frame.range_ms)
         w = windows.Window(rs.times, rs.values, frame.ends, frame.range_ms)
         if not (w.count > 0).any():
             continue
         val, ok = fn(w, others, ts)
+        if mixed is not None:
+            ok = ok & ~mixed
         if not ok.any():
             continue
         labels.append(rs.labels if name in KEEP_NAME else drop_name(rs.labels))
