@@ -137,16 +137,19 @@ def _range_call(ev: Any, name: str, node: Any, ts: np.ndarray) -> VectorFrame:
             raise PromQLEvalError(f"invalid smoothing factor. Expected: 0 < sf < 1, got: {float(sf[0]):f}")
         if ((tf <= 0) | (tf >= 1)).any():
             raise PromQLEvalError(f"invalid trend factor. Expected: 0 < tf < 1, got: {float(tf[0]):f}")
+    if name in _RATES and frame.hist is None:
+        return _rates(ev, name, frame, n)
     fn = RANGE_FUNCTIONS[name]
     labels: list[LabelSet] = []
     values: list[np.ndarray] = []
     present: list[np.ndarray] = []
+    w: windows.Window | None = None
     for rs in frame.series:
         ev.check_deadline()
         mixed = None
         if rs.hist is not None and name not in _HIST_COUNTING:
             rs, mixed = _split_histograms(name, rs, frame.ends, frame.range_ms)
-        w = windows.Window(rs.times, rs.values, frame.ends, frame.range_ms)
+        w = windows.Window(rs.times, rs.values, frame.ends, frame.range_ms, like=w)
         if not (w.count > 0).any():
             continue
         val, ok = fn(w, others, ts)
@@ -157,6 +160,56 @@ def _range_call(ev: Any, name: str, node: Any, ts: np.ndarray) -> VectorFrame:
         labels.append(rs.labels if name in KEEP_NAME else drop_name(rs.labels))
         values.append(val)
         present.append(ok)
+    if not labels:
+        return VectorFrame.empty(n)
+    out = VectorFrame(labels, np.array(values), np.array(present))
+    check_unique_labels(out)
+    return out
+
+
+_RATES = {"rate": (True, True), "increase": (True, False), "delta": (False, False)}
+
+
+def _rates(ev: Any, name: str, frame: RangeFrame, n: int) -> VectorFrame:
+    """rate/increase/delta, computed for each run of series with the same timestamps at once."""
+    is_counter, is_rate = _RATES[name]
+    labels: list[LabelSet] = []
+    values: list[np.ndarray] = []
+    present: list[np.ndarray] = []
+    series = frame.series
+    i = 0
+    while i < len(series):
+        ev.check_deadline()
+        w = windows.Window(series[i].times, series[i].values, frame.ends, frame.range_ms)
+        j = i + 1
+        while j < len(series) and windows.same_times(series[j].times, w.times):
+            j += 1
+        group = series[i:j]
+        i = j
+        if not (w.count > 0).any():
+            continue
+        res = None
+        if len(group) > 1:
+            res = windows.extrapolated_rate_rows(
+                w, np.stack([rs.values for rs in group]), is_counter, is_rate
+            )
+        if res is None:
+            rows = [
+                windows.extrapolated_rate(
+                    windows.Window(rs.times, rs.values, frame.ends, frame.range_ms, like=w),
+                    is_counter,
+                    is_rate,
+                )
+                for rs in group
+            ]
+        else:
+            rows = [(res[0][r], res[1]) for r in range(len(group))]
+        for rs, (val, ok) in zip(group, rows, strict=True):
+            if not ok.any():
+                continue
+            labels.append(drop_name(rs.labels))
+            values.append(val)
+            present.append(ok)
     if not labels:
         return VectorFrame.empty(n)
     out = VectorFrame(labels, np.array(values), np.array(present))

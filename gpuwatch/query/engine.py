@@ -32,6 +32,7 @@ from gpuwatch.query.functions import MATH
 from gpuwatch.query.nativehist import NativeHistogramUnsupported
 from gpuwatch.query.parse import matchers_of, parse
 from gpuwatch.query.values import Matrix, Result, Sample, Scalar, Series, String, Vector
+from gpuwatch.query.windows import same_times
 
 Frame = ScalarFrame | VectorFrame | RangeFrame | StringFrame
 
@@ -270,18 +271,21 @@ class _Evaluation:
         values = np.zeros((len(data), n))
         present = np.zeros((len(data), n), dtype=bool)
         hist: np.ndarray | None = None
+        prev_t: np.ndarray | None = None
         for i, sd in enumerate(data):
             labels.append(make_labelset({NAME: sd.name, **dict(sd.labels)}))
             t = sd.timestamps_ms
             if len(t) == 0:
                 continue
-            idx = np.searchsorted(t, te, side="right") - 1
-            ok = idx >= 0
-            idx = np.maximum(idx, 0)
-            tt = t[idx]
+            if prev_t is None or not same_times(prev_t, t):  # series scraped together share these
+                idx = np.searchsorted(t, te, side="right") - 1
+                in_lookback = idx >= 0
+                idx = np.maximum(idx, 0)
+                tt = t[idx]
+                in_lookback &= tt > te - self.lookback
+                prev_t = t
             vv = sd.values[idx]
-            ok &= tt > te - self.lookback
-            ok &= ~is_stale_array(vv)
+            ok = in_lookback & ~is_stale_array(vv)
             values[i] = tt / 1000.0 if want_times else vv
             present[i] = ok
             if sd.histograms and not want_times:
