@@ -128,8 +128,7 @@ def _range_call(ev: Any, name: str, node: Any, ts: np.ndarray) -> VectorFrame:
     if name == "absent_over_time":
         any_present = np.zeros(n, dtype=bool)
         for rs in frame.series:
-            w = windows.Window(rs.times, rs.values, frame.ends, frame.range_ms)
-            any_present |= w.count > 0
+            any_present |= windows.Window(rs.times, rs.values, frame.ends, frame.range_ms).count > 0
         return VectorFrame([absent_labels(args[midx])], np.ones((1, n)), ~any_present[None, :])
     if name == "double_exponential_smoothing":
         sf, tf = others
