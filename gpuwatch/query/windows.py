@@ -21,6 +21,10 @@ WindowResult = tuple[np.ndarray, np.ndarray]
 class Window:
     """One series' samples and its windows at every step."""
 
+    lo: np.ndarray  # per step: index of the window's first sample
+    hi: np.ndarray  # per step: one past its last sample
+    count: np.ndarray
+
     def __init__(
         self,
         times: np.ndarray,
