@@ -40,7 +40,9 @@ def aggregate(
         m = frame.present[rows]
         present = np.asarray(m.any(axis=0))
         with np.errstate(all="ignore"):
-            if op == "sum":
+            if op == "sum" and len(rows) == 1:
+                res = np.where(m[0], 0.0 + v[0], 0.0)  # what the Kahan sum of one row comes to
+            elif op == "sum":
                 res = kahan_result(*kahan_rows(v, m))
             elif op == "avg":
                 res = mean_rows(v, m)
