@@ -64,6 +64,8 @@ class SeriesData:
     labels: Labels
     timestamps_ms: np.ndarray  # int64, ascending
     values: np.ndarray  # float64; may hold STALE_NAN
+    # Native histogram samples by timestamp, where a source supplies them (values hold NaN there).
+    histograms: Mapping[int, Any] | None = None
 
     def label_dict(self) -> dict[str, str]:
         """Return the labels as a dict including `__name__`."""

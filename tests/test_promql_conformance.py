@@ -11,14 +11,9 @@ pytestmark = pytest.mark.skipif(
     reason=f"PromQL conformance data not found at {harness.DATA_DIR}",
 )
 
-# Core/extended cases that fail for a documented reason (docs/promql.md): their loaded data
-# holds native-histogram samples the float-only store cannot hold, or they depend on delayed
+# Extended cases that fail for a documented reason (docs/promql.md): they depend on delayed
 # `__name__` removal. Any other failure is a regression.
-KNOWN_FAILURES = (
-    {("aggregators.test", line) for line in (447, 453, 459, 467, 474, 573)}
-    | {("functions.test", line) for line in (300, 551, 660, 663, 666, 1061, 1065, 2020)}
-    | {("name_label_dropping.test", line) for line in (59, 64, 69, 74, 89, 115, 119, 123)}
-)
+KNOWN_FAILURES = {("name_label_dropping.test", line) for line in (59, 64, 69, 74, 89, 115, 119, 123)}
 
 
 @pytest.fixture(scope="module")

@@ -40,7 +40,9 @@ def aggregate(
         m = frame.present[rows]
         present = np.asarray(m.any(axis=0))
         with np.errstate(all="ignore"):
-            if op == "sum":
+            if op == "sum" and len(rows) == 1:
+                res = np.where(m[0], 0.0 + v[0], 0.0)  # what the Kahan sum of one row comes to
+            elif op == "sum":
                 res = kahan_result(*kahan_rows(v, m))
             elif op == "avg":
                 res = mean_rows(v, m)
@@ -132,12 +134,17 @@ def count_values(frame: VectorFrame, label: str, grouping: list[str], without: b
         if not row_present.any():
             continue
         vals = frame.values[i]
+        hist = None if frame.hist is None else frame.hist[i]
         for step in np.flatnonzero(row_present).tolist():
-            x = float(vals[step])
-            text = formatted.get(x) if x == x else "NaN"
-            if text is None:
-                text = format_value(x)
-                formatted[x] = text
+            h = None if hist is None else hist[step]
+            if h is not None:
+                text = h.text()  # a native histogram sample: its text form, as Prometheus writes it
+            else:
+                x = float(vals[step])
+                text = formatted.get(x) if x == x else "NaN"
+                if text is None:
+                    text = format_value(x)
+                    formatted[x] = text
             full = tuple(sorted([p for p in ls if p[0] != label] + [(label, text)]))
             if without:
                 key = group_labels(full, grouping, True)

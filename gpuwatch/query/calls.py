@@ -14,12 +14,14 @@ from gpuwatch.query.frames import (
     NAME,
     LabelSet,
     RangeFrame,
+    RangeSeries,
     ScalarFrame,
     StringFrame,
     VectorFrame,
     check_unique_labels,
     drop_name,
 )
+from gpuwatch.query.nativehist import NativeHistogramUnsupported
 
 RangeFn = Callable[[windows.Window, list[np.ndarray], np.ndarray], windows.WindowResult]
 
@@ -53,6 +55,41 @@ RANGE_FUNCTIONS: dict[str, RangeFn] = {
 }
 
 KEEP_NAME = frozenset({"last_over_time", "first_over_time"})
+
+# Over a window holding native histogram samples: these count samples of either kind ...
+_HIST_COUNTING = frozenset({"count_over_time", "present_over_time", "absent_over_time"})
+# ... these give no result where floats and histograms mix (Prometheus warns there) ...
+_HIST_MIX_DROPS = frozenset({"rate", "increase", "delta", "sum_over_time", "avg_over_time"})
+# ... and these use the float samples only (Prometheus adds an info annotation).
+_HIST_IGNORED = frozenset(
+    {
+        "min_over_time", "max_over_time", "stddev_over_time", "stdvar_over_time", "quantile_over_time",
+        "mad_over_time", "deriv", "predict_linear", "double_exponential_smoothing",
+    }
+)  # fmt: skip
+
+
+def _split_histograms(
+    name: str, rs: RangeSeries, ends: np.ndarray, range_ms: int
+) -> tuple[RangeSeries, np.ndarray]:
+    """Return the float samples of `rs` and the steps whose window mixes floats and histograms;
+    fail where a window holds histogram samples that `name` would have to compute with."""
+    assert rs.hist is not None
+    hist_times = rs.times[rs.hist]
+    in_window = np.searchsorted(hist_times, ends, side="right") - np.searchsorted(
+        hist_times, ends - range_ms, side="right"
+    )
+    floats = RangeSeries(rs.labels, rs.times[~rs.hist], rs.values[~rs.hist])
+    if name in _HIST_IGNORED:
+        return floats, np.zeros(len(ends), dtype=bool)
+    if name not in _HIST_MIX_DROPS:
+        if (in_window > 0).any():
+            raise NativeHistogramUnsupported(f"{name}() over histogram samples")
+        return floats, np.zeros(len(ends), dtype=bool)
+    w = windows.Window(floats.times, floats.values, ends, range_ms)
+    if ((in_window > 0) & (w.count == 0)).any():
+        raise NativeHistogramUnsupported(f"{name}() over histogram samples")
+    return floats, (in_window > 0) & (w.count > 0)
 
 
 def _unwrap(node: Any) -> Any:
@@ -91,8 +128,7 @@ def _range_call(ev: Any, name: str, node: Any, ts: np.ndarray) -> VectorFrame:
     if name == "absent_over_time":
         any_present = np.zeros(n, dtype=bool)
         for rs in frame.series:
-            w = windows.Window(rs.times, rs.values, frame.ends, frame.range_ms)
-            any_present |= w.count > 0
+            any_present |= windows.Window(rs.times, rs.values, frame.ends, frame.range_ms).count > 0
         return VectorFrame([absent_labels(args[midx])], np.ones((1, n)), ~any_present[None, :])
     if name == "double_exponential_smoothing":
         sf, tf = others
@@ -100,20 +136,28 @@ def _range_call(ev: Any, name: str, node: Any, ts: np.ndarray) -> VectorFrame:
             raise PromQLEvalError(f"invalid smoothing factor. Expected: 0 < sf < 1, got: {float(sf[0]):f}")
         if ((tf <= 0) | (tf >= 1)).any():
             raise PromQLEvalError(f"invalid trend factor. Expected: 0 < tf < 1, got: {float(tf[0]):f}")
-    if n == 1 and name in _RATES and len(frame.series) > 1:
-        fast = _rates_at_one_step(name, frame)
-        if fast is not None:
-            return fast
+    if name in _RATES and frame.hist is None:
+        if n == 1 and len(frame.series) > 1:
+            fast = _rates_at_one_step(name, frame)
+            if fast is not None:
+                return fast
+        return _rates(ev, name, frame, n)
     fn = RANGE_FUNCTIONS[name]
     labels: list[LabelSet] = []
     values: list[np.ndarray] = []
     present: list[np.ndarray] = []
+    w: windows.Window | None = None
     for rs in frame.series:
         ev.check_deadline()
-        w = windows.Window(rs.times, rs.values, frame.ends, frame.range_ms)
+        mixed = None
+        if rs.hist is not None and name not in _HIST_COUNTING:
+            rs, mixed = _split_histograms(name, rs, frame.ends, frame.range_ms)
+        w = windows.Window(rs.times, rs.values, frame.ends, frame.range_ms, like=w)
         if not (w.count > 0).any():
             continue
         val, ok = fn(w, others, ts)
+        if mixed is not None:
+            ok = ok & ~mixed
         if not ok.any():
             continue
         labels.append(rs.labels if name in KEEP_NAME else drop_name(rs.labels))
@@ -150,6 +194,53 @@ def _rates_at_one_step(name: str, frame: RangeFrame) -> VectorFrame | None:
         val[keep][:, None],
         np.ones((len(keep), 1), dtype=bool),
     )
+    check_unique_labels(out)
+    return out
+
+
+def _rates(ev: Any, name: str, frame: RangeFrame, n: int) -> VectorFrame:
+    """rate/increase/delta, computed for each run of series with the same timestamps at once."""
+    is_counter, is_rate = _RATES[name]
+    labels: list[LabelSet] = []
+    values: list[np.ndarray] = []
+    present: list[np.ndarray] = []
+    series = frame.series
+    i = 0
+    while i < len(series):
+        ev.check_deadline()
+        w = windows.Window(series[i].times, series[i].values, frame.ends, frame.range_ms)
+        j = i + 1
+        while j < len(series) and windows.same_times(series[j].times, w.times):
+            j += 1
+        group = series[i:j]
+        i = j
+        if not (w.count > 0).any():
+            continue
+        res = None
+        if len(group) > 1:
+            res = windows.extrapolated_rate_rows(
+                w, np.stack([rs.values for rs in group]), is_counter, is_rate
+            )
+        if res is None:
+            rows = [
+                windows.extrapolated_rate(
+                    windows.Window(rs.times, rs.values, frame.ends, frame.range_ms, like=w),
+                    is_counter,
+                    is_rate,
+                )
+                for rs in group
+            ]
+        else:
+            rows = [(res[0][r], res[1]) for r in range(len(group))]
+        for rs, (val, ok) in zip(group, rows, strict=True):
+            if not ok.any():
+                continue
+            labels.append(drop_name(rs.labels))
+            values.append(val)
+            present.append(ok)
+    if not labels:
+        return VectorFrame.empty(n)
+    out = VectorFrame(labels, np.array(values), np.array(present))
     check_unique_labels(out)
     return out
 

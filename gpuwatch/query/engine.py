@@ -12,7 +12,7 @@ import promql_parser as pp
 
 from gpuwatch.model import Matcher, SeriesData
 from gpuwatch.query import aggregate, binary
-from gpuwatch.query.calls import evaluate_call
+from gpuwatch.query.calls import RANGE_FUNCTIONS, evaluate_call
 from gpuwatch.query.errors import PromQLEvalError, QueryTimeout, QueryTooLarge, Unsupported
 from gpuwatch.query.frames import (
     NAME,
@@ -22,13 +22,17 @@ from gpuwatch.query.frames import (
     ScalarFrame,
     StringFrame,
     VectorFrame,
+    drop_histograms,
     drop_name,
     is_stale_array,
     make_labelset,
     merge_same_labels,
 )
+from gpuwatch.query.functions import MATH
+from gpuwatch.query.nativehist import NativeHistogramUnsupported
 from gpuwatch.query.parse import matchers_of, parse
 from gpuwatch.query.values import Matrix, Result, Sample, Scalar, Series, String, Vector
+from gpuwatch.query.windows import same_times
 
 Frame = ScalarFrame | VectorFrame | RangeFrame | StringFrame
 
@@ -169,6 +173,7 @@ class _Evaluation:
         self.samples = 0
         self.deadline = engine.monotonic() + (engine.timeout_s if timeout_s is None else timeout_s)
         self.cache: dict[tuple[Matcher, ...], tuple[int, int, list[SeriesData]]] = {}
+        self.node: Any = None  # the node being evaluated (the parent of what `eval` is given)
 
     # Limits ----------------------------------------------------------------------------------
 
@@ -218,6 +223,23 @@ class _Evaluation:
     # Evaluation ------------------------------------------------------------------------------
 
     def eval(self, node: Any, ts: np.ndarray) -> Frame:
+        """Evaluate `node` at steps `ts`; native histogram samples may only reach the few
+        operations that handle them (`_hist_ok`), anything else fails naming the operation."""
+        parent = self.node
+        self.node = node
+        try:
+            frame = self._eval(node, ts)
+        finally:
+            self.node = parent
+        if not isinstance(frame, (ScalarFrame, StringFrame)) and frame.hist is not None:
+            mode = _hist_mode(parent)
+            if mode == "drop" and isinstance(frame, VectorFrame):
+                return drop_histograms(frame)
+            if mode != "keep":
+                raise NativeHistogramUnsupported(f"{_describe(parent)} over histogram samples")
+        return frame
+
+    def _eval(self, node: Any, ts: np.ndarray) -> Frame:
         self.check_deadline()
         if isinstance(node, pp.ParenExpr):
             return self.eval(node.expr, ts)
@@ -248,21 +270,32 @@ class _Evaluation:
         labels: list[LabelSet] = []
         values = np.zeros((len(data), n))
         present = np.zeros((len(data), n), dtype=bool)
+        hist: np.ndarray | None = None
+        prev_t: np.ndarray | None = None
         for i, sd in enumerate(data):
             labels.append(make_labelset({NAME: sd.name, **dict(sd.labels)}))
             t = sd.timestamps_ms
             if len(t) == 0:
                 continue
-            idx = np.searchsorted(t, te, side="right") - 1
-            ok = idx >= 0
-            idx = np.maximum(idx, 0)
-            tt = t[idx]
+            if prev_t is None or not same_times(prev_t, t):  # series scraped together share these
+                idx = np.searchsorted(t, te, side="right") - 1
+                in_lookback = idx >= 0
+                idx = np.maximum(idx, 0)
+                tt = t[idx]
+                in_lookback &= tt > te - self.lookback
+                prev_t = t
             vv = sd.values[idx]
-            ok &= tt > te - self.lookback
-            ok &= ~is_stale_array(vv)
+            ok = in_lookback & ~is_stale_array(vv)
             values[i] = tt / 1000.0 if want_times else vv
             present[i] = ok
-        return VectorFrame(labels, values, present)
+            if sd.histograms and not want_times:
+                if hist is None:
+                    hist = np.full((len(data), n), None, dtype=object)
+                for j in np.flatnonzero(ok).tolist():
+                    hist[i, j] = sd.histograms.get(int(tt[j]))
+        if hist is not None and not (hist != None).any():  # noqa: E711 (elementwise)
+            hist = None
+        return VectorFrame(labels, values, present, hist)
 
     def matrix_selector(self, ms: Any, ts: np.ndarray) -> RangeFrame:
         vs = ms.vector_selector
@@ -272,10 +305,14 @@ class _Evaluation:
         series = []
         for sd in data:
             keep = ~is_stale_array(sd.values)
+            times = sd.timestamps_ms[keep]
+            hist = None
+            if sd.histograms:
+                hist = np.isin(times, np.fromiter(sd.histograms, dtype=np.int64))
+                if not hist.any():
+                    hist = None
             series.append(
-                RangeSeries(
-                    make_labelset({NAME: sd.name, **dict(sd.labels)}), sd.timestamps_ms[keep], sd.values[keep]
-                )
+                RangeSeries(make_labelset({NAME: sd.name, **dict(sd.labels)}), times, sd.values[keep], hist)
             )
         return RangeFrame(series, rng, ends, from_selector=vs)
 
@@ -317,6 +354,10 @@ class _Evaluation:
         return_bool = bool(mod is not None and mod.return_bool)
         lhs = self.eval(node.lhs, ts)
         rhs = self.eval(node.rhs, ts)
+        if (isinstance(lhs, VectorFrame) and lhs.hist is not None) or (
+            isinstance(rhs, VectorFrame) and rhs.hist is not None
+        ):
+            lhs, rhs = _binary_histograms(op, return_bool, lhs, rhs)
         if isinstance(lhs, ScalarFrame) and isinstance(rhs, ScalarFrame):
             return ScalarFrame(binary.scalar_scalar(op, lhs.values, rhs.values, return_bool))
         if isinstance(lhs, VectorFrame) and isinstance(rhs, ScalarFrame):
@@ -377,6 +418,59 @@ class _Evaluation:
 
     def call(self, node: Any, ts: np.ndarray) -> Frame:
         return evaluate_call(self, node, ts)
+
+
+# What an operation does with native histogram samples in its argument (see nativehist.py):
+# "keep" (it handles them: counts them, writes their text, checks range windows itself in
+# calls._range_call, or the binary operator decides in binary()), "drop" (Prometheus ignores
+# them there, with an info annotation), anything else fails naming the operation.
+_HIST_KEEP_AGGREGATIONS = frozenset({"count", "group", "count_values"})
+_HIST_DROP_AGGREGATIONS = frozenset({"max", "min", "stddev", "stdvar", "quantile", "topk", "bottomk"})
+_HIST_KEEP_CALLS = frozenset({"absent", "absent_over_time", "timestamp", *RANGE_FUNCTIONS})
+_HIST_DROP_CALLS = frozenset(
+    {*MATH, "clamp", "clamp_min", "clamp_max", "round", "scalar", "sort", "sort_desc"}
+    | {"day_of_month", "day_of_week", "day_of_year", "days_in_month", "hour", "minute", "month", "year"}
+)
+
+
+def _hist_mode(parent: Any) -> str:
+    if isinstance(parent, (pp.ParenExpr, pp.BinaryExpr)):
+        return "keep"
+    if isinstance(parent, pp.AggregateExpr):
+        op = str(parent.op).lower()
+        return "keep" if op in _HIST_KEEP_AGGREGATIONS else "drop" if op in _HIST_DROP_AGGREGATIONS else ""
+    if isinstance(parent, pp.Call):
+        name = parent.func.name
+        return "keep" if name in _HIST_KEEP_CALLS else "drop" if name in _HIST_DROP_CALLS else ""
+    return ""
+
+
+def _binary_histograms(op: str, return_bool: bool, lhs: Frame, rhs: Frame) -> tuple[Frame, Frame]:
+    """A filtering comparison of a vector with a scalar ignores histogram samples, as Prometheus
+    does (with an info annotation); any other binary operation on them is not supported."""
+    scalar_side = isinstance(lhs, ScalarFrame) or isinstance(rhs, ScalarFrame)
+    if op in binary.COMPARISON and not return_bool and scalar_side:
+        return (
+            drop_histograms(lhs) if isinstance(lhs, VectorFrame) else lhs,
+            drop_histograms(rhs) if isinstance(rhs, VectorFrame) else rhs,
+        )
+    raise NativeHistogramUnsupported(f"the {op} operator over histogram samples")
+
+
+def _describe(parent: Any) -> str:
+    if parent is None:
+        return "a query result"
+    if isinstance(parent, pp.AggregateExpr):
+        return f"{str(parent.op).lower()}()"
+    if isinstance(parent, pp.Call):
+        return f"{parent.func.name}()"
+    if isinstance(parent, pp.BinaryExpr):
+        return f"the {parent.op} operator"
+    if isinstance(parent, pp.UnaryExpr):
+        return "unary minus"
+    if isinstance(parent, pp.SubqueryExpr):
+        return "a subquery"
+    return type(parent).__name__
 
 
 def _matching(mod: Any, op: str) -> binary.Matching:

@@ -67,6 +67,9 @@ class VectorFrame:
     labels: list[LabelSet]
     values: np.ndarray  # (k, n) float64
     present: np.ndarray  # (k, n) bool
+    # Native histogram samples: a (k, n) object array (None where a cell is a float), or None
+    # when the frame holds floats only. Only selectors make these; see engine._hist_ok.
+    hist: np.ndarray | None = None
 
     @staticmethod
     def empty(n: int) -> VectorFrame:
@@ -79,7 +82,12 @@ class VectorFrame:
     def take(self, rows: list[int] | np.ndarray) -> VectorFrame:
         """Return the frame restricted to `rows` (in that order)."""
         idx = np.asarray(rows, dtype=np.int64)
-        return VectorFrame([self.labels[i] for i in idx.tolist()], self.values[idx], self.present[idx])
+        return VectorFrame(
+            [self.labels[i] for i in idx.tolist()],
+            self.values[idx],
+            self.present[idx],
+            None if self.hist is None else self.hist[idx],
+        )
 
     def compact(self) -> VectorFrame:
         """Drop rows that are absent at every step."""
@@ -89,6 +97,13 @@ class VectorFrame:
         return self.take(keep)
 
 
+def drop_histograms(frame: VectorFrame) -> VectorFrame:
+    """The frame without its native histogram samples (for operations that ignore them)."""
+    if frame.hist is None:
+        return frame
+    return VectorFrame(frame.labels, frame.values, frame.present & (frame.hist == None), None)  # noqa: E711
+
+
 @dataclass
 class RangeSeries:
     """The samples of one series (no staleness markers), as seen by a range-vector function."""
@@ -96,6 +111,7 @@ class RangeSeries:
     labels: LabelSet
     times: np.ndarray  # int64 ascending
     values: np.ndarray  # float64
+    hist: np.ndarray | None = None  # bool mask of native histogram samples, None if there are none
 
 
 @dataclass
@@ -106,6 +122,11 @@ class RangeFrame:
     range_ms: int
     ends: np.ndarray  # (n,) int64
     from_selector: object | None = None  # the selector node, for absent_over_time's labels
+
+    @property
+    def hist(self) -> bool | None:
+        """True when some series holds native histogram samples, else None (as VectorFrame.hist)."""
+        return True if any(rs.hist is not None for rs in self.series) else None
 
 
 def merge_same_labels(frame: VectorFrame) -> VectorFrame:

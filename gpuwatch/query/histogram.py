@@ -27,6 +27,21 @@ def _parse_le(text: str) -> float | None:
         return None
 
 
+def _monotonic(counts: np.ndarray) -> np.ndarray:
+    """Prometheus's ensureMonotonicAndIgnoreSmallDeltas over buckets (rows) at every step."""
+    counts = counts.copy()
+    prev = counts[0].copy()
+    for i in range(1, len(counts)):
+        cur = counts[i]
+        same = cur == prev
+        close = ~same & _almost_equal(prev, cur, _SMALL_DELTA)
+        lower = ~same & ~close & (cur < prev)
+        fix = close | lower
+        counts[i] = np.where(fix, prev, cur)
+        prev = np.where(fix | same, prev, cur)
+    return counts
+
+
 def bucket_quantile(q: np.ndarray, bounds: np.ndarray, counts: np.ndarray) -> np.ndarray:
     """Quantile at each step (column) of buckets sorted by upper bound; counts is (buckets, steps)."""
     steps = counts.shape[1]
@@ -38,16 +53,15 @@ def bucket_quantile(q: np.ndarray, bounds: np.ndarray, counts: np.ndarray) -> np
         merged = np.zeros((len(uniq), steps))
         np.add.at(merged, inverse, counts)
         bounds, counts = uniq, merged
-    counts = counts.copy()
-    prev = counts[0].copy()
-    for i in range(1, len(bounds)):
-        cur = counts[i]
-        same = cur == prev
-        close = ~same & _almost_equal(prev, cur, _SMALL_DELTA)
-        lower = ~same & ~close & (cur < prev)
-        fix = close | lower
-        counts[i] = np.where(fix, prev, cur)
-        prev = np.where(fix | same, prev, cur)
+    with np.errstate(invalid="ignore"):
+        later, earlier = counts[1:], counts[:-1]
+        same = later == earlier
+        # Where no bucket is below or almost equal to the one before, the fix-up loop changes nothing.
+        needs_fix = (~same & ((later < earlier) | _almost_equal(earlier, later, _SMALL_DELTA))).any(axis=0)
+    if needs_fix.any():  # steps are independent: fix up only those that need it
+        cols = np.flatnonzero(needs_fix)
+        counts = counts.copy()
+        counts[:, cols] = _monotonic(counts[:, cols])
     out = np.full(steps, np.nan)
     if len(bounds) < 2:
         return out

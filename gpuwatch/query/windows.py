@@ -21,11 +21,30 @@ WindowResult = tuple[np.ndarray, np.ndarray]
 class Window:
     """One series' samples and its windows at every step."""
 
-    def __init__(self, times: np.ndarray, values: np.ndarray, ends: np.ndarray, range_ms: int) -> None:
+    lo: np.ndarray  # per step: index of the window's first sample
+    hi: np.ndarray  # per step: one past its last sample
+    count: np.ndarray
+
+    def __init__(
+        self,
+        times: np.ndarray,
+        values: np.ndarray,
+        ends: np.ndarray,
+        range_ms: int,
+        like: Window | None = None,
+    ) -> None:
         self.times = times
         self.values = values
         self.ends = ends
         self.range_ms = range_ms
+        if (
+            like is not None
+            and like.ends is ends
+            and like.range_ms == range_ms
+            and same_times(like.times, times)
+        ):
+            self.lo, self.hi, self.count = like.lo, like.hi, like.count  # the same windows: reuse them
+            return
         self.lo = np.searchsorted(times, ends - range_ms, side="right")
         self.hi = np.searchsorted(times, ends, side="right")
         self.count = self.hi - self.lo
@@ -51,6 +70,59 @@ class Window:
             g, m = self.gather(self.lo[sl], self.hi[sl])
             out[sl] = fn(g, m, np.arange(sl.start, sl.stop))
         return out
+
+
+def same_times(a: np.ndarray, b: np.ndarray) -> bool:
+    """Whether two series have the same timestamps (series scraped together mostly do)."""
+    return a is b or (len(a) == len(b) and (len(a) == 0 or (a[0] == b[0] and np.array_equal(a, b))))
+
+
+def extrapolated_rate_rows(
+    w: Window, rows: np.ndarray, is_counter: bool, is_rate: bool
+) -> WindowResult | None:
+    """`extrapolated_rate` of several series at once that share `w`'s timestamps: `rows` is their
+    (k, samples) values. Returns (k, steps) values and a (steps,) mask, or None where a row needs the
+    careful path (non-finite or huge counter drops); elementwise the same arithmetic as one series."""
+    ok = w.count >= 2
+    n = len(w.lo)
+    k = rows.shape[0]
+    if not ok.any() or rows.shape[1] == 0:
+        return np.zeros((k, n)), ok
+    first = np.minimum(w.lo, rows.shape[1] - 1)
+    last = np.maximum(w.hi - 1, 0)
+    ft = w.times[first].astype(np.float64)
+    lt = w.times[last].astype(np.float64)
+    fv = rows[:, first]
+    lv = rows[:, last]
+    with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
+        result = lv - fv
+        if is_counter and rows.shape[1] >= 2 and not (rows[:, 1:] < rows[:, :-1]).any():
+            result = result + 0.0  # no counter resets: the corrections are all zero (as -0.0 + 0.0 is 0.0)
+        elif is_counter and rows.shape[1] >= 2:
+            prev = rows[:, :-1]
+            drop = np.zeros(rows.shape)
+            np.copyto(drop[:, 1:], prev, where=rows[:, 1:] < prev)
+            if not (np.isfinite(drop).all() and np.abs(drop).max(initial=0.0) < 1e15):
+                return None
+            cum = np.zeros((k, rows.shape[1] + 1))
+            np.cumsum(drop, axis=1, out=cum[:, 1:])
+            result = result + (cum[:, w.hi] - cum[:, np.minimum(w.lo + 1, w.hi)])
+        range_start = (w.ends - w.range_ms).astype(np.float64)
+        range_end = w.ends.astype(np.float64)
+        to_start = (ft - range_start) / 1000
+        to_end = (range_end - lt) / 1000
+        sampled = (lt - ft) / 1000
+        avg = sampled / np.maximum(w.count - 1, 1)
+        threshold = avg * 1.1
+        to_start = np.where(to_start >= threshold, avg / 2, to_start)
+        if is_counter:
+            to_zero = np.where((result > 0) & (fv >= 0), sampled * (fv / result), to_start)
+            to_start = np.where(to_zero < to_start, to_zero, to_start)
+        to_end = np.where(to_end >= threshold, avg / 2, to_end)
+        factor = np.where(sampled != 0, (sampled + to_start + to_end) / sampled, 1.0)
+        if is_rate:
+            factor = factor / (w.range_ms / 1000)
+        return result * factor, ok
 
 
 def _pair_sums(flags: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:

@@ -246,32 +246,56 @@ def _decode_ints(
     raw = np.frombuffer(b"".join(_inflate_all(mv, a_s, e_s)), np.uint8)
     starts = _starts(ns)
     out = np.empty(int(ns.sum()), np.int64)
+    uniform = bool(k) and bool((ns == ns[0]).all())
     pos = 0
     with np.errstate(over="ignore"):  # int64 sums wrap exactly as the encoder's differences did
         for lo, hi in zip([0, *change.tolist()], [*change.tolist(), k], strict=True):
             rows = order[lo:hi]
             first = int(rows[0])
             w, n, cnt = int(widths[first]), int(ns[first]), hi - lo
-            u = _planes_to_ints(raw[pos : pos + cnt * w * n], w, cnt, n)
+            seg = raw[pos : pos + cnt * w * n]
             pos += cnt * w * n
             if grouped:
                 dest = np.empty((cnt, n), np.int64)
             else:
                 dest = out[int(starts[first]) : int(starts[first]) + cnt * n].reshape(cnt, n)
-            if orders is None:
-                np.bitwise_xor.accumulate(u.astype(np.uint64), axis=1, out=dest.view(np.uint64))
+            planes = seg.reshape(cnt, w, n)
+            if n > 1 and (orders is None or (orders[rows] < 2).all()) and not planes[:, :, 1:].any():
+                # Every integer after each chunk's first is zero (a constant series): each row is its
+                # first integer, decoded as below (one running sum or XOR of it and zeros).
+                u0 = _planes_to_ints(np.ascontiguousarray(planes[:, :, :1]).reshape(-1), w, cnt, 1)[:, 0]
+                if orders is None:
+                    dest[:] = u0.astype(np.uint64).view(np.int64)[:, None]
+                else:
+                    one = u0.dtype.type(1)
+                    z0 = ((u0 >> one) ^ (u0.dtype.type(0) - (u0 & one))).view(f"<i{w}")
+                    dest[:] = z0.astype(np.int64)[:, None]
             else:
-                one = u.dtype.type(1)
-                z = ((u >> one) ^ (u.dtype.type(0) - (u & one))).view(f"<i{w}")
-                np.cumsum(z, axis=1, dtype=np.int64, out=dest)  # sign-extends to int64 first
-                twice = orders[rows] >= 2
-                if twice.all():
-                    np.cumsum(dest, axis=1, out=dest)
-                elif twice.any():
-                    dest[twice] = np.cumsum(dest[twice], axis=1)
-            if grouped:
-                out[(starts[rows][:, None] + np.arange(n)).reshape(-1)] = dest.reshape(-1)
+                _decode_rows(
+                    _planes_to_ints(seg, w, cnt, n), w, dest, None if orders is None else orders[rows]
+                )
+            if grouped and uniform:
+                out.reshape(k, n)[rows] = dest  # every chunk holds n integers: chunk i is row i
+            elif grouped:
+                for row, at_out in enumerate(starts[rows].tolist()):  # block copies beat a fancy index
+                    out[at_out : at_out + n] = dest[row]
     return out
+
+
+def _decode_rows(u: np.ndarray, w: int, dest: np.ndarray, orders: np.ndarray | None) -> None:
+    """Decode unshuffled integers `u` (one chunk a row) into `dest`: zig-zag and `orders` running sums
+    per row, or (`orders` None) a running XOR."""
+    if orders is None:
+        np.bitwise_xor.accumulate(u.astype(np.uint64), axis=1, out=dest.view(np.uint64))
+        return
+    one = u.dtype.type(1)
+    z = ((u >> one) ^ (u.dtype.type(0) - (u & one))).view(f"<i{w}")
+    np.cumsum(z, axis=1, dtype=np.int64, out=dest)  # sign-extends to int64 first
+    twice = orders >= 2
+    if twice.all():
+        np.cumsum(dest, axis=1, out=dest)
+    elif twice.any():
+        dest[twice] = np.cumsum(dest[twice], axis=1)
 
 
 def decode_times_many(blobs: Sequence[bytes | bytearray | memoryview], ns: np.ndarray) -> np.ndarray:

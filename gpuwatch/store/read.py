@@ -39,9 +39,7 @@ def read_samples(
     """
     if not ids:
         return {}
-    where = _id_filter(ids)
-    with _snapshot(cur):  # a compaction may move head rows into chunks between the two queries
-        chunks, head = _fetch(cur, where, start_ms, end_ms)
+    chunks, head = _fetch(cur, _id_filter(ids), start_ms, end_ms)
     head_parts: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray | int]] = {}
     h_ids = np.asarray(head["series_id"])
     if h_ids.size:
@@ -111,17 +109,42 @@ def _chunk_parts(
 
 
 def _fetch(cur: duckdb.DuckDBPyConnection, where: str, start_ms: int, end_ms: int) -> tuple[Any, Any]:
-    chunks = cur.execute(
+    """Chunk rows and head rows in range, ordered by series then time then write order.
+
+    One statement for both (it sees one consistent state, so a compaction moving head rows into
+    chunks cannot come between them, and it costs one round trip): head rows come as n = -1 with
+    t_ms in t_min_ms, their value bits in t_max_ms and no blobs."""
+    rows = cur.execute(
         f"SELECT series_id, seq, n, t_min_ms, t_max_ms, ts, vs FROM chunks WHERE {where} "
-        "AND t_max_ms >= ? AND t_min_ms <= ? ORDER BY series_id, t_min_ms, seq",
+        "AND t_max_ms >= $1 AND t_min_ms <= $2 UNION ALL "
+        f"SELECT series_id, seq, -1, t_ms, v_bits, NULL, NULL FROM head WHERE {where} "
+        "AND t_ms >= $1 AND t_ms <= $2 ORDER BY series_id, t_min_ms, seq",
         [start_ms, end_ms],
     ).fetchnumpy()
-    head = cur.execute(
-        f"SELECT series_id, t_ms, v_bits, seq FROM head WHERE {where} AND t_ms >= ? AND t_ms <= ? "
-        "ORDER BY series_id, t_ms, seq",
-        [start_ms, end_ms],
-    ).fetchnumpy()
+    n = np.asarray(rows["n"])
+    is_head = n < 0
+    if not is_head.any():
+        return rows, _NO_HEAD
+    is_chunk = ~is_head
+    chunks = {
+        k: (np.asarray(v)[is_chunk] if k not in ("ts", "vs") else np.asarray(v, dtype=object)[is_chunk])
+        for k, v in rows.items()
+    }
+    head = {
+        "series_id": np.asarray(rows["series_id"])[is_head],
+        "t_ms": np.asarray(rows["t_min_ms"])[is_head],
+        "v_bits": np.asarray(rows["t_max_ms"])[is_head],
+        "seq": np.asarray(rows["seq"])[is_head],
+    }
     return chunks, head
+
+
+_NO_HEAD = {
+    "series_id": np.zeros(0, np.int32),
+    "t_ms": np.zeros(0, np.int64),
+    "v_bits": np.zeros(0, np.int64),
+    "seq": np.zeros(0, np.int64),
+}
 
 
 def _combine(parts: list[tuple[np.ndarray, np.ndarray, np.ndarray | int]]) -> tuple[np.ndarray, np.ndarray]:

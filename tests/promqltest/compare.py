@@ -88,7 +88,7 @@ def compare_range(case: Case, result: Any) -> str | None:
         if ts != [t for t, _ in want]:
             return f"series {dict(key)}: timestamps {ts} != expected {[t for t, _ in want]}"
         for (t, w), v in zip(want, s.values.tolist(), strict=True):
-            if w is HISTOGRAM or not almost_equal(v, w):
+            if isinstance(w, HISTOGRAM) or not almost_equal(v, w):
                 return f"series {dict(key)} at {t}: expected {w}, got {v}"
     for key in expected:
         if key not in got:

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from gpuwatch.model import STALE_NAN
+from gpuwatch.query.nativehist import NativeHistogram
 
 
 class HarnessFileError(Exception):
@@ -152,7 +153,92 @@ def parse_number(text: str) -> float:
 _NUM = r"[+-]?(?:[0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?|[Ii]nf|NaN|nan)"
 _SERIES_ITEM = re.compile(rf"^({_NUM})(?:([+-])({_NUM}))?x(\d+)$")
 OMITTED = None  # a slot without a sample
-HISTOGRAM = "histogram"  # a native histogram slot (not stored)
+HISTOGRAM = NativeHistogram  # the type of a native histogram slot
+
+
+def _histogram(text: str) -> NativeHistogram:
+    """Parse the inside of `{{schema:0 sum:10 count:20 buckets:[1 2] ...}}` (absolute counts)."""
+    fields: dict[str, str] = {}
+    for m in re.finditer(r"(\w+):(\[[^\]]*\]|\S+)", text):
+        fields[m.group(1)] = m.group(2)
+    known = {"schema", "sum", "count", "z_bucket", "z_bucket_w", "buckets", "offset", "n_buckets"}
+    known |= {"n_offset", "counter_reset_hint", "custom_values"}
+    if set(fields) - known:
+        raise HarnessFileError(f"unknown histogram field in {text!r}")
+
+    def numbers(key: str) -> list[float]:
+        return [parse_number(x) for x in fields.get(key, "[]").strip("[]").split()]
+
+    def buckets(key: str, offset_key: str) -> dict[int, float]:
+        start = int(fields.get(offset_key, "0"))
+        return {start + i: c for i, c in enumerate(numbers(key))}
+
+    return NativeHistogram(
+        schema=int(fields.get("schema", "0")),
+        count=parse_number(fields.get("count", "0")),
+        sum=parse_number(fields.get("sum", "0")),
+        zero_threshold=parse_number(fields.get("z_bucket_w", "0")),
+        zero_count=parse_number(fields.get("z_bucket", "0")),
+        positive=buckets("buckets", "offset"),
+        negative=buckets("n_buckets", "n_offset"),
+        custom_values=tuple(numbers("custom_values")),
+        counter_reset_hint=fields.get("counter_reset_hint", "unknown"),
+    )
+
+
+def _reduce(h: NativeHistogram, schema: int) -> NativeHistogram:
+    """`h` at a lower resolution `schema` (Prometheus merges buckets: ((i - 1) >> delta) + 1)."""
+    if schema == h.schema:
+        return h
+    delta = h.schema - schema
+
+    def merge(b: dict[int, float]) -> dict[int, float]:
+        out: dict[int, float] = {}
+        for i, c in b.items():
+            j = ((i - 1) >> delta) + 1
+            out[j] = out.get(j, 0.0) + c
+        return out
+
+    return NativeHistogram(
+        schema, h.count, h.sum, h.zero_threshold, h.zero_count, merge(h.positive), merge(h.negative),
+        h.custom_values, h.counter_reset_hint,
+    )  # fmt: skip
+
+
+def _add(a: NativeHistogram, b: NativeHistogram, sign: float) -> NativeHistogram:
+    """`a + sign*b` bucket by bucket, as the DSL's `{{A}}+{{B}}xN` series steps do."""
+    if (a.custom_values or b.custom_values) and a.schema != b.schema:
+        raise HarnessFileError("cannot add custom-bucket and exponential histograms")
+    schema = min(a.schema, b.schema)
+    a, b = _reduce(a, schema), _reduce(b, schema)
+
+    def add(x: dict[int, float], y: dict[int, float]) -> dict[int, float]:
+        out = dict(x)
+        for i, c in y.items():
+            out[i] = out.get(i, 0.0) + sign * c
+        return out
+
+    return NativeHistogram(
+        schema, a.count + sign * b.count, a.sum + sign * b.sum, max(a.zero_threshold, b.zero_threshold),
+        a.zero_count + sign * b.zero_count, add(a.positive, b.positive), add(a.negative, b.negative),
+        a.custom_values, a.counter_reset_hint,
+    )  # fmt: skip
+
+
+def _histogram_slots(tok: str) -> list[NativeHistogram]:
+    """Expand `{{A}}`, `{{A}}xN`, `{{A}}+{{B}}xN` or `{{A}}-{{B}}xN` (repeated addition)."""
+    m = re.fullmatch(r"\{\{(.*?)\}\}(?:([+-])\{\{(.*?)\}\})?(?:x(\d+))?", tok)
+    if m is None:
+        raise HarnessFileError(f"bad histogram series item {tok!r}")
+    h = _histogram(m.group(1))
+    slots = [h]
+    if m.group(4) is not None:
+        inc = _histogram(m.group(3)) if m.group(3) is not None else None
+        for _ in range(int(m.group(4))):
+            if inc is not None:
+                h = _add(h, inc, 1.0 if m.group(2) == "+" else -1.0)
+            slots.append(h)
+    return slots
 
 
 def _tokens(values: str) -> list[str]:
@@ -182,12 +268,11 @@ def _tokens(values: str) -> list[str]:
 
 
 def expand_values(values: str) -> list[Any]:
-    """Expand `0+10x3 _ stale` into slots: floats, OMITTED, HISTOGRAM."""
+    """Expand `0+10x3 _ stale` into slots: floats, OMITTED, NativeHistogram objects."""
     slots: list[Any] = []
     for tok in _tokens(values):
         if tok.startswith("{{"):
-            m = re.search(r"x(\d+)$", tok)
-            slots.extend([HISTOGRAM] * (int(m.group(1)) + 1 if m and tok.endswith(m.group(0)) else 1))
+            slots.extend(_histogram_slots(tok))
             continue
         if tok == "_":
             slots.append(OMITTED)

@@ -15,7 +15,7 @@ import numpy as np
 
 from gpuwatch.query import Engine, PromQLEvalError, PromQLParseError, Sample, Unsupported, Vector
 from tests.promqltest.compare import almost_equal, compare_instant, compare_range
-from tests.promqltest.reader import HISTOGRAM, OMITTED, Case, HarnessFileError, parse_file
+from tests.promqltest.reader import OMITTED, Case, HarnessFileError, parse_file
 from tests.promqltest.stores import make_store
 
 DATA_DIR = Path(__file__).resolve().parents[2].parent / "shared" / "promql-testdata"
@@ -94,7 +94,7 @@ def run_file(
             elif cmd.kind == "load":
                 for labels, slots in cmd.series:
                     for i, v in enumerate(slots):
-                        if v is not OMITTED and v is not HISTOGRAM:
+                        if v is not OMITTED:
                             store.append(labels, i * cmd.interval_ms, v)
             else:
                 assert cmd.case is not None

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+import math
 import re
 from collections.abc import Sequence
 from typing import Protocol
@@ -10,10 +12,43 @@ import numpy as np
 
 from gpuwatch.clock import FakeClock
 from gpuwatch.model import Matcher, SeriesData, make_labels
+from gpuwatch.query.nativehist import NativeHistogram
+
+Key = tuple[tuple[str, str], ...]
+
+
+class Histograms:
+    """Native histogram samples beside a float store: the store keeps NaN at their timestamps
+    (so presence and lookback are real), this map supplies the histograms to `select`."""
+
+    def __init__(self) -> None:
+        self.by_series: dict[Key, dict[int, NativeHistogram]] = {}
+
+    def put(self, key: Key, t_ms: int, value: float | NativeHistogram) -> float:
+        """Record `value` at `t_ms`; return the float to store."""
+        if isinstance(value, NativeHistogram):
+            self.by_series.setdefault(key, {})[t_ms] = value
+            return math.nan
+        self.by_series.get(key, {}).pop(t_ms, None)  # a later float sample replaces a histogram
+        return value
+
+    def attach(self, data: list[SeriesData]) -> list[SeriesData]:
+        if not self.by_series:
+            return data
+        out = []
+        for sd in data:
+            hs = self.by_series.get(tuple(sorted(sd.label_dict().items())))
+            if hs:
+                lo, hi = int(sd.timestamps_ms[0]), int(sd.timestamps_ms[-1])
+                hs = {t: h for t, h in hs.items() if lo <= t <= hi}
+                if hs:
+                    sd = dataclasses.replace(sd, histograms=hs)
+            out.append(sd)
+        return out
 
 
 class TestStore(Protocol):
-    def append(self, labels: dict[str, str], t_ms: int, value: float) -> None: ...
+    def append(self, labels: dict[str, str], t_ms: int, value: float | NativeHistogram) -> None: ...
     def prepare(self) -> None: ...
     def clear(self) -> None: ...
     def close(self) -> None: ...
@@ -36,9 +71,11 @@ class ArrayStore:
     def __init__(self) -> None:
         self._pending: dict[tuple[tuple[str, str], ...], list[tuple[int, float]]] = {}
         self._series: list[tuple[dict[str, str], np.ndarray, np.ndarray]] = []
+        self._hists = Histograms()
 
-    def append(self, labels: dict[str, str], t_ms: int, value: float) -> None:
-        self._pending.setdefault(tuple(sorted(labels.items())), []).append((t_ms, value))
+    def append(self, labels: dict[str, str], t_ms: int, value: float | NativeHistogram) -> None:
+        key = tuple(sorted(labels.items()))
+        self._pending.setdefault(key, []).append((t_ms, self._hists.put(key, t_ms, value)))
 
     def prepare(self) -> None:
         if not self._pending:
@@ -63,6 +100,7 @@ class ArrayStore:
     def clear(self) -> None:
         self._pending = {}
         self._series = []
+        self._hists = Histograms()
 
     def close(self) -> None:
         self.clear()
@@ -76,7 +114,7 @@ class ArrayStore:
                     out.append(
                         SeriesData(labels.get("__name__", ""), make_labels(labels), t[lo:hi], v[lo:hi])
                     )
-        return out
+        return self._hists.attach(out)
 
 
 class RealStore:
@@ -88,9 +126,11 @@ class RealStore:
         self._open = lambda: Store.open(None, clock=FakeClock(), flush_interval_s=3600.0)
         self._store = self._open()
         self._pending: dict[tuple[tuple[str, str], ...], list[tuple[int, float]]] = {}
+        self._hists = Histograms()
 
-    def append(self, labels: dict[str, str], t_ms: int, value: float) -> None:
-        self._pending.setdefault(tuple(sorted(labels.items())), []).append((t_ms, value))
+    def append(self, labels: dict[str, str], t_ms: int, value: float | NativeHistogram) -> None:
+        key = tuple(sorted(labels.items()))
+        self._pending.setdefault(key, []).append((t_ms, self._hists.put(key, t_ms, value)))
 
     def prepare(self) -> None:
         if not self._pending:
@@ -108,12 +148,13 @@ class RealStore:
         self._store.close()
         self._store = self._open()
         self._pending = {}
+        self._hists = Histograms()
 
     def close(self) -> None:
         self._store.close()
 
     def select(self, matchers: Sequence[Matcher], start_ms: int, end_ms: int) -> list[SeriesData]:
-        return self._store.select(matchers, start_ms, end_ms)
+        return self._hists.attach(self._store.select(matchers, start_ms, end_ms))
 
 
 def make_store(backend: str) -> TestStore:
