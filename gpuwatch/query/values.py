@@ -102,7 +102,9 @@ def format_values(values: np.ndarray) -> list[str]:
     with np.errstate(invalid="ignore"):
         a = np.abs(v)
         plain = (a >= 1e-3) & (a < 1e15)  # repr writes these without an exponent
-        integral = plain & (v == np.trunc(v))  # repr writes these with a ".0" that Go leaves out
+        zero = (v == 0) & ~np.signbit(v)  # "0" (Go writes -0 as "-0", handled below)
+        integral = (plain & (v == np.trunc(v))) | zero  # repr writes these with a ".0" that Go leaves out
+        nan = np.isnan(v)
     if integral.all():
         return list(map(str, v.astype(np.int64).tolist()))
     listed = v.tolist()
@@ -110,8 +112,12 @@ def format_values(values: np.ndarray) -> list[str]:
     if integral.any():
         for i in np.flatnonzero(integral).tolist():
             out[i] = out[i][:-2]
-    if not plain.all():
-        for i in np.flatnonzero(~plain).tolist():
+    if nan.any():
+        for i in np.flatnonzero(nan).tolist():
+            out[i] = "NaN"
+    other = ~(plain | zero | nan)
+    if other.any():
+        for i in np.flatnonzero(other).tolist():
             out[i] = _format_one(listed[i])
     return out
 
