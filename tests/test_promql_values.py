@@ -7,7 +7,7 @@ import math
 import struct
 
 import numpy as np
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from gpuwatch.model import STALE_NAN
@@ -60,6 +60,9 @@ floats = st.one_of(
 
 @settings(max_examples=300, deadline=None)
 @given(st.lists(floats, max_size=60))
+@example([0.0, -0.0, math.nan, math.inf, -math.inf, 1.0])
+@example([0.0, 0.0, 2.0])
+@example([0.0, 0.5, math.nan, 1e-7])
 def test_format_values_equals_format_value(values: list[float]) -> None:
     assert format_values(np.array(values, dtype=np.float64)) == [format_value(v) for v in values]
 
