@@ -46,6 +46,10 @@ class Queryable(Protocol):
     def select(self, matchers: Sequence[Matcher], start_ms: int, end_ms: int) -> list[SeriesData]: ...
 
 
+# A source may also offer `select_last(matchers, start_ms, end_ms)`: what `select` returns cut to each
+# series' last sample (the store does, from memory); instant selectors at one step then use it.
+
+
 def _ms(delta: timedelta | None) -> int:
     if delta is None:
         return 0
@@ -173,6 +177,7 @@ class _Evaluation:
         self.samples = 0
         self.deadline = engine.monotonic() + (engine.timeout_s if timeout_s is None else timeout_s)
         self.cache: dict[tuple[Matcher, ...], tuple[int, int, list[SeriesData]]] = {}
+        self.last_cache: dict[tuple[tuple[Matcher, ...], int, int], list[SeriesData]] = {}
         self.node: Any = None  # the node being evaluated (the parent of what `eval` is given)
 
     # Limits ----------------------------------------------------------------------------------
@@ -188,11 +193,22 @@ class _Evaluation:
 
     # Data ------------------------------------------------------------------------------------
 
-    def select(self, vs: Any, start_ms: int, end_ms: int) -> list[SeriesData]:
+    def select(self, vs: Any, start_ms: int, end_ms: int, last: bool = False) -> list[SeriesData]:
+        """Read `vs` over [start_ms, end_ms]; with `last`, only each series' last sample there is needed."""
         key = matchers_of(vs)
         cached = self.cache.get(key)
         if cached is not None and cached[0] <= start_ms and end_ms <= cached[1]:
             return cached[2]
+        select_last = getattr(self.engine.source, "select_last", None) if last else None
+        if select_last is not None:
+            found = self.last_cache.get((key, start_ms, end_ms))
+            if found is None:
+                found = select_last(list(key), start_ms, end_ms)
+                self._count(len(found))
+                found.sort(key=lambda s: make_labelset({NAME: s.name, **dict(s.labels)}))
+                self.last_cache[(key, start_ms, end_ms)] = found
+                self.check_deadline()
+            return found
         if cached is not None:
             start_ms, end_ms = min(start_ms, cached[0]), max(end_ms, cached[1])
         data = self.engine.source.select(list(key), start_ms, end_ms)
@@ -266,7 +282,7 @@ class _Evaluation:
     def vector_selector(self, vs: Any, ts: np.ndarray, want_times: bool = False) -> VectorFrame:
         te = self.times(vs, ts)
         n = len(ts)
-        data = self.select(vs, int(te.min()) - self.lookback + 1, int(te.max()))
+        data = self.select(vs, int(te.min()) - self.lookback + 1, int(te.max()), last=n == 1)
         labels: list[LabelSet] = []
         values = np.zeros((len(data), n))
         present = np.zeros((len(data), n), dtype=bool)

@@ -10,6 +10,10 @@ is a DuckDB round trip of a few milliseconds and a round of the pack costs hundr
 - a read of a name not fetched yet (the first round, a new rule) fetches every series of that name,
   and a later, wider read of it widens that; every read is filtered by its other matchers in memory;
 - a recording rule's output is forgotten when the rule writes (`forget`), so later rules read it anew.
+
+Instant selectors ask only for each series' last sample (`select_last`): those names are planned and
+prefetched apart from the range reads, with the source's `select_last` (the store answers it from
+memory), so the 5-minute lookback window is not read sample by sample.
 """
 
 from __future__ import annotations
@@ -18,6 +22,9 @@ import functools
 import re
 import threading
 from collections.abc import Callable, Sequence
+from dataclasses import replace
+
+import numpy as np
 
 from gpuwatch.errors import QueryError
 from gpuwatch.model import Matcher, SeriesData
@@ -56,24 +63,46 @@ class RoundCache:
         self._now_ms = 0
         self._plan: dict[str, tuple[int, int]] = {}  # name -> window read last round, relative to now
         self._seen: dict[str, tuple[int, int]] = {}  # the same, for this round
+        self._last_by_name: dict[str, tuple[int, int, list[SeriesData]]] = {}
+        self._last_plan: dict[str, tuple[int, int]] = {}  # the same three for last-sample reads
+        self._last_seen: dict[str, tuple[int, int]] = {}
         self.reads = 0  # store reads since start (for tests and the benchmark)
 
     def begin(self, now_ms: int) -> None:
         """Start a round evaluated at `now_ms`: forget the last one's data, prefetch what it read."""
         with self._lock:
-            if self._seen:
+            if self._seen or self._last_seen:
                 self._plan, self._seen = self._seen, {}
+                self._last_plan, self._last_seen = self._last_seen, {}
             self._by_name.clear()
+            self._last_by_name.clear()
             self._now_ms = now_ms
             windows: dict[tuple[int, int], list[str]] = {}
             for name, window in self._plan.items():
                 windows.setdefault(window, []).append(name)
+            last_windows: dict[tuple[int, int], list[str]] = {}
+            for name, window in self._last_plan.items():
+                last_windows.setdefault(window, []).append(name)
+        select_last = getattr(self.source, "select_last", None)
+        for (lo, hi), names in sorted(last_windows.items()):
+            if select_last is None:
+                break
+            pattern = "|".join(re.escape(n) for n in sorted(names))
+            start, end = now_ms + lo, now_ms + hi
+            data = select_last([Matcher(NAME, "=~", pattern)], start, end)
+            self.reads += 1
+            found: dict[str, list[SeriesData]] = {n: [] for n in names}
+            for s in data:
+                found.setdefault(s.name, []).append(s)
+            with self._lock:
+                for n, series in found.items():
+                    self._last_by_name[n] = (start, end, series)
         for (lo, hi), names in sorted(windows.items()):
             pattern = "|".join(re.escape(n) for n in sorted(names))
             start, end = now_ms + lo, now_ms + hi
             data = self.source.select([Matcher(NAME, "=~", pattern)], start, end)
             self.reads += 1
-            found: dict[str, list[SeriesData]] = {n: [] for n in names}
+            found = {n: [] for n in names}
             for s in data:
                 found.setdefault(s.name, []).append(s)
             with self._lock:
@@ -86,11 +115,15 @@ class RoundCache:
             self._by_name.clear()
             self._plan.clear()
             self._seen.clear()
+            self._last_by_name.clear()
+            self._last_plan.clear()
+            self._last_seen.clear()
 
     def forget(self, name: str) -> None:
         """Drop what was read of `name` this round (a recording rule has just written it)."""
         with self._lock:
             self._by_name.pop(name, None)
+            self._last_by_name.pop(name, None)
 
     def select(self, matchers: Sequence[Matcher], start_ms: int, end_ms: int) -> list[SeriesData]:
         name = next((m.value for m in matchers if m.name == NAME and m.op == "="), None)
@@ -110,7 +143,53 @@ class RoundCache:
             hit = (start_ms, end_ms, data)
             with self._lock:
                 self._by_name[name] = hit
-        tests = [(m.name, _test(m)) for m in matchers if m.name != NAME]
-        if not tests:
-            return list(hit[2])
-        return [s for s in hit[2] if all(test(dict(s.labels).get(label, "")) for label, test in tests)]
+        return _filter(hit[2], matchers)
+
+    def select_last(self, matchers: Sequence[Matcher], start_ms: int, end_ms: int) -> list[SeriesData]:
+        """What `select` returns cut to each series' last sample (an instant selector's read)."""
+        name = next((m.value for m in matchers if m.name == NAME and m.op == "="), None)
+        select_last = getattr(self.source, "select_last", None)
+        if name is None:
+            self.reads += 1
+            if select_last is None:
+                return _cut_last(self.source.select(matchers, start_ms, end_ms), start_ms, end_ms)
+            return list(select_last(matchers, start_ms, end_ms))
+        with self._lock:
+            rel = (start_ms - self._now_ms, end_ms - self._now_ms)
+            old = self._last_seen.get(name)
+            self._last_seen[name] = rel if old is None else (min(old[0], rel[0]), max(old[1], rel[1]))
+            hit = self._last_by_name.get(name)
+            wide = self._by_name.get(name)
+        if hit is not None and hit[0] <= start_ms and hit[1] == end_ms:
+            # The last sample in [hit start, end] is the last in [start, end] if it is not before start.
+            data = [s for s in hit[2] if s.timestamps_ms[-1] >= start_ms]
+        elif wide is not None and wide[0] <= start_ms and end_ms <= wide[1]:
+            data = _cut_last(wide[2], start_ms, end_ms)
+        else:
+            if select_last is None:
+                data = _cut_last(
+                    self.source.select([Matcher(NAME, "=", name)], start_ms, end_ms), start_ms, end_ms
+                )
+            else:
+                data = select_last([Matcher(NAME, "=", name)], start_ms, end_ms)
+            self.reads += 1
+            with self._lock:
+                self._last_by_name[name] = (start_ms, end_ms, data)
+        return _filter(data, matchers)
+
+
+def _filter(data: list[SeriesData], matchers: Sequence[Matcher]) -> list[SeriesData]:
+    tests = [(m.name, _test(m)) for m in matchers if m.name != NAME]
+    if not tests:
+        return list(data)
+    return [s for s in data if all(test(dict(s.labels).get(label, "")) for label, test in tests)]
+
+
+def _cut_last(data: list[SeriesData], start_ms: int, end_ms: int) -> list[SeriesData]:
+    """Each series' last sample in [start_ms, end_ms], series without one left out."""
+    out = []
+    for s in data:
+        lo, hi = np.searchsorted(s.timestamps_ms, [start_ms, end_ms + 1])
+        if hi > lo:
+            out.append(replace(s, timestamps_ms=s.timestamps_ms[hi - 1 : hi], values=s.values[hi - 1 : hi]))
+    return out
