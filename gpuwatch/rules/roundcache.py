@@ -63,9 +63,11 @@ class RoundCache:
         self._now_ms = 0
         self._plan: dict[str, tuple[int, int]] = {}  # name -> window read last round, relative to now
         self._seen: dict[str, tuple[int, int]] = {}  # the same, for this round
-        self._last_by_name: dict[str, tuple[int, int, list[SeriesData]]] = {}
-        self._last_plan: dict[str, tuple[int, int]] = {}  # the same three for last-sample reads
-        self._last_seen: dict[str, tuple[int, int]] = {}
+        # Last-sample reads, by name and exact window (windows of one name are not merged: a last
+        # sample cannot be cut from a wider window's last sample).
+        self._last_by_name: dict[tuple[str, int, int], list[SeriesData]] = {}
+        self._last_plan: set[tuple[str, int, int]] = set()
+        self._last_seen: set[tuple[str, int, int]] = set()
         self.reads = 0  # store reads since start (for tests and the benchmark)
 
     def begin(self, now_ms: int) -> None:
@@ -73,7 +75,7 @@ class RoundCache:
         with self._lock:
             if self._seen or self._last_seen:
                 self._plan, self._seen = self._seen, {}
-                self._last_plan, self._last_seen = self._last_seen, {}
+                self._last_plan, self._last_seen = self._last_seen, set()
             self._by_name.clear()
             self._last_by_name.clear()
             self._now_ms = now_ms
@@ -81,8 +83,8 @@ class RoundCache:
             for name, window in self._plan.items():
                 windows.setdefault(window, []).append(name)
             last_windows: dict[tuple[int, int], list[str]] = {}
-            for name, window in self._last_plan.items():
-                last_windows.setdefault(window, []).append(name)
+            for name, lo, hi in self._last_plan:
+                last_windows.setdefault((lo, hi), []).append(name)
         select_last = getattr(self.source, "select_last", None)
         for (lo, hi), names in sorted(last_windows.items()):
             if select_last is None:
@@ -96,7 +98,7 @@ class RoundCache:
                 found.setdefault(s.name, []).append(s)
             with self._lock:
                 for n, series in found.items():
-                    self._last_by_name[n] = (start, end, series)
+                    self._last_by_name[(n, start, end)] = series
         for (lo, hi), names in sorted(windows.items()):
             pattern = "|".join(re.escape(n) for n in sorted(names))
             start, end = now_ms + lo, now_ms + hi
@@ -123,7 +125,8 @@ class RoundCache:
         """Drop what was read of `name` this round (a recording rule has just written it)."""
         with self._lock:
             self._by_name.pop(name, None)
-            self._last_by_name.pop(name, None)
+            for key in [k for k in self._last_by_name if k[0] == name]:
+                del self._last_by_name[key]
 
     def select(self, matchers: Sequence[Matcher], start_ms: int, end_ms: int) -> list[SeriesData]:
         name = next((m.value for m in matchers if m.name == NAME and m.op == "="), None)
@@ -155,14 +158,11 @@ class RoundCache:
                 return _cut_last(self.source.select(matchers, start_ms, end_ms), start_ms, end_ms)
             return list(select_last(matchers, start_ms, end_ms))
         with self._lock:
-            rel = (start_ms - self._now_ms, end_ms - self._now_ms)
-            old = self._last_seen.get(name)
-            self._last_seen[name] = rel if old is None else (min(old[0], rel[0]), max(old[1], rel[1]))
-            hit = self._last_by_name.get(name)
+            self._last_seen.add((name, start_ms - self._now_ms, end_ms - self._now_ms))
+            hit = self._last_by_name.get((name, start_ms, end_ms))
             wide = self._by_name.get(name)
-        if hit is not None and hit[0] <= start_ms and hit[1] == end_ms:
-            # The last sample in [hit start, end] is the last in [start, end] if it is not before start.
-            data = [s for s in hit[2] if s.timestamps_ms[-1] >= start_ms]
+        if hit is not None:
+            data = hit
         elif wide is not None and wide[0] <= start_ms and end_ms <= wide[1]:
             data = _cut_last(wide[2], start_ms, end_ms)
         else:
@@ -174,7 +174,7 @@ class RoundCache:
                 data = select_last([Matcher(NAME, "=", name)], start_ms, end_ms)
             self.reads += 1
             with self._lock:
-                self._last_by_name[name] = (start_ms, end_ms, data)
+                self._last_by_name[(name, start_ms, end_ms)] = data
         return _filter(data, matchers)
 
 
