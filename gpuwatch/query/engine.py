@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta, timezone
@@ -10,7 +11,7 @@ from typing import Any, Protocol
 import numpy as np
 import promql_parser as pp
 
-from gpuwatch.model import Matcher, SeriesData
+from gpuwatch.model import Labels, Matcher, SeriesData
 from gpuwatch.query import aggregate, binary
 from gpuwatch.query.calls import RANGE_FUNCTIONS, evaluate_call
 from gpuwatch.query.errors import PromQLEvalError, QueryTimeout, QueryTooLarge, Unsupported
@@ -50,6 +51,26 @@ class Queryable(Protocol):
 # series' last sample (the store does, from memory); instant selectors at one step then use it.
 
 
+@functools.lru_cache(maxsize=1024)
+def _parse_instant(expr: str) -> Any:
+    """Parse an instant query once: rules evaluate the same expressions every round (the parsed
+    tree is only read, never changed, so one can serve every evaluation)."""
+    return parse(expr)
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _series_labels(name: str, labels: Labels) -> LabelSet:
+    return make_labelset({NAME: name, **dict(labels)})
+
+
+def series_labelset(sd: SeriesData) -> LabelSet:
+    """Return a read series' labels with `__name__` as a LabelSet (remembered: series repeat)."""
+    try:
+        return _series_labels(sd.name, sd.labels)
+    except TypeError:  # labels not hashable (a source handing out lists)
+        return make_labelset({NAME: sd.name, **dict(sd.labels)})
+
+
 def _ms(delta: timedelta | None) -> int:
     if delta is None:
         return 0
@@ -86,7 +107,7 @@ class Engine:
 
     def instant(self, expr: str, time_ms: int, *, timeout_s: float | None = None) -> Result:
         """Evaluate `expr` at `time_ms`."""
-        query = parse(expr)
+        query = _parse_instant(expr)
         ev = _Evaluation(self, int(time_ms), int(time_ms), timeout_s, query.invalid_utf8)
         ts = np.array([int(time_ms)], dtype=np.int64)
         frame = ev.eval(query.expr, ts)
@@ -205,7 +226,7 @@ class _Evaluation:
             if found is None:
                 found = select_last(list(key), start_ms, end_ms)
                 self._count(len(found))
-                found.sort(key=lambda s: make_labelset({NAME: s.name, **dict(s.labels)}))
+                found.sort(key=series_labelset)
                 self.last_cache[(key, start_ms, end_ms)] = found
                 self.check_deadline()
             return found
@@ -213,7 +234,7 @@ class _Evaluation:
             start_ms, end_ms = min(start_ms, cached[0]), max(end_ms, cached[1])
         data = self.engine.source.select(list(key), start_ms, end_ms)
         self._count(sum(len(s.timestamps_ms) for s in data))
-        data.sort(key=lambda s: make_labelset({NAME: s.name, **dict(s.labels)}))
+        data.sort(key=series_labelset)
         self.cache[key] = (start_ms, end_ms, data)
         self.check_deadline()
         return data
@@ -289,7 +310,7 @@ class _Evaluation:
         hist: np.ndarray | None = None
         prev_t: np.ndarray | None = None
         for i, sd in enumerate(data):
-            labels.append(make_labelset({NAME: sd.name, **dict(sd.labels)}))
+            labels.append(series_labelset(sd))
             t = sd.timestamps_ms
             if len(t) == 0:
                 continue
@@ -327,9 +348,7 @@ class _Evaluation:
                 hist = np.isin(times, np.fromiter(sd.histograms, dtype=np.int64))
                 if not hist.any():
                     hist = None
-            series.append(
-                RangeSeries(make_labelset({NAME: sd.name, **dict(sd.labels)}), times, sd.values[keep], hist)
-            )
+            series.append(RangeSeries(series_labelset(sd), times, sd.values[keep], hist))
         return RangeFrame(series, rng, ends, from_selector=vs)
 
     def subquery(self, sq: Any, ts: np.ndarray) -> RangeFrame:

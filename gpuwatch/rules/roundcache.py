@@ -27,10 +27,15 @@ from dataclasses import replace
 import numpy as np
 
 from gpuwatch.errors import QueryError
-from gpuwatch.model import Matcher, SeriesData
+from gpuwatch.model import Labels, Matcher, SeriesData
 from gpuwatch.query.engine import Queryable
 
 NAME = "__name__"
+KEEP_MARGIN_MS = 60_000
+
+
+def _alternatives(names: list[str]) -> str:
+    return "|".join(re.escape(n) for n in sorted(names))
 
 
 @functools.lru_cache(maxsize=512)
@@ -68,6 +73,11 @@ class RoundCache:
         self._last_by_name: dict[tuple[str, int, int], list[SeriesData]] = {}
         self._last_plan: set[tuple[str, int, int]] = set()
         self._last_seen: set[tuple[str, int, int]] = set()
+        # name -> (start, cut, write version, series): a range read's samples up to `cut` (a minute
+        # before its end, older than live samples still on their way to the store), kept for the
+        # next round, which reads only what comes after `cut` while the store reports no write at
+        # or before it since `version` (`Store.changed_since`).
+        self._kept: dict[str, tuple[int, int, int, list[SeriesData]]] = {}
         self.reads = 0  # store reads since start (for tests and the benchmark)
 
     def begin(self, now_ms: int) -> None:
@@ -99,17 +109,79 @@ class RoundCache:
             with self._lock:
                 for n, series in found.items():
                     self._last_by_name[(n, start, end)] = series
-        for (lo, hi), names in sorted(windows.items()):
-            pattern = "|".join(re.escape(n) for n in sorted(names))
-            start, end = now_ms + lo, now_ms + hi
-            data = self.source.select([Matcher(NAME, "=~", pattern)], start, end)
+        fetched = self._read_windows(
+            [(names, now_ms + lo, now_ms + hi) for (lo, hi), names in sorted(windows.items())]
+        )
+        with self._lock:
+            self._by_name.update(fetched)
+
+    def _read_windows(
+        self, windows: list[tuple[list[str], int, int]]
+    ) -> dict[str, tuple[int, int, list[SeriesData]]]:
+        """Read each (names, start, end); where the previous round's samples of a name up to its cut
+        are still exact (no write at or before the cut since), only the samples after the cut are
+        read, for all such names in one read per cut."""
+        version_of = getattr(self.source, "write_version", None)
+        version = version_of() if version_of is not None else None  # before reading: conservative
+        window_of: dict[str, tuple[int, int]] = {}
+        delta: dict[tuple[int, int], list[str]] = {}
+        found: dict[str, list[SeriesData]] = {}
+        for names, start, end in windows:
+            full = []
+            for n in names:
+                window_of[n] = (start, end)
+                found[n] = []
+                kept = self._kept.get(n)
+                if (
+                    version is not None
+                    and kept is not None
+                    and kept[0] <= start <= kept[1] < end
+                    and not self.source.changed_since(kept[2], kept[1])  # type: ignore[attr-defined]
+                ):
+                    delta.setdefault((kept[1], end), []).append(n)
+                else:
+                    full.append(n)
+            if full:
+                for sd in self.source.select([Matcher(NAME, "=~", _alternatives(full))], start, end):
+                    found.setdefault(sd.name, []).append(sd)
+                self.reads += 1
+        for (cut, end), group in sorted(delta.items()):
+            new: dict[str, dict[Labels, SeriesData]] = {}
+            for sd in self.source.select([Matcher(NAME, "=~", _alternatives(group))], cut + 1, end):
+                new.setdefault(sd.name, {})[sd.labels] = sd
             self.reads += 1
-            found = {n: [] for n in names}
-            for s in data:
-                found.setdefault(s.name, []).append(s)
-            with self._lock:
-                for n, series in found.items():
-                    self._by_name[n] = (start, end, series)
+            for n in group:
+                start = window_of[n][0]
+                merged: dict[Labels, SeriesData] = {}
+                for sd in self._kept[n][3]:
+                    lo = int(np.searchsorted(sd.timestamps_ms, start))
+                    if lo < sd.timestamps_ms.size:
+                        merged[sd.labels] = replace(
+                            sd, timestamps_ms=sd.timestamps_ms[lo:], values=sd.values[lo:]
+                        )
+                for labels, sd in new.get(n, {}).items():
+                    old = merged.get(labels)
+                    if old is not None:
+                        sd = replace(
+                            sd,
+                            timestamps_ms=np.concatenate([old.timestamps_ms, sd.timestamps_ms]),
+                            values=np.concatenate([old.values, sd.values]),
+                        )
+                    merged[labels] = sd
+                found[n] = [merged[k] for k in sorted(merged)]
+        out = {}
+        for n, (start, end) in window_of.items():
+            out[n] = (start, end, found[n])
+            cut = end - KEEP_MARGIN_MS
+            if version is None or cut < start:
+                self._kept.pop(n, None)
+                continue
+            kept_series = []
+            for sd in found[n]:
+                hi = int(np.searchsorted(sd.timestamps_ms, cut, side="right"))
+                kept_series.append(replace(sd, timestamps_ms=sd.timestamps_ms[:hi], values=sd.values[:hi]))
+            self._kept[n] = (start, cut, version, kept_series)
+        return out
 
     def clear(self) -> None:
         """Forget all data and what was learned (rules were replaced)."""
@@ -120,6 +192,7 @@ class RoundCache:
             self._last_by_name.clear()
             self._last_plan.clear()
             self._last_seen.clear()
+            self._kept.clear()
 
     def forget(self, name: str) -> None:
         """Drop what was read of `name` this round (a recording rule has just written it)."""

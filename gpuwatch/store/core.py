@@ -373,6 +373,15 @@ class Store:
                 out.append(SeriesData(e.name, e.labels, st[-1:], sv[-1:]))
         return out
 
+    def write_version(self) -> int | None:
+        """Return the number of flushes committed since open (None: read-only, nothing is counted)."""
+        return None if self._writer is None else self._writer.latest.version
+
+    def changed_since(self, version: int, t_ms: int) -> bool:
+        """Whether a flush after `write_version()` returned `version` wrote a sample at or before `t_ms`
+        (or retention deleted samples): data read before then may be out of date up to `t_ms`."""
+        return self._writer is None or self._writer.latest.changed_since(version, t_ms)
+
     def _entries(self, matchers: Sequence[Matcher], start_ms: int | None, end_ms: int | None) -> list[Entry]:
         entries = match(self._snapshot(), matchers)
         if start_ms is None and end_ms is None:

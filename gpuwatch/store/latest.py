@@ -23,6 +23,7 @@ future timestamp), is not vouched for: `Store.select_last` reads it the normal w
 
 from __future__ import annotations
 
+import collections
 import threading
 from collections.abc import Sequence
 
@@ -41,6 +42,10 @@ class Latest:
         self._v = np.zeros(0, np.float64)  # the value stored at `_t`, where `_known`
         self._has = np.zeros(0, bool)  # the series has stored samples and `_t` is the newest's time
         self._known = np.zeros(0, bool)
+        # Write log for readers that keep data between reads (RoundCache): per committed flush, its
+        # number and the oldest timestamp it wrote (retention: every timestamp counts as touched).
+        self.version = 0
+        self._log: collections.deque[tuple[int, int]] = collections.deque(maxlen=4096)
 
     @classmethod
     def load(cls, cur: duckdb.DuckDBPyConnection) -> Latest:
@@ -70,6 +75,9 @@ class Latest:
 
     def note(self, chunks: Sequence[ChunkRow], ids: np.ndarray, t_ms: np.ndarray, values: np.ndarray) -> None:
         """Take in one committed flush: bulk `chunks`, then head rows (ids, t_ms, values) in write order."""
+        oldest = min((r.t_min_ms for r in chunks), default=2**63 - 1)
+        if ids.size:
+            oldest = min(oldest, int(t_ms.min()))
         if chunks:
             # Per series, the chunk holding its newest sample (the later written at an equal time).
             best: dict[int, ChunkRow] = {}
@@ -100,6 +108,8 @@ class Latest:
             self._v[u_ids] = u_v
             self._has[u_ids] = True
             self._known[u_ids] = True
+            self.version += 1
+            self._log.append((self.version, oldest))
 
     def drop_before(self, cutoff_ms: int) -> None:
         """Retention deleted every sample before `cutoff_ms`."""
@@ -107,6 +117,22 @@ class Latest:
             gone = self._has & (self._t < cutoff_ms)
             self._has[gone] = False
             self._known[gone] = False
+            self.version += 1
+            self._log.append((self.version, 2**63 - 1))
+
+    def changed_since(self, version: int, t_ms: int) -> bool:
+        """Whether a flush after `version` wrote a sample at or before `t_ms`, or retention ran."""
+        with self._lock:
+            if self.version == version:
+                return False
+            if not self._log or self._log[0][0] > version + 1:
+                return True  # the log no longer reaches back that far
+            for v, oldest in reversed(self._log):
+                if v <= version:
+                    return False
+                if oldest <= t_ms:
+                    return True
+            return False
 
     def lookup(self, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Return (known, t, v) for series `ids`: where known, the newest stored sample is (t, v)."""
