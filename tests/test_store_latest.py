@@ -21,16 +21,16 @@ NAME = Matcher("__name__", "=", "m")
 T0 = 1_800_000_000_000
 
 
-def _last_of_select(store: Store, start: int, end: int) -> list[tuple[str, list[int], list[str]]]:
+def _last_of_select(store: Store, start: int, end: int) -> list[tuple[str, list[int], list[int]]]:
     return [
-        (s.labels[0][1], s.timestamps_ms[-1:].tolist(), [repr(x) for x in s.values[-1:].tolist()])
+        (s.labels[0][1], s.timestamps_ms[-1:].tolist(), s.values[-1:].view(np.uint64).tolist())
         for s in store.select([NAME], start, end)
     ]
 
 
-def _select_last(store: Store, start: int, end: int) -> list[tuple[str, list[int], list[str]]]:
+def _select_last(store: Store, start: int, end: int) -> list[tuple[str, list[int], list[int]]]:
     return [
-        (s.labels[0][1], s.timestamps_ms.tolist(), [repr(x) for x in s.values.tolist()])
+        (s.labels[0][1], s.timestamps_ms.tolist(), s.values.view(np.uint64).tolist())
         for s in store.select_last([NAME], start, end)
     ]
 

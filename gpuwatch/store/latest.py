@@ -87,19 +87,23 @@ class Latest:
                     best[row.series_id] = row
             c_ids = np.fromiter(best, np.int64, len(best))
             c_t = np.fromiter((r.t_max_ms for r in best.values()), np.int64, len(best))
-            c_v = np.fromiter(
-                (decode_row(r.n, r.ts, r.vs)[1][-1] for r in best.values()), np.float64, len(best)
-            )
+            c_v = np.fromiter((_last_value(r) for r in best.values()), np.float64, len(best))
             ids = np.concatenate([c_ids, np.asarray(ids, np.int64)])
             t_ms = np.concatenate([c_t, t_ms])
             values = np.concatenate([c_v, values])
         if not ids.size:
             return
-        # The newest sample of each series in this flush: highest time, then last written.
-        order = np.lexsort((np.arange(ids.size), t_ms, ids))
-        s_ids = ids[order]
-        last = np.r_[s_ids[1:] != s_ids[:-1], True]
-        u_ids, u_t, u_v = s_ids[last].astype(np.int64), t_ms[order][last], values[order][last]
+        # The newest sample of each series in this flush: highest time, then last written. Two
+        # unbuffered maxima over a table by series id: linear, no sort (a flush can be 500k rows).
+        ids = np.asarray(ids, np.int64)
+        size = int(ids.max()) + 1
+        newest = np.full(size, np.iinfo(np.int64).min)
+        np.maximum.at(newest, ids, t_ms)
+        at_newest = t_ms == newest[ids]
+        last = np.full(size, -1)
+        np.maximum.at(last, ids[at_newest], np.flatnonzero(at_newest))
+        pick = last[last >= 0]
+        u_ids, u_t, u_v = ids[pick], t_ms[pick], values[pick]
         with self._lock:
             self._grow(int(u_ids.max()) + 1)
             newer = ~self._has[u_ids] | (u_t >= self._t[u_ids])
@@ -144,3 +148,9 @@ class Latest:
                 return np.zeros(ids.size, bool), np.zeros(ids.size, np.int64), np.zeros(ids.size)
             known = inside & self._has[safe] & self._known[safe]
             return known, self._t[safe], self._v[safe]
+
+
+def _last_value(row: ChunkRow) -> float:
+    if row.last_value is not None:
+        return row.last_value
+    return float(decode_row(row.n, row.ts, row.vs)[1][-1])
