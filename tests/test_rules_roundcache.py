@@ -87,6 +87,7 @@ RANGE_QUERIES = [
     'count_over_time(DCGM_FI_DEV_GPU_UTIL{gpu="1"}[3m] offset 2m)',
     "DCGM_FI_DEV_GPU_UTIL",
     "errors_total offset 5m",
+    "temp - temp offset 20m",  # last-sample reads only, one of them over a minute back
 ]
 
 
@@ -103,6 +104,7 @@ def test_rounds_reading_only_new_samples_answer_as_the_store_does(tmp_path: Path
             for g in gpus
         ]
         samples.append(Sample("errors_total", make_labels({"kind": "a"}), float(k // 4)))
+        samples.append(Sample("temp", make_labels({"gpu": "0"}), float(k % 13)))
         store.append(Batch(t_ms, samples))
 
     try:

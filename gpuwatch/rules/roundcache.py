@@ -89,12 +89,21 @@ class RoundCache:
             self._by_name.clear()
             self._last_by_name.clear()
             self._now_ms = now_ms
-            windows: dict[tuple[int, int], list[str]] = {}
-            for name, window in self._plan.items():
-                windows.setdefault(window, []).append(name)
+            # A last-sample read ending over a minute back (`x offset 1h`) cannot be answered from
+            # memory by the store; it joins the name's range read, which later rounds read only the
+            # new part of, and is cut from that.
+            plan = dict(self._plan)
             last_windows: dict[tuple[int, int], list[str]] = {}
-            for name, lo, hi in self._last_plan:
-                last_windows.setdefault((lo, hi), []).append(name)
+            old_reads = {n for n, _, hi in self._last_plan if hi < -KEEP_MARGIN_MS}
+            for name, lo, hi in sorted(self._last_plan):
+                if name in old_reads:  # all of the name's last-sample reads: one range read serves them
+                    old = plan.get(name)
+                    plan[name] = (lo, hi) if old is None else (min(old[0], lo), max(old[1], hi))
+                else:
+                    last_windows.setdefault((lo, hi), []).append(name)
+            windows: dict[tuple[int, int], list[str]] = {}
+            for name, window in plan.items():
+                windows.setdefault(window, []).append(name)
         select_last = getattr(self.source, "select_last", None)
         for (lo, hi), names in sorted(last_windows.items()):
             if select_last is None:
@@ -125,9 +134,9 @@ class RoundCache:
         version = version_of() if version_of is not None else None  # before reading: conservative
         window_of: dict[str, tuple[int, int]] = {}
         delta: dict[tuple[int, int], list[str]] = {}
+        full: dict[tuple[int, int], list[str]] = {}
         found: dict[str, list[SeriesData]] = {}
         for names, start, end in windows:
-            full = []
             for n in names:
                 window_of[n] = (start, end)
                 found[n] = []
@@ -140,11 +149,18 @@ class RoundCache:
                 ):
                     delta.setdefault((kept[1], end), []).append(n)
                 else:
-                    full.append(n)
-            if full:
-                for sd in self.source.select([Matcher(NAME, "=~", _alternatives(full))], start, end):
-                    found.setdefault(sd.name, []).append(sd)
-                self.reads += 1
+                    full.setdefault((start, end), []).append(n)
+        # A window inside a delta read's (cut, end] (a `[1m]` rate next to the cut a minute back) rides
+        # along with it instead of costing a read of its own.
+        for (start, end), names in list(full.items()):
+            ride = next((key for key in delta if key[1] == end and key[0] < start), None)
+            if ride is not None:
+                delta[ride].extend(names)
+                del full[(start, end)]
+        for (start, end), names in sorted(full.items()):
+            for sd in self.source.select([Matcher(NAME, "=~", _alternatives(names))], start, end):
+                found.setdefault(sd.name, []).append(sd)
+            self.reads += 1
         for (cut, end), group in sorted(delta.items()):
             new: dict[str, dict[Labels, SeriesData]] = {}
             for sd in self.source.select([Matcher(NAME, "=~", _alternatives(group))], cut + 1, end):
@@ -153,21 +169,24 @@ class RoundCache:
             for n in group:
                 start = window_of[n][0]
                 merged: dict[Labels, SeriesData] = {}
-                for sd in self._kept[n][3]:
+                kept = self._kept.get(n)
+                for sd in kept[3] if kept is not None and kept[1] == cut else ():
                     lo = int(np.searchsorted(sd.timestamps_ms, start))
                     if lo < sd.timestamps_ms.size:
-                        merged[sd.labels] = replace(
-                            sd, timestamps_ms=sd.timestamps_ms[lo:], values=sd.values[lo:]
+                        merged[sd.labels] = SeriesData(
+                            sd.name, sd.labels, sd.timestamps_ms[lo:], sd.values[lo:], sd.histograms
                         )
                 for labels, sd in new.get(n, {}).items():
+                    t, v = sd.timestamps_ms, sd.values
                     old = merged.get(labels)
                     if old is not None:
-                        sd = replace(
-                            sd,
-                            timestamps_ms=np.concatenate([old.timestamps_ms, sd.timestamps_ms]),
-                            values=np.concatenate([old.values, sd.values]),
-                        )
-                    merged[labels] = sd
+                        t, v = np.concatenate([old.timestamps_ms, t]), np.concatenate([old.values, v])
+                    elif t.size and t[0] < start:  # a window that rode along: cut to its start
+                        lo = int(np.searchsorted(t, start))
+                        if lo == t.size:
+                            continue
+                        t, v = t[lo:], v[lo:]
+                    merged[labels] = SeriesData(sd.name, labels, t, v, sd.histograms)
                 found[n] = [merged[k] for k in sorted(merged)]
         out = {}
         for n, (start, end) in window_of.items():
@@ -179,7 +198,9 @@ class RoundCache:
             kept_series = []
             for sd in found[n]:
                 hi = int(np.searchsorted(sd.timestamps_ms, cut, side="right"))
-                kept_series.append(replace(sd, timestamps_ms=sd.timestamps_ms[:hi], values=sd.values[:hi]))
+                kept_series.append(
+                    SeriesData(sd.name, sd.labels, sd.timestamps_ms[:hi], sd.values[:hi], sd.histograms)
+                )
             self._kept[n] = (start, cut, version, kept_series)
         return out
 
