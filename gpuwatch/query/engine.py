@@ -304,6 +304,8 @@ class _Evaluation:
         te = self.times(vs, ts)
         n = len(ts)
         data = self.select(vs, int(te.min()) - self.lookback + 1, int(te.max()), last=n == 1)
+        if n == 1 and not any(sd.histograms for sd in data):
+            return self._vector_at_one_step(data, int(te[0]), want_times)
         labels: list[LabelSet] = []
         values = np.zeros((len(data), n))
         present = np.zeros((len(data), n), dtype=bool)
@@ -333,6 +335,24 @@ class _Evaluation:
         if hist is not None and not (hist != None).any():  # noqa: E711 (elementwise)
             hist = None
         return VectorFrame(labels, values, present, hist)
+
+    def _vector_at_one_step(self, data: list[SeriesData], at: int, want_times: bool) -> VectorFrame:
+        """`vector_selector` at one step: each series' last sample at or before `at`, the arrays built
+        once for all series (read by `select_last`, a series holds just that sample)."""
+        k = len(data)
+        times = np.zeros(k, np.int64)
+        vals = np.zeros(k)
+        found = np.zeros(k, bool)
+        for i, sd in enumerate(data):
+            t = sd.timestamps_ms
+            if not len(t):
+                continue
+            j = len(t) - 1 if t[-1] <= at else int(np.searchsorted(t, at, side="right")) - 1
+            if j >= 0:
+                times[i], vals[i], found[i] = t[j], sd.values[j], True
+        ok = found & (times > at - self.lookback) & ~is_stale_array(vals)
+        out = times / 1000.0 if want_times else vals
+        return VectorFrame([series_labelset(sd) for sd in data], out[:, None], ok[:, None])
 
     def matrix_selector(self, ms: Any, ts: np.ndarray) -> RangeFrame:
         vs = ms.vector_selector
