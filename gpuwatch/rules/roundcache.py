@@ -171,6 +171,9 @@ class RoundCache:
                 merged: dict[Labels, SeriesData] = {}
                 kept = self._kept.get(n)
                 for sd in kept[3] if kept is not None and kept[1] == cut else ():
+                    if sd.timestamps_ms.size and sd.timestamps_ms[0] >= start:
+                        merged[sd.labels] = sd
+                        continue
                     lo = int(np.searchsorted(sd.timestamps_ms, start))
                     if lo < sd.timestamps_ms.size:
                         merged[sd.labels] = SeriesData(
@@ -197,6 +200,9 @@ class RoundCache:
                 continue
             kept_series = []
             for sd in found[n]:
+                if not sd.timestamps_ms.size or sd.timestamps_ms[-1] <= cut:
+                    kept_series.append(sd)
+                    continue
                 hi = int(np.searchsorted(sd.timestamps_ms, cut, side="right"))
                 kept_series.append(
                     SeriesData(sd.name, sd.labels, sd.timestamps_ms[:hi], sd.values[:hi], sd.histograms)
