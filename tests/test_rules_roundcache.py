@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
+
 from gpuwatch.clock import FakeClock
 from gpuwatch.model import Batch, Sample, make_labels
 from gpuwatch.query import Engine, Vector
@@ -75,5 +77,61 @@ def test_a_rule_reads_what_a_recording_rule_before_it_wrote(tmp_path: Path) -> N
         assert sorted(r.name for r, _ in m.active_alerts()) == [
             "After"
         ]  # Before read x:doubled before it existed
+    finally:
+        store.close()
+
+
+RANGE_QUERIES = [
+    "increase(errors_total[1h])",
+    "max_over_time(DCGM_FI_DEV_GPU_UTIL[10m])",
+    'count_over_time(DCGM_FI_DEV_GPU_UTIL{gpu="1"}[3m] offset 2m)',
+    "DCGM_FI_DEV_GPU_UTIL",
+    "errors_total offset 5m",
+    "temp - temp offset 20m",  # last-sample reads only, one of them over a minute back
+]
+
+
+def test_rounds_reading_only_new_samples_answer_as_the_store_does(tmp_path: Path) -> None:
+    # Each round keeps the samples older than a minute and reads only the rest, unless something was
+    # written at or before that point since (a backfill, an import) or retention ran.
+    clock = FakeClock(1_800_000_000)
+    store = Store.open(tmp_path / "d", clock=clock, retention_s=3 * 3600)
+    cache = RoundCache(store)
+
+    def write(t_ms: int, k: int, gpus: range = range(3)) -> None:
+        samples = [
+            Sample("DCGM_FI_DEV_GPU_UTIL", make_labels({"gpu": str(g)}), float((k * 7 + g) % 100))
+            for g in gpus
+        ]
+        samples.append(Sample("errors_total", make_labels({"kind": "a"}), float(k // 4)))
+        samples.append(Sample("temp", make_labels({"gpu": "0"}), float(k % 13)))
+        store.append(Batch(t_ms, samples))
+
+    try:
+        for k in range(400):
+            write(clock.now_ms(), k)
+            clock.advance(15)
+        store.flush()
+        for rnd in range(12):
+            now = clock.now_ms()
+            cache.begin(now)
+            for q in RANGE_QUERIES:
+                assert _vec(Engine(cache).instant(q, now)) == _vec(Engine(store).instant(q, now)), (rnd, q)
+            for j in range(3):  # live samples until the next round, one series appearing midway
+                write(clock.now_ms(), 400 + rnd * 3 + j, range(4) if rnd >= 6 else range(3))
+                clock.advance(5)
+            if rnd == 3:  # a backfill inside the kept part of the windows: must be read again
+                write(clock.now_ms() - 600_000, 999)
+            if rnd == 8:  # an import of a new series reaching back before the cut
+                store.append_series(
+                    "DCGM_FI_DEV_GPU_UTIL",
+                    make_labels({"gpu": "9"}),
+                    np.arange(clock.now_ms() - 300_000, clock.now_ms(), 10_000),
+                    np.arange(30, dtype=np.float64),
+                )
+            if rnd == 10:
+                store.apply_retention(clock.now_ms() - 1800_000)
+            store.flush()
+        assert cache.reads < 12 * len(RANGE_QUERIES)
     finally:
         store.close()

@@ -218,10 +218,10 @@ def vector_vector(
 
 
 def _check_duplicates(checks: dict[tuple[LabelSet, LabelSet], np.ndarray], matching: Matching) -> None:
-    for counts in checks.values():
-        if (counts > 1).any():
-            if matching.card == "one-to-one":
-                raise PromQLEvalError(
-                    "multiple matches for labels: many-to-one matching must be explicit (group_left/group_right)"
-                )
-            raise PromQLEvalError("multiple matches for labels: grouping labels must ensure unique matches")
+    if not checks or not (np.array(list(checks.values())) > 1).any():  # one array op, not one per pair
+        return
+    if matching.card == "one-to-one":
+        raise PromQLEvalError(
+            "multiple matches for labels: many-to-one matching must be explicit (group_left/group_right)"
+        )
+    raise PromQLEvalError("multiple matches for labels: grouping labels must ensure unique matches")

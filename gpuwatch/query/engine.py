@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta, timezone
@@ -10,7 +11,7 @@ from typing import Any, Protocol
 import numpy as np
 import promql_parser as pp
 
-from gpuwatch.model import Matcher, SeriesData
+from gpuwatch.model import Labels, Matcher, SeriesData
 from gpuwatch.query import aggregate, binary
 from gpuwatch.query.calls import RANGE_FUNCTIONS, evaluate_call
 from gpuwatch.query.errors import PromQLEvalError, QueryTimeout, QueryTooLarge, Unsupported
@@ -44,6 +45,30 @@ class Queryable(Protocol):
     """Where the engine reads samples from (the store satisfies it)."""
 
     def select(self, matchers: Sequence[Matcher], start_ms: int, end_ms: int) -> list[SeriesData]: ...
+
+
+# A source may also offer `select_last(matchers, start_ms, end_ms)`: what `select` returns cut to each
+# series' last sample (the store does, from memory); instant selectors at one step then use it.
+
+
+@functools.lru_cache(maxsize=1024)
+def _parse_instant(expr: str) -> Any:
+    """Parse an instant query once: rules evaluate the same expressions every round (the parsed
+    tree is only read, never changed, so one can serve every evaluation)."""
+    return parse(expr)
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _series_labels(name: str, labels: Labels) -> LabelSet:
+    return make_labelset({NAME: name, **dict(labels)})
+
+
+def series_labelset(sd: SeriesData) -> LabelSet:
+    """Return a read series' labels with `__name__` as a LabelSet (remembered: series repeat)."""
+    try:
+        return _series_labels(sd.name, sd.labels)
+    except TypeError:  # labels not hashable (a source handing out lists)
+        return make_labelset({NAME: sd.name, **dict(sd.labels)})
 
 
 def _ms(delta: timedelta | None) -> int:
@@ -82,7 +107,7 @@ class Engine:
 
     def instant(self, expr: str, time_ms: int, *, timeout_s: float | None = None) -> Result:
         """Evaluate `expr` at `time_ms`."""
-        query = parse(expr)
+        query = _parse_instant(expr)
         ev = _Evaluation(self, int(time_ms), int(time_ms), timeout_s, query.invalid_utf8)
         ts = np.array([int(time_ms)], dtype=np.int64)
         frame = ev.eval(query.expr, ts)
@@ -173,6 +198,7 @@ class _Evaluation:
         self.samples = 0
         self.deadline = engine.monotonic() + (engine.timeout_s if timeout_s is None else timeout_s)
         self.cache: dict[tuple[Matcher, ...], tuple[int, int, list[SeriesData]]] = {}
+        self.last_cache: dict[tuple[tuple[Matcher, ...], int, int], list[SeriesData]] = {}
         self.node: Any = None  # the node being evaluated (the parent of what `eval` is given)
 
     # Limits ----------------------------------------------------------------------------------
@@ -188,16 +214,27 @@ class _Evaluation:
 
     # Data ------------------------------------------------------------------------------------
 
-    def select(self, vs: Any, start_ms: int, end_ms: int) -> list[SeriesData]:
+    def select(self, vs: Any, start_ms: int, end_ms: int, last: bool = False) -> list[SeriesData]:
+        """Read `vs` over [start_ms, end_ms]; with `last`, only each series' last sample there is needed."""
         key = matchers_of(vs)
         cached = self.cache.get(key)
         if cached is not None and cached[0] <= start_ms and end_ms <= cached[1]:
             return cached[2]
+        select_last = getattr(self.engine.source, "select_last", None) if last else None
+        if select_last is not None:
+            found = self.last_cache.get((key, start_ms, end_ms))
+            if found is None:
+                found = select_last(list(key), start_ms, end_ms)
+                self._count(len(found))
+                found.sort(key=series_labelset)
+                self.last_cache[(key, start_ms, end_ms)] = found
+                self.check_deadline()
+            return found
         if cached is not None:
             start_ms, end_ms = min(start_ms, cached[0]), max(end_ms, cached[1])
         data = self.engine.source.select(list(key), start_ms, end_ms)
         self._count(sum(len(s.timestamps_ms) for s in data))
-        data.sort(key=lambda s: make_labelset({NAME: s.name, **dict(s.labels)}))
+        data.sort(key=series_labelset)
         self.cache[key] = (start_ms, end_ms, data)
         self.check_deadline()
         return data
@@ -266,14 +303,16 @@ class _Evaluation:
     def vector_selector(self, vs: Any, ts: np.ndarray, want_times: bool = False) -> VectorFrame:
         te = self.times(vs, ts)
         n = len(ts)
-        data = self.select(vs, int(te.min()) - self.lookback + 1, int(te.max()))
+        data = self.select(vs, int(te.min()) - self.lookback + 1, int(te.max()), last=n == 1)
+        if n == 1 and not any(sd.histograms for sd in data):
+            return self._vector_at_one_step(data, int(te[0]), want_times)
         labels: list[LabelSet] = []
         values = np.zeros((len(data), n))
         present = np.zeros((len(data), n), dtype=bool)
         hist: np.ndarray | None = None
         prev_t: np.ndarray | None = None
         for i, sd in enumerate(data):
-            labels.append(make_labelset({NAME: sd.name, **dict(sd.labels)}))
+            labels.append(series_labelset(sd))
             t = sd.timestamps_ms
             if len(t) == 0:
                 continue
@@ -297,6 +336,24 @@ class _Evaluation:
             hist = None
         return VectorFrame(labels, values, present, hist)
 
+    def _vector_at_one_step(self, data: list[SeriesData], at: int, want_times: bool) -> VectorFrame:
+        """`vector_selector` at one step: each series' last sample at or before `at`, the arrays built
+        once for all series (read by `select_last`, a series holds just that sample)."""
+        k = len(data)
+        times = np.zeros(k, np.int64)
+        vals = np.zeros(k)
+        found = np.zeros(k, bool)
+        for i, sd in enumerate(data):
+            t = sd.timestamps_ms
+            if not len(t):
+                continue
+            j = len(t) - 1 if t[-1] <= at else int(np.searchsorted(t, at, side="right")) - 1
+            if j >= 0:
+                times[i], vals[i], found[i] = t[j], sd.values[j], True
+        ok = found & (times > at - self.lookback) & ~is_stale_array(vals)
+        out = times / 1000.0 if want_times else vals
+        return VectorFrame([series_labelset(sd) for sd in data], out[:, None], ok[:, None])
+
     def matrix_selector(self, ms: Any, ts: np.ndarray) -> RangeFrame:
         vs = ms.vector_selector
         rng = _ms(ms.range)
@@ -311,9 +368,7 @@ class _Evaluation:
                 hist = np.isin(times, np.fromiter(sd.histograms, dtype=np.int64))
                 if not hist.any():
                     hist = None
-            series.append(
-                RangeSeries(make_labelset({NAME: sd.name, **dict(sd.labels)}), times, sd.values[keep], hist)
-            )
+            series.append(RangeSeries(series_labelset(sd), times, sd.values[keep], hist))
         return RangeFrame(series, rng, ends, from_selector=vs)
 
     def subquery(self, sq: Any, ts: np.ndarray) -> RangeFrame:

@@ -38,6 +38,7 @@ from gpuwatch.rules.load import (
     load_files,
 )
 from gpuwatch.rules.pack import apply_builtin
+from gpuwatch.rules.reads import may_read
 from gpuwatch.rules.roundcache import RoundCache
 from gpuwatch.store.alerts import StoredAlert
 
@@ -123,6 +124,10 @@ class RuleManager:
         self._listeners: list[Listener] = []
         self._groups: list[GroupState] = []
         self._failures: dict[str, int] = {}  # failed rule evaluations by group key, since start
+        # Names appended since the last flush, and whether a recording rule's output still awaits the
+        # flush that lets later rules of its group read it (done before the first rule that may).
+        self._unflushed: set[str] = set()
+        self._flush_owed = False
         self.replace_groups(groups, restore=True)
 
     # -- loading --------------------------------------------------------------------------------------
@@ -249,6 +254,8 @@ class RuleManager:
             t0 = self._clock.monotonic()
             st = g.status[i]
             st.last_eval_ms = now_ms
+            if self._flush_owed and may_read(rule.expr, self._unflushed):
+                self._flush()
             try:
                 result = _samples(self._query(rule.expr, now_ms))
                 if rule.kind == "alert":
@@ -270,11 +277,15 @@ class RuleManager:
             g.written[i] = now_series
             if out or stale:
                 self._store.append(Batch(now_ms, [*out, *stale]))
+                self._unflushed.update(s.name for s in out)
+                self._unflushed.update(s.name for s in stale)
                 if rule.kind == "record" and i < n - 1:
-                    self._store.flush()  # later rules of the group read what this one recorded
+                    self._flush_owed = True  # later rules of the group read what this one recorded
                 if rule.kind == "record" and self._cache is not None:
                     self._cache.forget(rule.name)
             st.duration_s = self._clock.monotonic() - t0
+        if self._flush_owed:
+            self._flush()
         g.last_eval_ms = now_ms
         g.duration_s = self._clock.monotonic() - start
         self._save(g)
@@ -289,6 +300,11 @@ class RuleManager:
             for listener in self._listeners:
                 listener(alerts, g.interval_s, now_ms)
         return transitions
+
+    def _flush(self) -> None:
+        self._store.flush()
+        self._unflushed.clear()
+        self._flush_owed = False
 
     def add_listener(self, listener: Listener) -> None:
         """Call `listener` after each group evaluation (the notifier; it must return quickly)."""

@@ -9,6 +9,7 @@ Supported: text with `{{ ... }}` actions (and `{{-`/`-}}` trimming); operands `$
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from collections.abc import Callable, Mapping
@@ -205,6 +206,7 @@ def _tokens(action: str) -> list[tuple[str, str]]:
     return out
 
 
+@functools.lru_cache(maxsize=1024)
 def _pipeline(action: str) -> list[list[tuple[str, str]]]:
     commands: list[list[tuple[str, str]]] = [[]]
     for kind, tok in _tokens(action):
@@ -225,6 +227,7 @@ def _pipeline(action: str) -> list[list[tuple[str, str]]]:
     return commands
 
 
+@functools.lru_cache(maxsize=1024)
 def _parts(text: str) -> list[tuple[bool, str]]:
     """Split into (is_action, text) parts, applying `{{-` / `-}}` whitespace trimming."""
     parts: list[tuple[bool, str]] = []

@@ -99,10 +99,16 @@ def _predicate(m: Matcher) -> Callable[[str], bool]:
 def match(snap: Snapshot, matchers: Sequence[Matcher]) -> list[Entry]:
     """Return the entries matching all matchers, sorted by name and labels."""
     candidates: Iterable[Entry] = snap.by_id.values()
-    for m in matchers:
-        if m.name == NAME and m.op == "=":
-            candidates = snap.by_name.get(m.value, ())
-            break
+    on_name = [m for m in matchers if m.name == NAME]
+    exact = next((m for m in on_name if m.op == "="), None)
+    if exact is not None:
+        candidates = snap.by_name.get(exact.value, ())
+    elif on_name:  # test the few distinct names, not every series (`{__name__=~"a|b|c"}`)
+        name_tests = [_predicate(m) for m in on_name]
+        candidates = [
+            e for n, group in snap.by_name.items() if all(test(n) for test in name_tests) for e in group
+        ]
+        matchers = [m for m in matchers if m.name != NAME]
     tests = [(m.name, _predicate(m)) for m in matchers]
     found = [e for e in candidates if all(test(e.label_map.get(name, "")) for name, test in tests)]
     found.sort(key=lambda e: (e.name, e.labels))

@@ -25,6 +25,7 @@ class ChunkRow:
     seq: int
     ts: bytes
     vs: bytes
+    last_value: float | None = None  # the value at t_max_ms, where known without decoding (latest.py)
 
 
 def dedupe_last(t_ms: np.ndarray, values: np.ndarray, order: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -46,7 +47,16 @@ def encode_series(series_id: int, t_ms: np.ndarray, values: np.ndarray, seq: int
     for lo, hi in zip(np.r_[0, cuts], np.r_[cuts, t_ms.size], strict=True):
         t, v = t_ms[lo:hi], values[lo:hi]
         rows.append(
-            ChunkRow(series_id, int(t[0]), int(t[-1]), int(t.size), seq, encode_times(t), encode_values(v))
+            ChunkRow(
+                series_id,
+                int(t[0]),
+                int(t[-1]),
+                int(t.size),
+                seq,
+                encode_times(t),
+                encode_values(v),
+                float(v[-1]),
+            )
         )
     return rows
 

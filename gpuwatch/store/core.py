@@ -342,6 +342,46 @@ class Store:
             raise StoreError(f"store read failed: {exc}") from None
         return [SeriesData(e.name, e.labels, *found[e.series_id]) for e in entries if e.series_id in found]
 
+    def select_last(self, matchers: Sequence[Matcher], start_ms: int, end_ms: int) -> list[SeriesData]:
+        """Return what `select` returns cut to each series' last sample: for an instant selector.
+
+        Answered from the newest sample of each series kept in memory (`latest.py`) where it is
+        provably the newest stored one; the other series are read from the database."""
+        entries = match(self._snapshot(), matchers)
+        if not entries:
+            return []
+        ids = np.fromiter((e.series_id for e in entries), np.int64, len(entries))
+        if self._writer is None:
+            known, t, v = np.zeros(ids.size, bool), ids, ids.astype(np.float64)
+        else:
+            known, t, v = self._writer.latest.lookup(ids)
+        vouched = known & (t <= end_ms)
+        found: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+        rest = ids[~vouched].tolist()
+        if rest:
+            try:
+                found = read_samples(self._cursor(), rest, start_ms, end_ms)
+            except duckdb.Error as exc:
+                raise StoreError(f"store read failed: {exc}") from None
+        out = []
+        for i, e in enumerate(entries):
+            if vouched[i]:
+                if t[i] >= start_ms:
+                    out.append(SeriesData(e.name, e.labels, t[i : i + 1].copy(), v[i : i + 1].copy()))
+            elif e.series_id in found:
+                st, sv = found[e.series_id]
+                out.append(SeriesData(e.name, e.labels, st[-1:], sv[-1:]))
+        return out
+
+    def write_version(self) -> int | None:
+        """Return the number of flushes committed since open (None: read-only, nothing is counted)."""
+        return None if self._writer is None else self._writer.latest.version
+
+    def changed_since(self, version: int, t_ms: int) -> bool:
+        """Whether a flush after `write_version()` returned `version` wrote a sample at or before `t_ms`
+        (or retention deleted samples): data read before then may be out of date up to `t_ms`."""
+        return self._writer is None or self._writer.latest.changed_since(version, t_ms)
+
     def _entries(self, matchers: Sequence[Matcher], start_ms: int | None, end_ms: int | None) -> list[Entry]:
         entries = match(self._snapshot(), matchers)
         if start_ms is None and end_ms is None:

@@ -25,6 +25,7 @@ from gpuwatch.errors import StoreError
 from gpuwatch.model import Batch, Labels, make_labels
 from gpuwatch.store.catalog import Catalog, Entry
 from gpuwatch.store.chunking import WINDOW_MS, ChunkRow, dedupe_last, encode_series, merge_rows
+from gpuwatch.store.latest import Latest
 
 log = logging.getLogger(__name__)
 
@@ -69,6 +70,7 @@ class Writer:
             "SELECT coalesce(greatest((SELECT max(seq) FROM head), (SELECT max(seq) FROM chunks)), 0) + 1",
         )
         self._head_rows = _scalar(cur, "SELECT count(*) FROM head")
+        self.latest = Latest.load(cur)  # each series' newest stored sample (Store.select_last)
         self._new: list[Entry] = []
         self._pending: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
         self._pending_chunks: list[ChunkRow] = []
@@ -259,6 +261,11 @@ class Writer:
         if head is not None:
             self._seq += head["seq"].size
             self._head_rows += head["seq"].size
+            self.latest.note(
+                self._pending_chunks, head["series_id"], head["t_ms"], head["v_bits"].view(np.float64)
+            )
+        elif self._pending_chunks:
+            self.latest.note(self._pending_chunks, np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0))
         self._chunks_since_compact += len(self._pending_chunks)
         self._catalog.add(self._new)
         self._new, self._pending, self._pending_chunks, self._pending_rows = [], [], [], 0
@@ -361,6 +368,7 @@ class Writer:
         gone = set(orphans)
         self._ids = {k: v for k, v in self._ids.items() if v not in gone}
         self._catalog.remove(gone)
+        self.latest.drop_before(cutoff_ms)
         return deleted + head_old
 
 

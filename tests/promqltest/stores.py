@@ -156,6 +156,9 @@ class RealStore:
     def select(self, matchers: Sequence[Matcher], start_ms: int, end_ms: int) -> list[SeriesData]:
         return self._hists.attach(self._store.select(matchers, start_ms, end_ms))
 
+    def select_last(self, matchers: Sequence[Matcher], start_ms: int, end_ms: int) -> list[SeriesData]:
+        return self._hists.attach(self._store.select_last(matchers, start_ms, end_ms))
+
 
 def make_store(backend: str) -> TestStore:
     """Return the store named by `backend` ("store" or "array")."""

@@ -1,0 +1,49 @@
+"""Which metric names a rule's expression may read: to skip store flushes no later rule can observe."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Iterable
+from typing import Any
+
+import promql_parser as pp
+
+from gpuwatch.errors import QueryError
+from gpuwatch.model import Matcher
+from gpuwatch.query.parse import matchers_of, parse
+from gpuwatch.rules.roundcache import NAME, _test
+
+
+@functools.lru_cache(maxsize=1024)
+def _name_matchers(expr: str) -> tuple[tuple[Matcher, ...], ...] | None:
+    """Per vector selector of `expr`, its `__name__` matchers; None when `expr` does not parse."""
+    try:
+        tree = parse(expr).expr
+    except QueryError:
+        return None
+    found: list[tuple[Matcher, ...]] = []
+
+    def visit(node: Any) -> bool:
+        if isinstance(node, pp.MatrixSelector):
+            node = node.vector_selector
+        if isinstance(node, pp.VectorSelector):
+            found.append(tuple(m for m in matchers_of(node) if m.name == NAME))
+        return True
+
+    pp.walk(tree, visit)
+    return tuple(found)
+
+
+def may_read(expr: str, names: Iterable[str]) -> bool:
+    """Whether evaluating `expr` could read a series named one of `names` (when unsure: True)."""
+    selectors = _name_matchers(expr)
+    if selectors is None:
+        return True
+    names = list(names)
+    for matchers in selectors:
+        if not matchers:  # `{job="x"}`: any name
+            return True
+        tests = [_test(m) for m in matchers]
+        if any(all(test(n) for test in tests) for n in names):
+            return True
+    return False
