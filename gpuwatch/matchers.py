@@ -17,6 +17,7 @@ matcher back as Alertmanager does (`name=~"value"`, with `\\`, `"` and newlines 
 from __future__ import annotations
 
 import re
+import warnings
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -62,16 +63,23 @@ class MatcherFormatError(MatcherError):
     """A text is not `name<op>value` at all."""
 
 
+def compile_quietly(pattern: str) -> re.Pattern[str]:
+    """`re.compile`, without Python's FutureWarning about RE2-valid text such as `[[` (nested sets)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)
+        return re.compile(pattern)
+
+
 def compile_anchored(value: str) -> re.Pattern[str]:
     """Compile `value` as Alertmanager does (`^(?:value)$`); use `.search`; raise MatcherRegexError."""
     flags = _LEADING_FLAGS.match(value)
     head = flags.group(0) if flags else ""  # Python wants global flags first, RE2 takes them anywhere
     try:
-        return re.compile(f"{head}\\A(?:{value[len(head) :]})\\Z")
+        return compile_quietly(f"{head}\\A(?:{value[len(head) :]})\\Z")
     except _REGEX_ERRORS as e:
         reason = str(e)
         try:
-            re.compile(value)  # the error about the user's text, with its positions
+            compile_quietly(value)  # the error about the user's text, with its positions
         except _REGEX_ERRORS as own:
             reason = str(own)
         raise MatcherRegexError(value, reason) from None

@@ -25,7 +25,7 @@ from typing import Any, Protocol
 
 from gpuwatch.clock import Clock
 from gpuwatch.errors import GpuwatchError, StoreError
-from gpuwatch.matchers import LABEL_NAME, LabelMatcher, MatcherError, matches_all
+from gpuwatch.matchers import LABEL_NAME, LabelMatcher, MatcherError, compile_quietly, matches_all
 from gpuwatch.model import SilenceRecord
 
 log = logging.getLogger("gpuwatch.silences")
@@ -90,7 +90,7 @@ def silence_matcher(name: str, value: str, is_regex: bool, is_equal: bool = True
         raise SilenceError(f"invalid label name {name!r}")
     try:
         if is_regex:
-            re.compile(value)
+            compile_quietly(value)
         return LabelMatcher.of(name, value, is_regex, is_equal)
     except (re.error, OverflowError, RecursionError) as e:
         raise SilenceError(f"invalid regular expression {value!r}: {e}") from None
