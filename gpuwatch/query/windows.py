@@ -77,9 +77,10 @@ def same_times(a: np.ndarray, b: np.ndarray) -> bool:
     return a is b or (len(a) == len(b) and (len(a) == 0 or (a[0] == b[0] and np.array_equal(a, b))))
 
 
-def _take_cols(rows: np.ndarray, idx: np.ndarray) -> np.ndarray:
+def _take_cols(rows: np.ndarray, idx: np.ndarray, view: bool = False) -> np.ndarray:
     """`rows[:, idx]` for ascending `idx`; where `idx` steps evenly (windows over regular samples at a
-    fixed step), the columns are copied as a strided slice instead of gathered one by one."""
+    fixed step), the columns are copied as a strided slice instead of gathered one by one, and with
+    `view` (for a read-only use) not copied at all when all of `idx` steps evenly."""
     n = idx.size
     if n < 64:
         return rows[:, idx]
@@ -91,6 +92,8 @@ def _take_cols(rows: np.ndarray, idx: np.ndarray) -> np.ndarray:
     p = int(odd[-1]) + 1 if odd.size else 0  # idx[p:] is idx[p], idx[p] + s, ...
     if n - p < n // 2:
         return rows[:, idx]
+    if view and p == 0:
+        return rows[:, int(idx[0]) : int(idx[0]) + s * n : s]
     out = np.empty((rows.shape[0], n), rows.dtype)
     if p:
         out[:, :p] = rows[:, idx[:p]]
@@ -114,14 +117,28 @@ def extrapolated_rate_rows(
     k = rows.shape[0]
     if not ok.any() or rows.shape[1] == 0:
         return np.zeros((k, n)), ok
+    if k > 1:
+        # A row holding one finite value throughout (a counter that never moved: ECC errors, XIDs)
+        # comes to exactly 0.0 at every step (x - x is +0.0, times a finite positive factor): only
+        # the other rows need the arithmetic.
+        const = (rows == rows[:, :1]).all(axis=1) & np.isfinite(rows[:, 0])
+        if const.all():
+            return np.zeros((k, n)), ok
+        if const.any():
+            moving = np.flatnonzero(~const)
+            got = extrapolated_rate_rows(w, rows[moving], is_counter, is_rate)
+            if got is None:
+                return None
+            out = np.zeros((k, n))
+            out[moving] = got[0]
+            return out, ok
     first = np.minimum(w.lo, rows.shape[1] - 1)
     last = np.maximum(w.hi - 1, 0)
     ft = w.times[first].astype(np.float64)
     lt = w.times[last].astype(np.float64)
     fv = _take_cols(rows, first)
-    result = _take_cols(rows, last)
     with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
-        np.subtract(result, fv, out=result)
+        result = np.subtract(_take_cols(rows, last, view=True), fv)
         if is_counter and rows.shape[1] >= 2 and not (rows[:, 1:] < rows[:, :-1]).any():
             np.add(
                 result, 0.0, out=result
