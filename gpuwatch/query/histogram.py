@@ -127,7 +127,9 @@ def histogram_quantile(q: np.ndarray, frame: VectorFrame) -> VectorFrame:
         any_present = np.asarray(pres.any(axis=0))
         full = pres.all(axis=0)
         res = np.full(n, np.nan)
-        if full.any():
+        if full.all():  # every bucket present at every step (the usual case): no column copies
+            res = bucket_quantile(q, bounds, counts)
+        elif full.any():
             cols = np.flatnonzero(full)
             res[cols] = bucket_quantile(q[cols], bounds, counts[:, cols])
         for col in np.flatnonzero(any_present & ~full).tolist():
