@@ -32,10 +32,18 @@ def aggregate(
 ) -> VectorFrame:
     """Evaluate a simple aggregation (not topk/bottomk/count_values) per group and step."""
     n = frame.steps
+    groups = _groups(frame, grouping, without)
+    if op == "sum" and len(groups) == len(frame.labels) and groups:
+        # Every group is one series (`sum by (le, ...)` of one series per bucket): all rows at once,
+        # as the loop below computes a group of one.
+        order = [rows[0] for rows in groups.values()]
+        v, m = frame.values[order], frame.present[order]
+        with np.errstate(all="ignore"):
+            return VectorFrame(list(groups), np.where(m, 0.0 + v, 0.0), m.copy())
     out_labels: list[LabelSet] = []
     out_values: list[np.ndarray] = []
     out_present: list[np.ndarray] = []
-    for key, rows in _groups(frame, grouping, without).items():
+    for key, rows in groups.items():
         v = frame.values[rows]
         m = frame.present[rows]
         present = np.asarray(m.any(axis=0))

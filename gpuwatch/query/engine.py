@@ -362,13 +362,16 @@ class _Evaluation:
         series = []
         for sd in data:
             keep = ~is_stale_array(sd.values)
-            times = sd.timestamps_ms[keep]
+            if keep.all():  # no staleness markers (the usual case): no copies
+                times, kept = sd.timestamps_ms, sd.values
+            else:
+                times, kept = sd.timestamps_ms[keep], sd.values[keep]
             hist = None
             if sd.histograms:
                 hist = np.isin(times, np.fromiter(sd.histograms, dtype=np.int64))
                 if not hist.any():
                     hist = None
-            series.append(RangeSeries(series_labelset(sd), times, sd.values[keep], hist))
+            series.append(RangeSeries(series_labelset(sd), times, kept, hist))
         return RangeFrame(series, rng, ends, from_selector=vs)
 
     def subquery(self, sq: Any, ts: np.ndarray) -> RangeFrame:

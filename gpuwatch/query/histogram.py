@@ -42,6 +42,28 @@ def _monotonic(counts: np.ndarray) -> np.ndarray:
     return counts
 
 
+def _needs_fix(counts: np.ndarray) -> np.ndarray:
+    """Steps (columns) where some bucket is below, or almost equal to but not equal to, the one before
+    it: only there can the fix-up loop change anything.
+
+    A bucket clearly above the one before (the usual case) is neither: with `earlier >= 0`,
+    `later > earlier * (1 + 1e-11)` and `later > 1e-290`, the relative difference is over 4e-12 (and
+    not tiny), so `_almost_equal` is false there. Only the other cells get the full test."""
+    with np.errstate(invalid="ignore", over="ignore"):
+        later, earlier = counts[1:], counts[:-1]
+        open_ = earlier * (1.0 + 1e-11)
+        unsure = ~(later > open_)
+        unsure |= earlier < 0
+        unsure |= later <= 1e-290
+        unsure &= later != earlier
+        cols = np.flatnonzero(unsure.any(axis=0))
+        out = np.zeros(counts.shape[1], bool)
+        if cols.size:
+            lt, ea = later[:, cols], earlier[:, cols]
+            out[cols] = (unsure[:, cols] & ((lt < ea) | _almost_equal(ea, lt, _SMALL_DELTA))).any(axis=0)
+    return out
+
+
 def bucket_quantile(q: np.ndarray, bounds: np.ndarray, counts: np.ndarray) -> np.ndarray:
     """Quantile at each step (column) of buckets sorted by upper bound; counts is (buckets, steps)."""
     steps = counts.shape[1]
@@ -53,11 +75,7 @@ def bucket_quantile(q: np.ndarray, bounds: np.ndarray, counts: np.ndarray) -> np
         merged = np.zeros((len(uniq), steps))
         np.add.at(merged, inverse, counts)
         bounds, counts = uniq, merged
-    with np.errstate(invalid="ignore"):
-        later, earlier = counts[1:], counts[:-1]
-        same = later == earlier
-        # Where no bucket is below or almost equal to the one before, the fix-up loop changes nothing.
-        needs_fix = (~same & ((later < earlier) | _almost_equal(earlier, later, _SMALL_DELTA))).any(axis=0)
+    needs_fix = _needs_fix(counts)
     if needs_fix.any():  # steps are independent: fix up only those that need it
         cols = np.flatnonzero(needs_fix)
         counts = counts.copy()
@@ -109,7 +127,9 @@ def histogram_quantile(q: np.ndarray, frame: VectorFrame) -> VectorFrame:
         any_present = np.asarray(pres.any(axis=0))
         full = pres.all(axis=0)
         res = np.full(n, np.nan)
-        if full.any():
+        if full.all():  # every bucket present at every step (the usual case): no column copies
+            res = bucket_quantile(q, bounds, counts)
+        elif full.any():
             cols = np.flatnonzero(full)
             res[cols] = bucket_quantile(q[cols], bounds, counts[:, cols])
         for col in np.flatnonzero(any_present & ~full).tolist():

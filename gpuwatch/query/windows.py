@@ -77,27 +77,72 @@ def same_times(a: np.ndarray, b: np.ndarray) -> bool:
     return a is b or (len(a) == len(b) and (len(a) == 0 or (a[0] == b[0] and np.array_equal(a, b))))
 
 
+def _take_cols(rows: np.ndarray, idx: np.ndarray, view: bool = False) -> np.ndarray:
+    """`rows[:, idx]` for ascending `idx`; where `idx` steps evenly (windows over regular samples at a
+    fixed step), the columns are copied as a strided slice instead of gathered one by one, and with
+    `view` (for a read-only use) not copied at all when all of `idx` steps evenly."""
+    n = idx.size
+    if n < 64:
+        return rows[:, idx]
+    d = np.diff(idx)
+    s = int(d[-1])
+    if s <= 0:
+        return rows[:, idx]
+    odd = np.flatnonzero(d != s)
+    p = int(odd[-1]) + 1 if odd.size else 0  # idx[p:] is idx[p], idx[p] + s, ...
+    if n - p < n // 2:
+        return rows[:, idx]
+    if view and p == 0:
+        return rows[:, int(idx[0]) : int(idx[0]) + s * n : s]
+    out = np.empty((rows.shape[0], n), rows.dtype)
+    if p:
+        out[:, :p] = rows[:, idx[:p]]
+    a = int(idx[p])
+    out[:, p:] = rows[:, a : a + s * (n - p) : s]
+    return out
+
+
 def extrapolated_rate_rows(
     w: Window, rows: np.ndarray, is_counter: bool, is_rate: bool
 ) -> WindowResult | None:
     """`extrapolated_rate` of several series at once that share `w`'s timestamps: `rows` is their
     (k, samples) values. Returns (k, steps) values and a (steps,) mask, or None where a row needs the
-    careful path (non-finite or huge counter drops); elementwise the same arithmetic as one series."""
+    careful path (non-finite or huge counter drops); elementwise the same arithmetic as one series.
+
+    Everything that depends only on the timestamps (window edges, the extrapolation factor without
+    a counter's zero point) is computed once per step; per (series, step) only the differences, the
+    corrections and, where a counter would reach zero inside the extrapolated span, its own factor."""
     ok = w.count >= 2
     n = len(w.lo)
     k = rows.shape[0]
     if not ok.any() or rows.shape[1] == 0:
         return np.zeros((k, n)), ok
+    if k > 1:
+        # A row holding one finite value throughout (a counter that never moved: ECC errors, XIDs)
+        # comes to exactly 0.0 at every step (x - x is +0.0, times a finite positive factor): only
+        # the other rows need the arithmetic.
+        const = (rows == rows[:, :1]).all(axis=1) & np.isfinite(rows[:, 0])
+        if const.all():
+            return np.zeros((k, n)), ok
+        if const.any():
+            moving = np.flatnonzero(~const)
+            got = extrapolated_rate_rows(w, rows[moving], is_counter, is_rate)
+            if got is None:
+                return None
+            out = np.zeros((k, n))
+            out[moving] = got[0]
+            return out, ok
     first = np.minimum(w.lo, rows.shape[1] - 1)
     last = np.maximum(w.hi - 1, 0)
     ft = w.times[first].astype(np.float64)
     lt = w.times[last].astype(np.float64)
-    fv = rows[:, first]
-    lv = rows[:, last]
+    fv = _take_cols(rows, first)
     with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
-        result = lv - fv
+        result = np.subtract(_take_cols(rows, last, view=True), fv)
         if is_counter and rows.shape[1] >= 2 and not (rows[:, 1:] < rows[:, :-1]).any():
-            result = result + 0.0  # no counter resets: the corrections are all zero (as -0.0 + 0.0 is 0.0)
+            np.add(
+                result, 0.0, out=result
+            )  # no counter resets: the corrections are all zero (-0.0 + 0.0 is 0.0)
         elif is_counter and rows.shape[1] >= 2:
             prev = rows[:, :-1]
             drop = np.zeros(rows.shape)
@@ -106,7 +151,7 @@ def extrapolated_rate_rows(
                 return None
             cum = np.zeros((k, rows.shape[1] + 1))
             np.cumsum(drop, axis=1, out=cum[:, 1:])
-            result = result + (cum[:, w.hi] - cum[:, np.minimum(w.lo + 1, w.hi)])
+            np.add(result, cum[:, w.hi] - cum[:, np.minimum(w.lo + 1, w.hi)], out=result)
         range_start = (w.ends - w.range_ms).astype(np.float64)
         range_end = w.ends.astype(np.float64)
         to_start = (ft - range_start) / 1000
@@ -115,14 +160,31 @@ def extrapolated_rate_rows(
         avg = sampled / np.maximum(w.count - 1, 1)
         threshold = avg * 1.1
         to_start = np.where(to_start >= threshold, avg / 2, to_start)
-        if is_counter:
-            to_zero = np.where((result > 0) & (fv >= 0), sampled * (fv / result), to_start)
-            to_start = np.where(to_zero < to_start, to_zero, to_start)
         to_end = np.where(to_end >= threshold, avg / 2, to_end)
-        factor = np.where(sampled != 0, (sampled + to_start + to_end) / sampled, 1.0)
-        if is_rate:
-            factor = factor / (w.range_ms / 1000)
-        return result * factor, ok
+        factor = _factor(sampled, to_start, to_end, w.range_ms, is_rate)
+        if not is_counter:
+            return np.multiply(result, factor, out=result), ok
+        # A counter's zero point replaces `to_start` where it is nearer: (result > 0) & (fv >= 0) &
+        # (sampled * (fv / result) < to_start), elementwise as `_extrapolate` decides it.
+        to_zero = np.divide(fv, result)
+        np.multiply(to_zero, sampled, out=to_zero)
+        near = to_zero < to_start
+        near &= result > 0
+        near &= fv >= 0
+        out = np.multiply(result, factor, out=fv)
+        r, c = np.nonzero(near)
+        if r.size:
+            out[r, c] = result[r, c] * _factor(sampled[c], to_zero[r, c], to_end[c], w.range_ms, is_rate)
+        return out, ok
+
+
+def _factor(
+    sampled: np.ndarray, to_start: np.ndarray, to_end: np.ndarray, range_ms: int, is_rate: bool
+) -> np.ndarray:
+    factor = np.where(sampled != 0, (sampled + to_start + to_end) / sampled, 1.0)
+    if is_rate:
+        factor = factor / (range_ms / 1000)
+    return factor
 
 
 def _pair_sums(flags: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:

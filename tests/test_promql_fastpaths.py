@@ -1,0 +1,106 @@
+"""Fast paths of range queries equal the straightforward ones bit for bit, on random data.
+
+- `extrapolated_rate_rows` (rate/increase/delta of series sharing timestamps, as one 2-D array, with
+  strided column copies for evenly stepping windows) against `extrapolated_rate` series by series;
+- `histogram._needs_fix` (which skips the full almost-equal test where buckets clearly rise) against
+  the plain test over every cell.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from gpuwatch.query import histogram
+from gpuwatch.query.windows import Window, extrapolated_rate, extrapolated_rate_rows
+
+T0 = 1_800_000_000_000
+KINDS = [(True, True), (True, False), (False, False)]
+VALUE = st.one_of(
+    st.floats(0, 1e6),
+    st.floats(-1e3, 1e3),
+    st.sampled_from([0.0, -0.0, 1.0, 1e-300, 5e-324, 1e300, float("inf"), float("nan")]),
+)
+
+
+@st.composite
+def shared_series(draw: st.DrawFn) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
+    """(times, (k, samples) values, step ends, range): mostly regular samples, sometimes a gap or jitter."""
+    n = draw(st.integers(0, 150))
+    interval = draw(st.sampled_from([1_000, 15_000]))
+    times = T0 + np.arange(n, dtype=np.int64) * interval
+    if n > 3 and draw(st.booleans()):
+        times[n // 2 :] += draw(st.integers(1, 3 * interval))  # a gap or a late scrape
+    k = draw(st.integers(1, 4))
+    counter_like = draw(st.booleans())
+    rows = np.empty((k, n))
+    for r in range(k):
+        if counter_like:
+            inc = draw(st.lists(st.integers(0, 50), min_size=n, max_size=n))
+            rows[r] = np.cumsum(np.array(inc, dtype=np.float64)) * draw(st.sampled_from([1.0, 0.1, 1e-9]))
+            if n and draw(st.booleans()):
+                rows[r, draw(st.integers(0, n - 1))] = draw(VALUE)  # a reset, a NaN, an odd value
+        else:
+            rows[r] = np.array(draw(st.lists(VALUE, min_size=n, max_size=n)), dtype=np.float64)
+    step = draw(st.sampled_from([interval, 2 * interval, 7_000, 60_000]))
+    start = T0 - draw(st.integers(0, 4)) * interval + draw(st.sampled_from([0, 7_000]))
+    steps = draw(st.integers(1, 120))
+    ends = start + np.arange(steps, dtype=np.int64) * step
+    range_ms = draw(st.sampled_from([2 * interval, 5 * interval, 300_000]))
+    return times, rows, ends, range_ms
+
+
+def bits(a: np.ndarray) -> np.ndarray:
+    return np.ascontiguousarray(a, dtype=np.float64).view(np.int64)
+
+
+@settings(max_examples=400, deadline=None)
+@given(shared_series(), st.sampled_from(KINDS))
+def test_rate_rows_equal_series_by_series(data: tuple[np.ndarray, np.ndarray, np.ndarray, int], kind: tuple[bool, bool]) -> None:  # fmt: skip
+    times, rows, ends, range_ms = data
+    is_counter, is_rate = kind
+    w = Window(times, rows[0], ends, range_ms)
+    got = extrapolated_rate_rows(w, rows, is_counter, is_rate)
+    if got is None:  # a non-finite or huge counter drop: the caller goes series by series
+        assert is_counter and not np.isfinite(rows).all() or np.abs(rows).max() >= 1e15
+        return
+    values, ok = got
+    for r in range(rows.shape[0]):
+        one, one_ok = extrapolated_rate(Window(times, rows[r], ends, range_ms), is_counter, is_rate)
+        assert np.array_equal(ok, one_ok)
+        assert np.array_equal(bits(values[r][ok]), bits(one[ok]))
+
+
+def _needs_fix_plain(counts: np.ndarray) -> np.ndarray:
+    with np.errstate(invalid="ignore"):
+        later, earlier = counts[1:], counts[:-1]
+        same = later == earlier
+        close = histogram._almost_equal(earlier, later, histogram._SMALL_DELTA)
+        return np.asarray((~same & ((later < earlier) | close)).any(axis=0))
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.integers(2, 6), st.integers(1, 20), st.data())
+def test_needs_fix_equals_the_plain_test(buckets: int, steps: int, data: st.DataObject) -> None:
+    base = data.draw(st.lists(st.floats(0, 1e3), min_size=steps, max_size=steps))
+    counts = np.empty((buckets, steps))
+    counts[0] = base
+    for b in range(1, buckets):
+        rel = data.draw(st.sampled_from([0.0, 1e-13, 2e-12, 1e-11, 0.5, -1e-13, -0.1]))
+        counts[b] = counts[b - 1] * (1 + rel) + data.draw(st.sampled_from([0.0, 0.0, 1.0, 1e-310]))
+    for _ in range(data.draw(st.integers(0, 3))):
+        counts[data.draw(st.integers(0, buckets - 1)), data.draw(st.integers(0, steps - 1))] = data.draw(
+            VALUE
+        )
+    assert np.array_equal(histogram._needs_fix(counts), _needs_fix_plain(counts))
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(0, 30), st.integers(1, 3), st.integers(60, 200), st.integers(0, 5))
+def test_strided_column_copy_equals_gather(prefix: int, stride: int, n: int, start: int) -> None:
+    from gpuwatch.query.windows import _take_cols
+
+    idx = np.r_[np.zeros(prefix, np.int64), start + stride * np.arange(n - prefix, dtype=np.int64)]
+    rows = np.arange(3 * (int(idx[-1]) + 1), dtype=np.float64).reshape(3, -1)
+    assert np.array_equal(_take_cols(rows, idx), rows[:, idx])
