@@ -33,6 +33,7 @@ import requests
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from bench.bench_serve import thread_names, thread_ticks  # noqa: E402
 from gpuwatch.config import parse_duration  # noqa: E402
 from gpuwatch.textformat import Parser, parse  # noqa: E402
 
@@ -150,19 +151,30 @@ def main() -> None:
         time.sleep(args.warmup)
         if args.profile:
             spy = subprocess.Popen(
-                ["py-spy", "record", "--pid", str(serve.pid), "--duration", str(int(args.seconds)),
-                 "--rate", "50", "--format", "raw", "--output", args.profile, "--nonblocking"],
+                [os.path.join(os.path.dirname(sys.executable), "py-spy"), "record", "--pid", str(serve.pid), "--duration", str(int(args.seconds)),
+                 "--rate", "50", "--format", "raw", "--output", args.profile, "--nonblocking", "--threads"],
             )  # fmt: skip
         t0, w0, peak = p.cpu_times(), time.monotonic(), 0
+        th0 = thread_ticks(serve.pid)
         while time.monotonic() - w0 < args.seconds:
             peak = max(peak, p.memory_info().rss)
             time.sleep(1.0)
         t1, wall = p.cpu_times(), time.monotonic() - w0
+        th1 = thread_ticks(serve.pid)
         cpu = (t1.user - t0.user) + (t1.system - t0.system)
         window = f"[{int(args.seconds)}s]"
         durations = series_over(url, f'scrape_duration_seconds{{job="bench"}}{window}')
         ups = series_over(url, f'up{{job="bench"}}{window}')
         samples = series_over(url, f'scrape_samples_scraped{{job="bench"}}{window}')
+        gpu_body = requests.get(
+            f"{url}/api/v1/query", params={"query": f'DCGM_FI_DEV_GPU_UTIL{{gpu="0"}}{window}'}, timeout=60
+        ).json()
+        gpu_ts = (
+            [float(t) for t, _ in gpu_body["data"]["result"][0]["values"]]
+            if gpu_body["data"]["result"]
+            else []
+        )
+        gpu_gaps = [b - a for a, b in zip(gpu_ts, gpu_ts[1:], strict=False)]
         jobs = requests.get(f"{url}/-/jobs", timeout=5).json()["jobs"]
         groups = requests.get(f"{url}/api/v1/rules", timeout=5).json()["data"]["groups"]
         print(f"machine: {os.cpu_count()} vCPU, Python {platform.python_version()}, {platform.machine()}")
@@ -171,6 +183,16 @@ def main() -> None:
             f"gpus={args.gpus} every {args.sample_interval}; measured {wall:.0f}s after {args.warmup:.0f}s warm-up"
         )
         print(f"serve cpu: {100 * cpu / wall:.2f}% of one core; peak rss {peak / 2**20:.1f} MiB")
+        names, hz = thread_names(serve.pid), os.sysconf("SC_CLK_TCK")
+        per = {names.get(n, f"tid {n}"): th1[n] - th0.get(n, 0) for n in th1}
+        for name, ticks in sorted(per.items(), key=lambda kv: -kv[1]):
+            if ticks:
+                print(f"  thread {name}: {100 * ticks / hz / wall:.2f}%")
+        print(f"load average: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+        print(
+            f"gpu 0 samples in the window: {len(gpu_ts)} (sample interval {args.sample_interval}), "
+            f"longest gap {max(gpu_gaps, default=0):.2f} s, gaps over 1.5 s: {sum(g > 1.5 for g in gpu_gaps)}"
+        )
         for j in jobs:
             if j["name"] in ("sample", "rules", "host"):
                 print(f"job {j['name']}: {j['runs']} runs, {j['failures']} failures, last {1000 * (j['last_duration_s'] or 0):.1f} ms")  # fmt: skip

@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import os
 import platform
+import re
 import socket
 import subprocess
 import sys
@@ -26,6 +27,36 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+def thread_ticks(pid: int) -> dict[str, int]:
+    """Return CPU clock ticks (user + system) per thread name of process `pid`, from /proc."""
+    out: dict[str, int] = {}
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{tid}/stat") as f:
+                stat = f.read()
+        except OSError:
+            continue  # the thread ended
+        fields = stat[stat.rindex(")") + 2 :].split()
+        out[tid] = int(fields[11]) + int(fields[12])
+    return out
+
+
+def thread_names(pid: int) -> dict[str, str]:
+    """Return Python thread names by OS thread id, from `py-spy dump` when it is installed."""
+    spy = os.path.join(os.path.dirname(sys.executable), "py-spy")
+    if not os.path.exists(spy):
+        return {}
+    try:
+        dump = subprocess.run([spy, "dump", "--pid", str(pid)], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return {}
+    names = {}
+    for m in re.finditer(r'^Thread (0x[0-9A-Fa-f]+|\d+) [^"]*"([^"]*)"', dump.stdout, re.M):
+        tid = m.group(1)
+        names[str(int(tid, 0))] = m.group(2)
+    return names
 
 
 def main() -> None:
@@ -75,12 +106,14 @@ def main() -> None:
             p = psutil.Process(proc.pid)
             time.sleep(args.warmup)
             t0 = p.cpu_times()
+            th0 = thread_ticks(proc.pid)
             w0 = time.monotonic()
             peak_rss = 0
             while time.monotonic() - w0 < args.seconds:
                 peak_rss = max(peak_rss, p.memory_info().rss)
                 time.sleep(1.0)
             t1 = p.cpu_times()
+            th1 = thread_ticks(proc.pid)
             wall = time.monotonic() - w0
             cpu = (t1.user - t0.user) + (t1.system - t0.system)
             jobs = requests.get(f"http://127.0.0.1:{port}/-/jobs", timeout=5).json()["jobs"]
@@ -90,6 +123,13 @@ def main() -> None:
                 f"gpus={args.gpus} interval={args.interval} measured={wall:.0f}s after {args.warmup:.0f}s warm-up"
             )
             print(f"cpu: {100 * cpu / wall:.2f}% of one core")
+            hz = os.sysconf("SC_CLK_TCK")
+            names = thread_names(proc.pid)
+            per = {names.get(n, f"tid {n}"): th1[n] - th0.get(n, 0) for n in th1}
+            for name, ticks in sorted(per.items(), key=lambda kv: -kv[1]):
+                if ticks:
+                    print(f"  thread {name}: {100 * ticks / hz / wall:.2f}%")
+            print(f"load average: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
             print(f"rss: peak {peak_rss / 2**20:.1f} MiB")
             print(
                 f"sample job: {sample['runs']} runs, {sample['failures']} failures, "
