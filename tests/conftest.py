@@ -164,11 +164,12 @@ def require_tool(name: str) -> str:
     """Return the path of a Debian tool a test runs against (promtool, amtool, prometheus-alertmanager).
 
     Skips the test when the tool is missing, except in CI (`.ci/run` installs the tools and sets
-    GPUWATCH_TEST_TOOLS=required), where a missing tool fails the test.
+    REQUIRE_TEST_TOOLS=1), where a missing tool fails the test. (Not a GPUWATCH_ name:
+    gpuwatch rejects unknown GPUWATCH_* variables.)
     """
     path = shutil.which(name)
     if path is None:
-        if os.environ.get("GPUWATCH_TEST_TOOLS") == "required":
+        if os.environ.get("REQUIRE_TEST_TOOLS") == "1":
             pytest.fail(f"{name} is not installed (apt-get install prometheus prometheus-alertmanager)")
         pytest.skip(f"{name} is not installed")
     return path
