@@ -378,6 +378,7 @@ def build_runtime(settings: Settings, hostname: str, clock: Clock | None = None,
         )
         if runtime.notifier is not None:
             runtime.rules.add_listener(runtime.notifier.observe)
+            runtime.received.add_listener(runtime.notifier.observe_received)
         log_files = settings.log_files
         if settings.demo and settings.demo_sources:
             # Nothing is bound until start(); the training run pushes to this very gpuwatch and writes

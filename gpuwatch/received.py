@@ -11,6 +11,7 @@ send them again). Resolved alerts are kept 15 minutes, for notifications, then f
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
@@ -80,6 +81,11 @@ class ReceivedAlerts:
         self._limit = limit
         self._lock = threading.Lock()
         self._by_fp: dict[str, AmAlert] = {}
+        self._listeners: list[Callable[[list[AmAlert], int], None]] = []
+
+    def add_listener(self, fn: Callable[[list[AmAlert], int], None]) -> None:
+        """Call `fn(alerts, now_ms)` with the alerts each accepted post carried (the notifier routes them)."""
+        self._listeners.append(fn)
 
     def put(self, body: Any) -> int:
         """Take a `postableAlerts` body; keep every valid alert and raise SilenceError (400) naming the bad ones."""
@@ -88,6 +94,7 @@ class ReceivedAlerts:
         now_ms = self._clock.now_ms()
         errors: list[str] = []
         taken = 0
+        accepted: list[AmAlert] = []
         with self._lock:
             self._forget(now_ms)
             for i, item in enumerate(body):
@@ -108,7 +115,11 @@ class ReceivedAlerts:
                 ):
                     alert = replace(alert, starts_at_ms=min(old.starts_at_ms, alert.starts_at_ms))
                 self._by_fp[fp] = alert
+                accepted.append(alert)
                 taken += 1
+        if accepted:
+            for fn in self._listeners:
+                fn(accepted, now_ms)
         if errors:
             raise SilenceError("; ".join(errors))
         return taken

@@ -108,3 +108,21 @@ def test_api_v2_shows_inhibition_and_routing_from_the_notifier(runtime: Runtime,
     assert [r["name"] for r in client.get("/api/v2/receivers").get_json()] == ["team"]
     status = client.get("/api/v2/status").get_json()
     assert "team" in status["config"]["original"]
+
+
+def test_alerts_posted_by_another_prometheus_are_notified_then_resolve_by_timeout(
+    runtime: Runtime, client: FlaskClient, clock: FakeClock
+) -> None:
+    posted = [{"labels": {"alertname": "DiskFull", "instance": "n1"}, "annotations": {"summary": "disk full"}}]
+    assert client.post("/api/v2/alerts", json=posted).status_code == 200
+    assert runtime.notifier is not None
+    runtime.notifier.tick()
+    [first] = [json.loads(i.payload) for i in runtime.store.queued_notifications()]
+    assert first["status"] == "firing"
+    assert [a["labels"] for a in first["alerts"]] == [{"alertname": "DiskFull", "instance": "n1"}]
+    assert first["alerts"][0]["annotations"] == {"summary": "disk full"}
+    # Not sent again: Alertmanager's resolve_timeout (5m) resolves it, and the group says so.
+    clock.advance(6 * 60)
+    runtime.notifier.tick()
+    payloads = [json.loads(i.payload) for i in runtime.store.queued_notifications()]
+    assert [p["status"] for p in payloads] == ["firing", "resolved"]

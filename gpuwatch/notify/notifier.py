@@ -90,6 +90,21 @@ def backoff_s(attempts: int) -> float:
     return float(min(BACKOFF_MAX_S, BACKOFF_FIRST_S * 2 ** max(0, attempts - 1)))
 
 
+class PostedAlert(Protocol):
+    """An alert another sender posted (gpuwatch.amapi.AmAlert)."""
+
+    @property
+    def labels(self) -> Mapping[str, str]: ...
+    @property
+    def annotations(self) -> Mapping[str, str]: ...
+    @property
+    def starts_at_ms(self) -> int: ...
+    @property
+    def ends_at_ms(self) -> int: ...
+    @property
+    def generator_url(self) -> str: ...
+
+
 class Notifier:
     """Route alerts to receivers and Alertmanagers; own the worker thread and the delivery pool."""
 
@@ -181,6 +196,23 @@ class Notifier:
             if self.dispatcher is not None:
                 self.dispatcher.put(out, now_ms)
             self._wake.set()
+
+    def observe_received(self, alerts: Sequence[PostedAlert], now_ms: int) -> None:
+        """Route alerts another sender posted to `/api/v2/alerts`, as Alertmanager would (not forwarded)."""
+        if self.dispatcher is None:
+            return
+        out = [
+            NotifyAlert(
+                make_labels(a.labels),
+                make_labels(a.annotations),
+                a.starts_at_ms,
+                a.ends_at_ms,
+                a.generator_url,
+            )
+            for a in alerts
+        ]
+        self.dispatcher.put(out, now_ms)
+        self._wake.set()
 
     # -- one round of work ------------------------------------------------------------------------------
     def tick(self) -> None:
