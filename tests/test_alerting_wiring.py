@@ -113,7 +113,9 @@ def test_api_v2_shows_inhibition_and_routing_from_the_notifier(runtime: Runtime,
 def test_alerts_posted_by_another_prometheus_are_notified_then_resolve_by_timeout(
     runtime: Runtime, client: FlaskClient, clock: FakeClock
 ) -> None:
-    posted = [{"labels": {"alertname": "DiskFull", "instance": "n1"}, "annotations": {"summary": "disk full"}}]
+    posted = [
+        {"labels": {"alertname": "DiskFull", "instance": "n1"}, "annotations": {"summary": "disk full"}}
+    ]
     assert client.post("/api/v2/alerts", json=posted).status_code == 200
     assert runtime.notifier is not None
     runtime.notifier.tick()
