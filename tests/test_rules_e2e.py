@@ -30,9 +30,12 @@ def test_serve_evaluates_rules_and_reloads_on_sighup(serve, tmp_path: Path) -> N
         alerts = srv.get("/api/v1/alerts").json()["data"]["alerts"]
         return any(a["labels"]["alertname"] == "AnyGPU" and a["state"] == "firing" for a in alerts)
 
+    def recorded() -> list[object]:
+        return srv.get("/api/v1/query", params={"query": "node:gpu_util:avg"}).json()["data"]["result"]
+
     wait_until(firing, 20, f"AnyGPU did not fire; log:\n{srv.log}")
-    recorded = srv.get("/api/v1/query", params={"query": "node:gpu_util:avg"}).json()["data"]["result"]
-    assert len(recorded) == 1
+    # The group's recorded samples are written at the end of its round, just after the alert's state.
+    wait_until(lambda: len(recorded()) == 1, 10, f"node:gpu_util:avg was not recorded; log:\n{srv.log}")
 
     rules.write_text("groups: [{name: e2e, rules: [{alert: B, expr: 'up =='}]}]")
     assert srv.proc is not None
