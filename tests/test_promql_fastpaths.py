@@ -13,7 +13,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gpuwatch.query import histogram
-from gpuwatch.query.windows import Window, extrapolated_rate, extrapolated_rate_rows
+from gpuwatch.query.rates import extrapolated_rate, extrapolated_rate_rows
+from gpuwatch.query.windows import Window
 
 T0 = 1_800_000_000_000
 KINDS = [(True, True), (True, False), (False, False)]
@@ -99,7 +100,7 @@ def test_needs_fix_equals_the_plain_test(buckets: int, steps: int, data: st.Data
 @settings(max_examples=200, deadline=None)
 @given(st.integers(0, 30), st.integers(1, 3), st.integers(60, 200), st.integers(0, 5))
 def test_strided_column_copy_equals_gather(prefix: int, stride: int, n: int, start: int) -> None:
-    from gpuwatch.query.windows import _take_cols
+    from gpuwatch.query.rates import _take_cols
 
     idx = np.r_[np.zeros(prefix, np.int64), start + stride * np.arange(n - prefix, dtype=np.int64)]
     rows = np.arange(3 * (int(idx[-1]) + 1), dtype=np.float64).reshape(3, -1)

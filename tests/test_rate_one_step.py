@@ -7,7 +7,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gpuwatch.query.windows import Window, extrapolated_rate, extrapolated_rate_at
+from gpuwatch.query.rates import extrapolated_rate, extrapolated_rate_at
+from gpuwatch.query.windows import Window
 
 END = 1_800_000_000_000
 RANGE = 60_000

@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 import promql_parser as pp
 
-from gpuwatch.query import functions, histogram, windows
+from gpuwatch.query import functions, histogram, rates, windows
 from gpuwatch.query.errors import PromQLEvalError, Unsupported
 from gpuwatch.query.frames import (
     NAME,
@@ -26,11 +26,11 @@ from gpuwatch.query.nativehist import NativeHistogramUnsupported
 RangeFn = Callable[[windows.Window, list[np.ndarray], np.ndarray], windows.WindowResult]
 
 RANGE_FUNCTIONS: dict[str, RangeFn] = {
-    "rate": lambda w, a, ts: windows.extrapolated_rate(w, True, True),
-    "increase": lambda w, a, ts: windows.extrapolated_rate(w, True, False),
-    "delta": lambda w, a, ts: windows.extrapolated_rate(w, False, False),
-    "irate": lambda w, a, ts: windows.instant_value(w, True),
-    "idelta": lambda w, a, ts: windows.instant_value(w, False),
+    "rate": lambda w, a, ts: rates.extrapolated_rate(w, True, True),
+    "increase": lambda w, a, ts: rates.extrapolated_rate(w, True, False),
+    "delta": lambda w, a, ts: rates.extrapolated_rate(w, False, False),
+    "irate": lambda w, a, ts: rates.instant_value(w, True),
+    "idelta": lambda w, a, ts: rates.instant_value(w, False),
     "sum_over_time": lambda w, a, ts: windows.sum_over_time(w),
     "avg_over_time": lambda w, a, ts: windows.avg_over_time(w),
     "min_over_time": lambda w, a, ts: windows.min_over_time(w),
@@ -176,7 +176,7 @@ _RATES = {"rate": (True, True), "increase": (True, False), "delta": (False, Fals
 def _rates_at_one_step(name: str, frame: RangeFrame) -> VectorFrame | None:
     """rate/increase/delta of every series at a single step in one pass (rules, instant queries)."""
     is_counter, is_rate = _RATES[name]
-    got = windows.extrapolated_rate_at(
+    got = rates.extrapolated_rate_at(
         [(rs.times, rs.values) for rs in frame.series],
         int(frame.ends[0]),
         frame.range_ms,
@@ -218,12 +218,10 @@ def _rates(ev: Any, name: str, frame: RangeFrame, n: int) -> VectorFrame:
             continue
         res = None
         if len(group) > 1:
-            res = windows.extrapolated_rate_rows(
-                w, np.stack([rs.values for rs in group]), is_counter, is_rate
-            )
+            res = rates.extrapolated_rate_rows(w, np.stack([rs.values for rs in group]), is_counter, is_rate)
         if res is None:
             rows = [
-                windows.extrapolated_rate(
+                rates.extrapolated_rate(
                     windows.Window(rs.times, rs.values, frame.ends, frame.range_ms, like=w),
                     is_counter,
                     is_rate,
