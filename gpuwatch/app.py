@@ -15,7 +15,8 @@ from gpuwatch.collect.logs import LOG_METRICS, LogTailer
 from gpuwatch.collect.nvml import GPU_METRICS, GpuCollector, load_nvml
 from gpuwatch.collect.scrapepool import ScrapePool
 from gpuwatch.config import Settings
-from gpuwatch.demo import DemoSources, local_url, training_log_file
+from gpuwatch.demo import DemoSources, local_url
+from gpuwatch.demotraining import training_log_file
 from gpuwatch.errors import ConfigError, NvmlUnavailable
 from gpuwatch.exposition import format_text
 from gpuwatch.jobs import JobRegistry

@@ -20,16 +20,15 @@ from gpuwatch.demo import (
     SGLANG_ITL,
     SGLANG_QUEUE_TIME,
     SGLANG_TTFT,
-    TRAINING_RUN,
     VLLM_ITL,
     VLLM_REQUEST_LATENCY,
     VLLM_TTFT,
     DemoSources,
     SglangSim,
-    TrainingSim,
     VllmSim,
     local_url,
 )
+from gpuwatch.demotraining import TRAINING_RUN, TrainingSim
 from gpuwatch.textformat import ParseResult, parse
 
 VLLM_LABELS = {"engine": "0", "model_name": "meta-llama/Llama-3.1-8B-Instruct"}

@@ -12,7 +12,7 @@ from gpuwatch.clock import FakeClock
 from gpuwatch.collect.fakenvml import FakeNvml
 from gpuwatch.collect.logs import LogTailer
 from gpuwatch.config import load
-from gpuwatch.demo import TRAINING_LOG_JOB, TRAINING_RUN, TrainingSim, training_log_file
+from gpuwatch.demotraining import TRAINING_LOG_JOB, TRAINING_RUN, TrainingSim, training_log_file
 from gpuwatch.model import make_labels
 from gpuwatch.query import Engine, Vector
 
