@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import functools
 import math
+import re
 import struct
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 import numpy as np
+
+from gpuwatch.errors import QueryError
 
 # A label set: (name, value) pairs sorted by name; never contains "__name__".
 Labels = tuple[tuple[str, str], ...]
@@ -54,6 +58,28 @@ class Matcher(NamedTuple):
     name: str
     op: str
     value: str
+
+
+@functools.lru_cache(maxsize=512)
+def _matcher_regex(pattern: str) -> re.Pattern[str]:
+    try:
+        return re.compile(pattern, re.DOTALL)
+    except re.error as exc:
+        raise QueryError(f"invalid regular expression {pattern!r}: {exc}") from None
+
+
+def matcher_predicate(m: Matcher) -> Callable[[str], bool]:
+    """Return a test of one label value (empty when absent) against `m`; raise QueryError for a bad one."""
+    if m.op == "=":
+        return lambda v: v == m.value
+    if m.op == "!=":
+        return lambda v: v != m.value
+    if m.op in ("=~", "!~"):
+        rx = _matcher_regex(m.value)
+        if m.op == "=~":
+            return lambda v: rx.fullmatch(v) is not None
+        return lambda v: rx.fullmatch(v) is None
+    raise QueryError(f"unknown matcher operator {m.op!r}; expected one of =, !=, =~, !~")
 
 
 @dataclass(frozen=True)

@@ -9,9 +9,9 @@ from typing import Any
 import promql_parser as pp
 
 from gpuwatch.errors import QueryError
-from gpuwatch.model import Matcher
+from gpuwatch.model import Matcher, matcher_predicate
 from gpuwatch.query.parse import matchers_of, parse
-from gpuwatch.rules.roundcache import NAME, _test
+from gpuwatch.rules.roundcache import NAME
 
 
 @functools.lru_cache(maxsize=1024)
@@ -43,7 +43,7 @@ def may_read(expr: str, names: Iterable[str]) -> bool:
     for matchers in selectors:
         if not matchers:  # `{job="x"}`: any name
             return True
-        tests = [_test(m) for m in matchers]
+        tests = [matcher_predicate(m) for m in matchers]
         if any(all(test(n) for test in tests) for n in names):
             return True
     return False

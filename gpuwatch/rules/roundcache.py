@@ -18,16 +18,14 @@ memory), so the 5-minute lookback window is not read sample by sample.
 
 from __future__ import annotations
 
-import functools
 import re
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import replace
 
 import numpy as np
 
-from gpuwatch.errors import QueryError
-from gpuwatch.model import Labels, Matcher, SeriesData
+from gpuwatch.model import Labels, Matcher, SeriesData, matcher_predicate
 from gpuwatch.query.engine import Queryable
 
 NAME = "__name__"
@@ -36,26 +34,6 @@ KEEP_MARGIN_MS = 60_000
 
 def _alternatives(names: list[str]) -> str:
     return "|".join(re.escape(n) for n in sorted(names))
-
-
-@functools.lru_cache(maxsize=512)
-def _regex(pattern: str) -> re.Pattern[str]:
-    try:
-        return re.compile(pattern, re.DOTALL)
-    except re.error as exc:
-        raise QueryError(f"invalid regular expression {pattern!r}: {exc}") from None
-
-
-def _test(m: Matcher) -> Callable[[str], bool]:
-    if m.op == "=":
-        return lambda v: v == m.value
-    if m.op == "!=":
-        return lambda v: v != m.value
-    if m.op == "=~":
-        return lambda v: _regex(m.value).fullmatch(v) is not None
-    if m.op == "!~":
-        return lambda v: _regex(m.value).fullmatch(v) is None
-    raise QueryError(f"unknown matcher operator {m.op!r}; expected one of =, !=, =~, !~")
 
 
 class RoundCache:
@@ -279,7 +257,7 @@ class RoundCache:
 
 
 def _filter(data: list[SeriesData], matchers: Sequence[Matcher]) -> list[SeriesData]:
-    tests = [(m.name, _test(m)) for m in matchers if m.name != NAME]
+    tests = [(m.name, matcher_predicate(m)) for m in matchers if m.name != NAME]
     if not tests:
         return list(data)
     return [s for s in data if all(test(dict(s.labels).get(label, "")) for label, test in tests)]

@@ -7,14 +7,11 @@ lock for longer than it takes to grab the current snapshot.
 
 from __future__ import annotations
 
-import functools
-import re
 import threading
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
-from gpuwatch.errors import QueryError
-from gpuwatch.model import Labels, Matcher
+from gpuwatch.model import Labels, Matcher, matcher_predicate
 
 NAME = "__name__"
 
@@ -75,27 +72,6 @@ class Catalog:
                 self._snap = _index(e for e in self._snap.by_id.values() if e.series_id not in gone)
 
 
-@functools.lru_cache(maxsize=512)
-def _compile(pattern: str) -> re.Pattern[str]:
-    try:
-        return re.compile(pattern, re.DOTALL)
-    except re.error as exc:
-        raise QueryError(f"invalid regular expression {pattern!r}: {exc}") from None
-
-
-def _predicate(m: Matcher) -> Callable[[str], bool]:
-    if m.op == "=":
-        return lambda v: v == m.value
-    if m.op == "!=":
-        return lambda v: v != m.value
-    if m.op in ("=~", "!~"):
-        rx = _compile(m.value)
-        if m.op == "=~":
-            return lambda v: rx.fullmatch(v) is not None
-        return lambda v: rx.fullmatch(v) is None
-    raise QueryError(f"unknown matcher operator {m.op!r}; expected one of =, !=, =~, !~")
-
-
 def match(snap: Snapshot, matchers: Sequence[Matcher]) -> list[Entry]:
     """Return the entries matching all matchers, sorted by name and labels."""
     candidates: Iterable[Entry] = snap.by_id.values()
@@ -104,12 +80,12 @@ def match(snap: Snapshot, matchers: Sequence[Matcher]) -> list[Entry]:
     if exact is not None:
         candidates = snap.by_name.get(exact.value, ())
     elif on_name:  # test the few distinct names, not every series (`{__name__=~"a|b|c"}`)
-        name_tests = [_predicate(m) for m in on_name]
+        name_tests = [matcher_predicate(m) for m in on_name]
         candidates = [
             e for n, group in snap.by_name.items() if all(test(n) for test in name_tests) for e in group
         ]
         matchers = [m for m in matchers if m.name != NAME]
-    tests = [(m.name, _predicate(m)) for m in matchers]
+    tests = [(m.name, matcher_predicate(m)) for m in matchers]
     found = [e for e in candidates if all(test(e.label_map.get(name, "")) for name, test in tests)]
     found.sort(key=lambda e: (e.name, e.labels))
     return found
