@@ -15,6 +15,7 @@ from urllib.parse import urlsplit
 
 from gpuwatch.matchers import Matchers
 from gpuwatch.notify.route import Route, parse_route
+from gpuwatch.notify.timeintervals import TimeInterval, parse_time_intervals
 from gpuwatch.notify.yamlread import (
     boolean,
     check_keys,
@@ -85,6 +86,10 @@ class NotifyConfig:
     receivers: tuple[Receiver, ...] = ()
     inhibit_rules: tuple[InhibitRule, ...] = ()
     ignored: tuple[str, ...] = field(default=(), compare=False)  # keys read but not used (templates)
+    time_intervals: tuple[TimeInterval, ...] = ()
+
+    def time_interval(self, name: str) -> TimeInterval:
+        return next(t for t in self.time_intervals if t.name == name)
 
     def receiver(self, name: str) -> Receiver | None:
         return next((r for r in self.receivers if r.name == name), None)
@@ -97,6 +102,7 @@ class NotifyConfig:
             ],
             "routes": len(self.route.walk()) if self.route else 0,
             "inhibit_rules": len(self.inhibit_rules),
+            "time_intervals": [t.name for t in self.time_intervals],
         }
 
 
@@ -408,7 +414,19 @@ def parse_notify(raw: object) -> NotifyConfig:
     data = mapping("notify", raw)
     if not data:
         return NotifyConfig()
-    check_keys("notify", data, ("global", "route", "receivers", "inhibit_rules", "templates"))
+    check_keys(
+        "notify",
+        data,
+        (
+            "global",
+            "route",
+            "receivers",
+            "inhibit_rules",
+            "templates",
+            "time_intervals",
+            "mute_time_intervals",
+        ),
+    )
     glob = mapping("notify.global", data.get("global"))
     check_keys("notify.global", glob, _GLOBAL_KEYS)
     if "resolve_timeout" in glob:
@@ -430,6 +448,7 @@ def parse_notify(raw: object) -> NotifyConfig:
         if receivers:
             raise fail("notify.route", "a route is needed to send alerts to the receivers")
         return NotifyConfig()
+    intervals = parse_time_intervals(data)
     route = parse_route("notify.route", data["route"])
     for r in route.walk():
         if r.receiver and r.receiver not in names:
@@ -437,11 +456,18 @@ def parse_notify(raw: object) -> NotifyConfig:
                 f"{r.path}.receiver",
                 f"unknown receiver {r.receiver!r}; defined receivers: {', '.join(names) or '(none)'}",
             )
+        for key in ("mute_time_intervals", "active_time_intervals"):
+            for i, name in enumerate(getattr(r, key)):
+                if name not in intervals:
+                    raise fail(
+                        f"{r.path}.{key}[{i}]",
+                        f"unknown time interval {name!r}; defined: {', '.join(intervals) or '(none)'}",
+                    )
     inhibit = tuple(
         _inhibit(f"notify.inhibit_rules[{i}]", x)
         for i, x in enumerate(listing("notify.inhibit_rules", data.get("inhibit_rules")))
     )
-    return NotifyConfig(route, receivers, inhibit, tuple(ignored))
+    return NotifyConfig(route, receivers, inhibit, tuple(ignored), tuple(intervals.values()))
 
 
 def yaml_value(key: str, raw: str) -> object:

@@ -102,6 +102,7 @@ class Dispatcher:
             raise ValueError("a dispatcher needs a route")
         self._route = config.route
         self._inhibit = config.inhibit_rules
+        self._intervals = {t.name: t for t in config.time_intervals}
         self._integrations = {
             r.name: [(i.name, i.send_resolved) for i in r.integrations] for r in config.receivers
         }
@@ -167,6 +168,18 @@ class Dispatcher:
     def is_muted(self, labels: Mapping[str, str], now_ms: int) -> bool:
         return bool(self._inhibitors(labels, now_ms)) or bool(self.muted_by(labels, now_ms))
 
+    def time_muted(self, route: Route, now_ms: int) -> list[str]:
+        """Return why a route sends nothing now: the mute intervals it is in, or its active ones it is not in.
+
+        Alertmanager's TimeActiveStage and TimeMuteStage: a muted flush sends nothing and records nothing,
+        so the alerts still firing are notified at the first flush after the mute ends.
+        """
+        muted = [n for n in route.mute_time_intervals if self._intervals[n].contains(now_ms)]
+        active = route.active_time_intervals
+        if active and not any(self._intervals[n].contains(now_ms) for n in active):
+            muted.extend(f"outside {n}" for n in active)
+        return muted
+
     # -- flushing ---------------------------------------------------------------------------------
     def next_due_ms(self) -> int | None:
         """Return when the next group is due to flush, or None when there are no groups."""
@@ -206,6 +219,8 @@ class Dispatcher:
                 self._entries[(e.group_key, e.receiver)] = e
 
     def _flush(self, g: _Group, now_ms: int) -> list[tuple[Notification, NotifyEntry]]:
+        if self.time_muted(g.route, now_ms):
+            return []
         alerts = [a for a in g.alerts.values() if not self.is_muted(a.label_map(), now_ms)]
         if not alerts:
             return []
@@ -241,8 +256,9 @@ class Dispatcher:
                 del self._entries[key]
 
     # -- reading ----------------------------------------------------------------------------------
-    def groups(self) -> list[dict[str, object]]:
-        """Return the aggregation groups (for introspection)."""
+    def groups(self, now_ms: int | None = None) -> list[dict[str, object]]:
+        """Return the aggregation groups (for introspection); `mutedBy` names the time intervals muting
+        a group's route at `now_ms`."""
         with self._lock:
             return [
                 {
@@ -250,6 +266,7 @@ class Dispatcher:
                     "groupKey": g.key,
                     "labels": dict(g.labels),
                     "alerts": len(g.alerts),
+                    **({"mutedBy": self.time_muted(g.route, now_ms)} if now_ms is not None else {}),
                 }
                 for g in self._groups.values()
             ]

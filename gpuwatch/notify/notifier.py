@@ -477,7 +477,7 @@ class Notifier:
                 for q in queued
             ],
             "alertmanagers": self.forwarder.status(),
-            "groups": self.dispatcher.groups() if self.dispatcher is not None else [],
+            "groups": self.dispatcher.groups(self._clock.now_ms()) if self.dispatcher is not None else [],
             "worker": {"wakeups": self.wakeups},
         }
 

@@ -59,6 +59,8 @@ class Route:
     is_continue: bool = False
     routes: tuple[Route, ...] = ()
     path: str = "notify.route"
+    mute_time_intervals: tuple[str, ...] = ()  # not inherited, as in Alertmanager
+    active_time_intervals: tuple[str, ...] = ()
 
     @property
     def group_by_all(self) -> bool:
@@ -94,11 +96,19 @@ def parse_route(path: str, raw: object, parent: Route | None = None) -> Route:
     """Validate one route (and its children); the root needs a receiver and no matchers."""
     data = mapping(path, raw)
     check_keys(path, data, _ROUTE_KEYS)
-    for key in ("mute_time_intervals", "active_time_intervals"):
-        if data.get(key):
-            raise fail(f"{path}.{key}", "time intervals are not supported by gpuwatch yet; remove it")
+    intervals = {
+        key: tuple(
+            text(f"{path}.{key}[{i}]", n) for i, n in enumerate(listing(f"{path}.{key}", data.get(key)))
+        )
+        for key in ("mute_time_intervals", "active_time_intervals")
+    }
     matchers = matchers_from(path, data)
     if parent is None:
+        for key, names in intervals.items():
+            if names:
+                raise fail(
+                    f"{path}.{key}", "the root route cannot have time intervals; put them on a child route"
+                )
         if matchers:
             raise fail(path, "the root route must not have matchers (it takes every alert)")
         if data.get("continue"):
@@ -128,6 +138,8 @@ def parse_route(path: str, raw: object, parent: Route | None = None) -> Route:
         matchers=matchers,
         is_continue=boolean(f"{path}.continue", data.get("continue", False)),
         path=path,
+        mute_time_intervals=intervals["mute_time_intervals"],
+        active_time_intervals=intervals["active_time_intervals"],
     )
     children: list[Any] = listing(f"{path}.routes", data.get("routes"))
     kids = tuple(parse_route(f"{path}.routes[{i}]", c, node) for i, c in enumerate(children))
