@@ -146,6 +146,23 @@ def test_limits(source: CountingSource) -> None:
         )
 
 
+@pytest.mark.parametrize(
+    ("expr", "message"),
+    [
+        ("up ==", "parse error: unexpected end of input"),
+        ("sum(up) by", "parse error: unexpected end of input"),
+        ("foo bar", 'parse error: unexpected identifier "bar"'),
+        ('up{a="b"} 5', 'parse error: unexpected number "5"'),
+        ("rate(up[5m)", "parse error: unexpected character inside brackets: ')'"),
+    ],
+)
+def test_parse_errors_say_what_is_wrong(source: CountingSource, expr: str, message: str) -> None:
+    # promql-parser says only "invalid promql query" for the first three; gpuwatch says what Prometheus says.
+    with pytest.raises(PromQLParseError) as e:
+        Engine(source).instant(expr, 0)
+    assert str(e.value) == message
+
+
 def test_errors_are_query_errors(source: CountingSource) -> None:
     eng = Engine(source)
     with pytest.raises(PromQLParseError):

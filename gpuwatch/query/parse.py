@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import dataclass
 from typing import Any
@@ -87,12 +88,47 @@ def _invalid_utf8_literals(text: str) -> frozenset[str]:
     return frozenset(out)
 
 
+_TOKEN = re.compile(
+    r"\s+|#[^\n]*|(?P<str>\"(?:[^\"\\]|\\.)*\"|'(?:[^'\\]|\\.)*'|`[^`]*`)"
+    r"|(?P<num>0[xX][0-9a-fA-F]+|(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?(?:[a-zA-Z]+\d*)*)"
+    r"|(?P<ident>[a-zA-Z_:][a-zA-Z0-9_:.]*)|(?P<op>==|!=|>=|<=|=~|!~|[-+*/%^<>=(){}\[\],@]|.)"
+)
+_TRAILING = frozenset(
+    "+ - * / % ^ == != > < >= <= and or unless atan2 by without on ignoring group_left group_right bool offset @ ,".split()
+)
+
+
+def explain_generic(text: str) -> str | None:
+    """Say what promql-parser's bare "invalid promql query" means, as Prometheus would: the query ends too
+    early (`up ==`, `sum(x) by`), or two operands follow each other (`foo bar`). None when neither."""
+    tokens: list[tuple[str, str]] = []
+    for m in _TOKEN.finditer(text):
+        kind = m.lastgroup
+        if kind is not None:
+            tokens.append((kind, m.group(kind)))
+    if not tokens:
+        return None
+    if tokens[-1][1] in _TRAILING:
+        return "unexpected end of input"
+    operand = {"str", "num", "ident"}
+    keywords = _TRAILING | {"offset"}
+    for (k1, v1), (k2, v2) in zip(tokens, tokens[1:], strict=False):
+        ends_operand = (k1 in operand and v1 not in keywords) or v1 in (")", "]", "}")
+        if ends_operand and k2 in operand and v2 not in keywords:
+            kind = {"str": "string", "num": "number", "ident": "identifier"}[k2]
+            return f"unexpected {kind} {json.dumps(v2)}"
+    return None
+
+
 def _parse_text(text: str) -> Any:
     """Call promql-parser, turning its errors (ValueError, or a Rust panic) into PromQLParseError."""
     try:
         return pp.parse(text)
     except ValueError as exc:
-        raise PromQLParseError(f"parse error: {exc}") from None
+        message = str(exc)
+        if message == "invalid promql query":
+            message = explain_generic(text) or message
+        raise PromQLParseError(f"parse error: {message}") from None
     except BaseException as exc:  # the Rust extension can raise a PanicException
         if isinstance(exc, (KeyboardInterrupt, SystemExit)):
             raise
