@@ -10,6 +10,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
@@ -178,9 +179,16 @@ def require_tool(name: str) -> str:
 @pytest.fixture
 def alertmanager(tmp_path: Path) -> Iterator[str]:
     """Start the real Alertmanager (Debian's prometheus-alertmanager) on a free port; yield its URL."""
+    with start_alertmanager(tmp_path, "route: {receiver: default}\nreceivers: [{name: default}]\n") as url:
+        yield url
+
+
+@contextmanager
+def start_alertmanager(tmp_path: Path, config: str) -> Iterator[str]:
+    """Run the real Alertmanager with `config` (alertmanager.yml text) on a free port; yield its URL."""
     binary = require_tool("prometheus-alertmanager")
     conf = tmp_path / "alertmanager.yml"
-    conf.write_text("route: {receiver: default}\nreceivers: [{name: default}]\n")
+    conf.write_text(config)
     log_path = tmp_path / "alertmanager.log"
     port = free_port()
     with log_path.open("w") as log:

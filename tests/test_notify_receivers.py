@@ -171,12 +171,14 @@ def test_slack_incoming_webhook(hook: Hook) -> None:
             "receivers": [
                 {
                     "name": "r",
-                    "slack_configs": [{"channel": "#gpu", "text": "{{ .CommonAnnotations.summary }}"}],
+                    "slack_configs": [
+                        {"channel": "#gpu", "text": "{{ range .Alerts }}{{ .Annotations.summary }};{{ end }}"}
+                    ],
                 }
             ],
         }
     )
-    assert cfg.ignored == ("notify.receivers[0].slack_configs[0].text",)
+    assert cfg.ignored == ()
     send(cfg.receivers[0].integrations[0], payload(), now_ms=NOW)
     path, _, body = hook.requests[0]
     assert path == "/services/T/B/X" and body["channel"] == "#gpu"
@@ -184,6 +186,8 @@ def test_slack_incoming_webhook(hook: Hook) -> None:
         body["attachments"][0]["title"] == "[FIRING:1] GPUHot (critical)"
         and body["attachments"][0]["color"] == "danger"
     )
+    # `text` is a template, rendered with the notification's data as Alertmanager does.
+    assert body["attachments"][0]["text"] == "GPUHot on 0;GPUHot on 1;"
 
 
 def test_apprise_url(hook: Hook) -> None:

@@ -3,13 +3,15 @@
 
 Receivers: `webhook_configs`, `email_configs`, `slack_configs` as Alertmanager writes them, plus
 `dingtalk_configs`, `feishu_configs`, `wecom_configs` (group robots) and `apprise_configs` (any
-Apprise URL; needs `pip install 'gpuwatch[apprise]'`). Message templates (`text`, `title`, `html`, ...)
-are accepted but not rendered yet: gpuwatch sends its default message and says so once at start.
+Apprise URL; needs `pip install 'gpuwatch[apprise]'`). Message options (`title`, `text`, `html`, e-mail
+`headers`, ...) are Go templates as in Alertmanager (`notify/templates.py`), checked here; without them
+gpuwatch sends its own default message.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -56,6 +58,8 @@ class Integration:
     timeout_s: float = DEFAULT_TIMEOUT_S
     http: HttpOptions = HttpOptions()
     options: tuple[tuple[str, Any], ...] = ()  # kind-specific: channel, to, smarthost, urls, ...
+    templated: tuple[str, ...] = ()  # option keys whose values are Go templates
+    templates: Any = field(default=None, compare=False, repr=False)  # the TemplateSet, see load_templates
 
     def option(self, key: str, default: Any = None) -> Any:
         return dict(self.options).get(key, default)
@@ -87,6 +91,7 @@ class NotifyConfig:
     inhibit_rules: tuple[InhibitRule, ...] = ()
     ignored: tuple[str, ...] = field(default=(), compare=False)  # keys read but not used (templates)
     time_intervals: tuple[TimeInterval, ...] = ()
+    template_files: tuple[str, ...] = ()  # `templates:` globs, read by load_templates
 
     def time_interval(self, name: str) -> TimeInterval:
         return next(t for t in self.time_intervals if t.name == name)
@@ -205,6 +210,52 @@ _TEMPLATE_KEYS = {
     "email": ("html", "text", "headers"),
 }
 _COMMON = ("send_resolved", "http_config")
+_SLACK_TEXT = (
+    "channel",
+    "username",
+    "icon_emoji",
+    "icon_url",
+    "title",
+    "title_link",
+    "pretext",
+    "text",
+    "fallback",
+    "footer",
+    "color",
+    "callback_id",
+)
+
+
+def _template(path: str, raw: object) -> str:
+    """Read a message option: a Go template as in Alertmanager, checked for syntax now."""
+    from gpuwatch.notify.gotemplate import TemplateError
+    from gpuwatch.notify.templates import default_set
+
+    value = text(path, raw)
+    try:
+        default_set().check(value)
+    except TemplateError as e:
+        raise fail(path, f"template error: {e}") from None
+    return value
+
+
+def load_templates(config: NotifyConfig, base: Path | None) -> NotifyConfig:
+    """Read `notify.templates` (globs, relative ones against `base`, the config file's folder) and give every
+    integration the template set; raise ConfigError naming the file and the problem."""
+    from gpuwatch.notify.gotemplate import TemplateError
+    from gpuwatch.notify.templates import template_set
+
+    try:
+        ts = template_set(config.template_files, base)
+    except TemplateError as e:
+        raise fail("notify.templates", str(e)) from None
+    except OSError as e:
+        raise fail("notify.templates", f"cannot read {e.filename}: {e.strerror}") from None
+    receivers = tuple(
+        replace(r, integrations=tuple(replace(i, templates=ts) for i in r.integrations))
+        for r in config.receivers
+    )
+    return replace(config, receivers=receivers)
 
 
 def _integration(
@@ -233,17 +284,20 @@ def _integration(
     if kind == "slack":
         check_keys(path, data, (*_COMMON, "api_url", "api_url_file", "channel", *_TEMPLATE_KEYS["slack"]))
         url = _url_or_file(path, data, "api_url", glob.get("slack_api_url", ""))
-        opts: dict[str, Any] = {
-            k: text(f"{path}.{k}", data[k])
-            for k in ("channel", "username", "icon_emoji", "icon_url")
-            if k in data
-        }
-        for k in ("title", "text", "pretext", "fields", "actions"):
+        opts: dict[str, Any] = {k: _template(f"{path}.{k}", data[k]) for k in _SLACK_TEXT if k in data}
+        for k in ("fields", "actions", "short_fields", "mrkdwn_in", "link_names", "image_url", "thumb_url"):
             if k in data:
                 ignored.append(f"{path}.{k}")
-        return Integration(kind, name, resolved, url, http=http, options=tuple(sorted(opts.items())))
+        return Integration(
+            kind, name, resolved, url, http=http, options=tuple(sorted(opts.items())), templated=tuple(opts)
+        )
     if kind in ("dingtalk", "feishu", "wecom"):
-        check_keys(path, data, (*_COMMON, "url", "secret", *(("key",) if kind == "wecom" else ())))
+        check_keys(
+            path,
+            data,
+            (*_COMMON, "url", "secret", "title", "message", *(("key",) if kind == "wecom" else ())),
+        )
+        opts = {k: _template(f"{path}.{k}", data[k]) for k in ("title", "message") if k in data}
         if kind == "wecom" and "key" in data:
             if "url" in data:
                 raise fail(path, "use url or key, not both")
@@ -251,7 +305,16 @@ def _integration(
         else:
             url = _url_or_file(path, data, "url")
         secret = text(f"{path}.secret", data.get("secret", ""))
-        return Integration(kind, name, resolved, url, secret=secret, http=http)
+        return Integration(
+            kind,
+            name,
+            resolved,
+            url,
+            secret=secret,
+            http=http,
+            options=tuple(sorted(opts.items())),
+            templated=tuple(opts),
+        )
     if kind == "email":
         keys = (
             "to",
@@ -291,17 +354,22 @@ def _integration(
         )
         tls = http_options(path, {"tls_config": data.get("tls_config")} if data.get("tls_config") else {})
         headers = mapping(f"{path}.headers", data.get("headers"))
-        subject = headers.get("Subject") or headers.get("subject")
-        if subject is not None and "{{" not in str(subject):
-            opts["subject"] = text(f"{path}.headers.Subject", subject)
-        elif subject is not None:
-            ignored.append(f"{path}.headers.Subject")
+        templated = []
+        for k, v in headers.items():
+            if k.lower() in ("from", "to"):
+                raise fail(f"{path}.headers.{k}", f"set {k.lower()} as the integration's own key instead")
+            opts[f"header:{k.title()}"] = _template(f"{path}.headers.{k}", v)
+            templated.append(f"header:{k.title()}")
         for k in ("html", "text"):
             if k in data:
-                ignored.append(f"{path}.{k}")
-        return Integration(kind, name, resolved, http=tls, options=tuple(sorted(opts.items())))
+                opts[k] = _template(f"{path}.{k}", data[k])
+                templated.append(k)
+        return Integration(
+            kind, name, resolved, http=tls, options=tuple(sorted(opts.items())), templated=tuple(templated)
+        )
     if kind == "apprise":
-        check_keys(path, data, ("send_resolved", "url", "urls"))
+        check_keys(path, data, ("send_resolved", "url", "urls", "title", "message"))
+        texts = {k: _template(f"{path}.{k}", data[k]) for k in ("title", "message") if k in data}
         urls = [text(f"{path}.url", data["url"])] if "url" in data else []
         urls += [
             text(f"{path}.urls[{i}]", u) for i, u in enumerate(listing(f"{path}.urls", data.get("urls")))
@@ -309,7 +377,13 @@ def _integration(
         if not urls:
             raise fail(path, "url is missing (an Apprise URL such as tgram://TOKEN/CHAT_ID)")
         _check_apprise(path, urls)
-        return Integration(kind, name, resolved, options=(("urls", tuple(urls)),))
+        return Integration(
+            kind,
+            name,
+            resolved,
+            options=(("urls", tuple(urls)), *sorted(texts.items())),
+            templated=tuple(texts),
+        )
     raise AssertionError(kind)
 
 
@@ -433,9 +507,11 @@ def parse_notify(raw: object) -> NotifyConfig:
         duration("notify.global.resolve_timeout", glob["resolve_timeout"])
     if "slack_api_url" in glob:
         glob["slack_api_url"] = http_url("notify.global.slack_api_url", glob["slack_api_url"])
-    ignored: list[str] = [
-        f"notify.templates[{i}]" for i, _ in enumerate(listing("notify.templates", data.get("templates")))
-    ]
+    ignored: list[str] = []
+    template_files = tuple(
+        text(f"notify.templates[{i}]", t)
+        for i, t in enumerate(listing("notify.templates", data.get("templates")))
+    )
     receivers = tuple(
         _receiver(f"notify.receivers[{i}]", r, glob, ignored)
         for i, r in enumerate(listing("notify.receivers", data.get("receivers")))
@@ -467,7 +543,7 @@ def parse_notify(raw: object) -> NotifyConfig:
         _inhibit(f"notify.inhibit_rules[{i}]", x)
         for i, x in enumerate(listing("notify.inhibit_rules", data.get("inhibit_rules")))
     )
-    return NotifyConfig(route, receivers, inhibit, tuple(ignored), tuple(intervals.values()))
+    return NotifyConfig(route, receivers, inhibit, tuple(ignored), tuple(intervals.values()), template_files)
 
 
 def yaml_value(key: str, raw: str) -> object:

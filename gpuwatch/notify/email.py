@@ -19,13 +19,28 @@ from gpuwatch.notify.receivers import DeliveryError, tls_context
 
 def build_message(integration: Integration, payload: Mapping[str, Any], now_ms: int) -> EmailMessage:
     """Return the e-mail for a notification."""
+    from gpuwatch.notify.receivers import option_text
+
     msg = EmailMessage()
-    msg["Subject"] = integration.option("subject") or title(payload)
+    msg["Subject"] = option_text(integration, "header:Subject", payload, title(payload))
     msg["From"] = integration.option("from")
     msg["To"] = integration.option("to")
     msg["Date"] = format_datetime(datetime.fromtimestamp(now_ms / 1000, tz=timezone.utc))
     msg["Message-Id"] = make_msgid(domain="gpuwatch")
-    msg.set_content(text(payload) + "\n\n" + str(payload.get("externalURL", "")) + "\n")
+    for key in integration.templated:
+        name = key.removeprefix("header:")
+        if key.startswith("header:") and name != "Subject":
+            msg[name] = option_text(integration, key, payload, "")
+    plain = text(payload) + "\n\n" + str(payload.get("externalURL", "")) + "\n"
+    if integration.option("html") is None:
+        msg.set_content(option_text(integration, "text", payload, plain))
+        return msg
+    # As Alertmanager: the text part only when `text` is set, then the HTML part.
+    if integration.option("text") is not None:
+        msg.set_content(option_text(integration, "text", payload, plain))
+        msg.add_alternative(option_text(integration, "html", payload, ""), subtype="html")
+    else:
+        msg.set_content(option_text(integration, "html", payload, ""), subtype="html")
     return msg
 
 

@@ -31,7 +31,7 @@ from gpuwatch.errors import StoreError
 from gpuwatch.model import Labels, MetricInfo, Sample, make_labels
 from gpuwatch.notify.alert import NotifyAlert, webhook_payload
 from gpuwatch.notify.alerting import AlertingConfig
-from gpuwatch.notify.config import Integration, NotifyConfig
+from gpuwatch.notify.config import Integration, NotifyConfig, load_templates
 from gpuwatch.notify.dispatcher import Dispatcher, MutedBy, Notification, no_silences
 from gpuwatch.notify.forward import Forwarder
 from gpuwatch.notify.receivers import DeliveryError
@@ -498,11 +498,10 @@ def build_notifier(
     if settings.notify.route is None and not settings.alerting.alertmanagers:
         return None
     for key in settings.notify.ignored:
-        log.warning(
-            "notify: %s is not used: message templates are not supported yet; the default is sent", key
-        )
+        log.warning("notify: %s is not used: gpuwatch's Slack messages have no such part", key)
+    base = settings.config_file.parent if settings.config_file is not None else None
     return Notifier(
-        settings.notify,
+        load_templates(settings.notify, base),
         settings.alerting,
         store,
         clock,

@@ -8,6 +8,7 @@ import base64
 import hashlib
 import hmac
 import json
+import logging
 import ssl
 from collections.abc import Mapping
 from typing import Any
@@ -16,10 +17,13 @@ from urllib.parse import quote_plus, urlsplit
 import requests
 
 from gpuwatch import __version__
-from gpuwatch.notify.alert import body_lines, text, title
+from gpuwatch.notify.alert import body_lines, title
 from gpuwatch.notify.config import HttpOptions, Integration
 
 USER_AGENT = f"gpuwatch/{__version__}"
+
+
+log = logging.getLogger("gpuwatch.notify")
 
 
 class DeliveryError(Exception):
@@ -113,7 +117,28 @@ def _check_robot(resp: requests.Response, url: str, code_keys: tuple[str, ...]) 
 
 
 def _markdown(payload: Mapping[str, Any]) -> str:
-    return f"#### {title(payload)}\n\n" + "\n".join(f"- {line}" for line in body_lines(payload))
+    return "\n".join(f"- {line}" for line in body_lines(payload))
+
+
+def option_text(integration: Integration, key: str, payload: Mapping[str, Any], default: str) -> str:
+    """Return a message option rendered for this notification, or `default` when it is not set.
+
+    A template that fails at run time (a missing `define`, a bad call) still sends: the default text,
+    followed by the error, so the alert is not lost and the mistake is visible where it was made.
+    """
+    raw = integration.option(key)
+    if raw is None:
+        return default
+    if key not in integration.templated:
+        return str(raw)
+    from gpuwatch.notify.gotemplate import TemplateError
+    from gpuwatch.notify.templates import default_set, render
+
+    try:
+        return render(integration.templates or default_set(), raw, payload)
+    except TemplateError as e:
+        log.warning("notify: %s: template %s failed: %s", integration.name, key, e)
+        return f"{default} (template error in {key}: {e})"
 
 
 def send(
@@ -128,38 +153,48 @@ def send(
     if kind == "webhook":
         post_json(integration.url, payload, http=http, timeout_s=timeout, session=session)
     elif kind == "slack":
-        body: dict[str, Any] = {
-            k: integration.option(k)
-            for k in ("channel", "username", "icon_emoji", "icon_url")
-            if integration.option(k)
+        body: dict[str, Any] = {}
+        for k in ("channel", "username", "icon_emoji", "icon_url"):
+            if integration.option(k) is not None:
+                body[k] = option_text(integration, k, payload, "")
+        subject = option_text(integration, "title", payload, title(payload))
+        attachment: dict[str, Any] = {
+            "title": subject,
+            "text": option_text(integration, "text", payload, "\n".join(body_lines(payload))),
+            "fallback": option_text(integration, "fallback", payload, subject),
+            "color": option_text(
+                integration, "color", payload, "danger" if payload["status"] == "firing" else "good"
+            ),
+            "mrkdwn_in": ["fallback", "pretext", "text"],
         }
-        body["attachments"] = [
-            {
-                "title": title(payload),
-                "text": "\n".join(body_lines(payload)),
-                "fallback": title(payload),
-                "color": "danger" if payload["status"] == "firing" else "good",
-                "mrkdwn_in": ["fallback", "pretext", "text"],
-            }
-        ]
+        for k in ("title_link", "pretext", "footer", "callback_id"):
+            if integration.option(k) is not None:
+                attachment[k] = option_text(integration, k, payload, "")
+        body["attachments"] = [attachment]
         post_json(integration.url, body, http=http, timeout_s=timeout, session=session)
     elif kind == "dingtalk":
         url = integration.url
         if integration.secret:
             sep = "&" if "?" in url else "?"
             url += f"{sep}timestamp={now_ms}&sign={quote_plus(dingtalk_sign(integration.secret, now_ms))}"
-        body = {"msgtype": "markdown", "markdown": {"title": title(payload), "text": _markdown(payload)}}
+        subject = option_text(integration, "title", payload, title(payload))
+        message = option_text(integration, "message", payload, _markdown(payload))
+        body = {"msgtype": "markdown", "markdown": {"title": subject, "text": f"#### {subject}\n\n{message}"}}
         resp = post_json(url, body, http=http, timeout_s=timeout, session=session)
         _check_robot(resp, url, ("errcode",))
     elif kind == "feishu":
-        body = {"msg_type": "text", "content": {"text": text(payload)}}
+        message = option_text(integration, "message", payload, "\n".join(body_lines(payload)))
+        subject = option_text(integration, "title", payload, title(payload))
+        body = {"msg_type": "text", "content": {"text": f"{subject}\n\n{message}"}}
         if integration.secret:
             ts = now_ms // 1000
             body = {"timestamp": str(ts), "sign": feishu_sign(integration.secret, ts), **body}
         resp = post_json(integration.url, body, http=http, timeout_s=timeout, session=session)
         _check_robot(resp, integration.url, ("code", "StatusCode"))
     elif kind == "wecom":
-        body = {"msgtype": "markdown", "markdown": {"content": _markdown(payload)}}
+        subject = option_text(integration, "title", payload, title(payload))
+        message = option_text(integration, "message", payload, _markdown(payload))
+        body = {"msgtype": "markdown", "markdown": {"content": f"#### {subject}\n\n{message}"}}
         resp = post_json(integration.url, body, http=http, timeout_s=timeout, session=session)
         _check_robot(resp, integration.url, ("errcode",))
     elif kind == "email":
@@ -183,8 +218,8 @@ def _send_apprise(integration: Integration, payload: Mapping[str, Any]) -> None:
     for url in integration.option("urls", ()):
         app.add(url)
     ok = app.notify(
-        body="\n".join(body_lines(payload)),
-        title=title(payload),
+        body=option_text(integration, "message", payload, "\n".join(body_lines(payload))),
+        title=option_text(integration, "title", payload, title(payload)),
         notify_type=apprise.NotifyType.FAILURE
         if payload["status"] == "firing"
         else apprise.NotifyType.SUCCESS,
