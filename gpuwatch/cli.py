@@ -228,15 +228,18 @@ def _rules_check(files: Sequence[Path]) -> int:
 
 def _notify_test(args: argparse.Namespace, env: dict[str, str]) -> int:
     from gpuwatch.clock import SystemClock
+    from gpuwatch.notify.config import load_templates
     from gpuwatch.notify.notifier import external_url
     from gpuwatch.notify.receivers import DeliveryError
     from gpuwatch.notify.testsend import UnknownReceiver, send_test
 
     settings = load(args.config, env, {})
     hostname = _hostname(settings)
+    base = settings.config_file.parent if settings.config_file is not None else None
+    notify = load_templates(settings.notify, base)
     try:
         line = send_test(
-            settings.notify,
+            notify,
             args.receiver,
             SystemClock(),
             hostname=hostname,

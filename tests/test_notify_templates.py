@@ -274,3 +274,32 @@ def test_defaults_parse() -> None:
 def hook() -> Any:
     with hook_server() as h:
         yield h
+
+
+def test_notify_test_uses_the_template_files_next_to_the_config(tmp_path: Path, hook: Hook) -> None:
+    from tests.test_notify_receivers import run_cli
+
+    etc = tmp_path / "etc"
+    (etc / "templates").mkdir(parents=True)
+    (etc / "templates" / "lab.tmpl").write_text(
+        '{{ define "lab.title" }}lab: {{ .CommonLabels.alertname }}{{ end }}'
+    )
+    conf = etc / "gpuwatch.yml"
+    notify = {
+        "templates": ["templates/*.tmpl"],
+        "route": {"receiver": "chat"},
+        "receivers": [
+            {
+                "name": "chat",
+                "slack_configs": [{"api_url": hook.url + "/s", "title": '{{ template "lab.title" . }}'}],
+            }
+        ],
+    }
+    conf.write_text(yaml.safe_dump({"notify": notify}))
+    ok = run_cli("notify", "test", "--config", str(conf), "chat", cwd=tmp_path)  # not run from etc/
+    assert ok.returncode == 0, ok.stderr
+    assert hook.requests[0][2]["attachments"][0]["title"] == "lab: GpuwatchTestNotification"
+    (etc / "templates" / "lab.tmpl").write_text('{{ define "lab.title" }}unclosed')
+    bad = run_cli("notify", "test", "--config", str(conf), "chat", cwd=tmp_path)
+    assert bad.returncode == 2
+    assert bad.stderr.count("\n") == 1 and "notify.templates: " in bad.stderr and "lab.tmpl" in bad.stderr
