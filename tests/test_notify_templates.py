@@ -68,6 +68,11 @@ def test_go_template_semantics(text: str, data: Any, out: str) -> None:
     assert go(text, data) == out
 
 
+def test_a_runaway_template_stops() -> None:
+    with pytest.raises(TemplateError, match="more than 200,000 steps"):
+        go("{{ range 100000000 }}{{ end }}")
+
+
 @pytest.mark.parametrize(
     ("text", "message"),
     [

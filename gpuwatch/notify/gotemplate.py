@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import html as _html
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import quote_plus
@@ -24,6 +24,7 @@ from urllib.parse import quote_plus
 from gpuwatch.rules.template import go_float
 
 MAX_DEPTH = 200
+MAX_STEPS = 200_000  # actions executed in one rendering: a runaway `range` fails instead of hanging
 
 
 class TemplateError(Exception):
@@ -547,11 +548,16 @@ class _Run:
     def __init__(self, defines: Mapping[str, list[Node]], funcs: Mapping[str, Callable[..., Any]]) -> None:
         self.defines = defines
         self.funcs = funcs
+        self.steps = 0
+        self.max_steps = MAX_STEPS
 
     def nodes(
         self, nodes: list[Node], dot: Any, scope: list[tuple[str, Any]], out: list[str], depth: int
     ) -> None:
         for n in nodes:
+            self.steps += 1
+            if self.steps > self.max_steps:
+                raise TemplateError(f"template ran more than {self.max_steps:,} steps")
             if n.kind == "text":
                 out.append(n.text)
             elif n.kind == "print":
@@ -587,20 +593,24 @@ class _Run:
         assert n.pipe is not None
         mark = len(scope)
         value = self.pipeline(Pipeline(n.pipe.commands), dot, scope)
+        items: Iterable[tuple[Any, Any]]
         if isinstance(value, dict):
-            items: list[tuple[Any, Any]] = [(k, value[k]) for k in sorted(value)]
+            items, empty = ((k, value[k]) for k in sorted(value)), not value
         elif isinstance(value, (list, tuple)):
-            items = list(enumerate(value))
+            items, empty = enumerate(value), not value
         elif isinstance(value, int) and not isinstance(value, bool):
-            items = [(i, i) for i in range(value)]
+            items, empty = ((i, i) for i in range(value)), value <= 0
         elif value is None:
-            items = []
+            items, empty = (), True
         else:
             raise TemplateError(f"range can't iterate over {sprint(value)}")
-        if not items:
+        if empty:
             self.nodes(n.orelse, dot, scope, out, depth)
             return
         for key, elem in items:
+            self.steps += 1
+            if self.steps > self.max_steps:
+                raise TemplateError(f"template ran more than {self.max_steps:,} steps")
             del scope[mark:]
             if len(n.pipe.decl) == 2:
                 scope.extend([(n.pipe.decl[0], key), (n.pipe.decl[1], elem)])
