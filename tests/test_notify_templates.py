@@ -10,6 +10,8 @@ from typing import Any
 import pytest
 import requests
 import yaml
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from gpuwatch.errors import ConfigError
 from gpuwatch.notify.config import load_templates, parse_notify
@@ -89,6 +91,7 @@ def test_a_runaway_template_stops() -> None:
         ),
         ("{{ .A.__class__ }}", "can't evaluate field"),
         ("{{ .Secret }}", "can't evaluate field Secret"),
+        ("{{ break }}", "{{break}} outside {{range}}"),
         ("{{ 'x' }}", 'unexpected "\'" in action'),
     ],
 )
@@ -308,3 +311,61 @@ def test_notify_test_uses_the_template_files_next_to_the_config(tmp_path: Path, 
     bad = run_cli("notify", "test", "--config", str(conf), "chat", cwd=tmp_path)
     assert bad.returncode == 2
     assert bad.stderr.count("\n") == 1 and "notify.templates: " in bad.stderr and "lab.tmpl" in bad.stderr
+
+
+_PIECES = [
+    "{{",
+    "}}",
+    "{{-",
+    "-}}",
+    " ",
+    "if",
+    "else",
+    "end",
+    "range",
+    "with",
+    "define",
+    "template",
+    "block",
+    '"t"',
+    ".",
+    ".Alerts",
+    ".Labels",
+    ".Status",
+    "$",
+    "$x",
+    ":=",
+    "=",
+    "|",
+    "(",
+    ")",
+    "len",
+    "printf",
+    '"%d"',
+    "eq",
+    "and",
+    "index",
+    "0",
+    "1.5",
+    "-1",
+    "nil",
+    "true",
+    "`raw`",
+    "'",
+    "text",
+    "\n",
+    "/*",
+    "*/",
+    ",",
+    "break",
+]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.sampled_from(_PIECES), max_size=30))
+def test_any_template_text_renders_or_is_a_template_error(pieces: list[str]) -> None:
+    text = "".join(pieces)
+    try:
+        render(default_set(), text, payload())
+    except TemplateError:
+        pass

@@ -127,6 +127,7 @@ class _Parser:
     def __init__(self, name: str, text: str, funcs: Mapping[str, Any]) -> None:
         self.name = name
         self.where = f"{name}: " if name else ""
+        self.range_depth = 0  # break and continue only inside a range
         self.funcs = funcs
         self.defines: dict[str, list[Node]] = {}
         self.items = self._split(text)
@@ -186,7 +187,9 @@ class _Parser:
                 nodes.append(self._control(head, toks[1:]))
             elif head in ("define", "block"):
                 name, rest = self._name(head, toks[1:])
+                outer, self.range_depth = self.range_depth, 0
                 body_nodes, stop = self._list()
+                self.range_depth = outer
                 if stop is None or stop[0] != "end":
                     raise TemplateError(f"{self.where}{head} {name!r} has no {{{{end}}}}")
                 self.defines[name] = body_nodes
@@ -198,6 +201,8 @@ class _Parser:
                 name, rest = self._name(head, toks[1:])
                 nodes.append(Node("template", text=name, pipe=self._pipeline(rest) if rest else None))
             elif head in ("break", "continue"):
+                if not self.range_depth:
+                    raise TemplateError(f"{self.where}{{{{{head}}}}} outside {{{{range}}}}")
                 nodes.append(Node(head))
             else:
                 nodes.append(Node("print", pipe=self._pipeline(toks, decl_ok=True)))
@@ -210,7 +215,9 @@ class _Parser:
 
     def _control(self, head: str, toks: list[_Tok]) -> Node:
         node = Node(head, pipe=self._pipeline(toks, decl_ok=True, range_decl=head == "range"))
+        self.range_depth += head == "range"
         node.body, stop = self._list()
+        self.range_depth -= head == "range"
         if stop is None:
             raise TemplateError(f"{self.where}{{{{{head}}}}} has no {{{{end}}}}")
         word, rest = stop
