@@ -239,7 +239,8 @@ OPTIONS: tuple[Option, ...] = (
         "notify",
         parse_notify,
         NotifyConfig(),
-        "Notifications, as alertmanager.yml writes them: `route`, `receivers`, `inhibit_rules`, `global`; "
+        "Notifications, as alertmanager.yml writes them: `route`, `receivers`, `inhibit_rules`, `global`, "
+        "`time_intervals`, `templates`; "
         "see docs/notify.md.",
     ),
     Option(
