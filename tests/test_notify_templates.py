@@ -137,10 +137,10 @@ SLACK = {
 def test_templates_render_as_the_real_alertmanager_renders_them(tmp_path: Path) -> None:
     with hook_server() as hook:
         config = {
-            "route": {"receiver": "lab-team", "group_wait": "1s", "group_by": ["alertname"]},
+            "route": {"receiver": "lab.team", "group_wait": "1s", "group_by": ["alertname"]},
             "receivers": [
                 {
-                    "name": "lab-team",
+                    "name": "lab.team",
                     "webhook_configs": [{"url": hook.url + "/hook"}],
                     "slack_configs": [{"api_url": hook.url + "/slack", **SLACK}],
                 }
@@ -369,3 +369,12 @@ def test_any_template_text_renders_or_is_a_template_error(pieces: list[str]) -> 
         render(default_set(), text, payload())
     except TemplateError:
         pass
+
+
+def test_the_webhook_receiver_is_escaped_as_alertmanager_escapes_it() -> None:
+    from gpuwatch.notify.alert import webhook_payload
+
+    p = webhook_payload(
+        receiver="lab.team", group_key="{}", group_labels={}, alerts=[], now_ms=NOW, external_url=""
+    )
+    assert p["receiver"] == "lab\\.team"  # Alertmanager 0.25 sends regexp.QuoteMeta of the name

@@ -3,6 +3,7 @@ the messages built from a group of them: Alertmanager's webhook payload (version
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -77,11 +78,14 @@ def webhook_payload(
     external_url: str,
     max_alerts: int = 0,
 ) -> dict[str, Any]:
-    """Return Alertmanager's webhook message (version 4) for a group of alerts at `now_ms`."""
+    """Return Alertmanager's webhook message (version 4) for a group of alerts at `now_ms`.
+
+    As Alertmanager's, `receiver` is the receiver's name with regex metacharacters escaped (`team\\.gpu`).
+    """
     firing = any(not a.is_resolved(now_ms) for a in alerts)
     shown = list(alerts[:max_alerts]) if max_alerts else list(alerts)
     return {
-        "receiver": receiver,
+        "receiver": re.sub(r"([\\.+*?()|\[\]{}^$])", r"\\\1", receiver),
         "status": "firing" if firing else "resolved",
         "alerts": [
             {

@@ -170,7 +170,7 @@ class Data:
     """Alertmanager's template.Data for one notification, built from its webhook payload."""
 
     def __init__(self, payload: Mapping[str, Any]) -> None:
-        self.Receiver = re.sub(r"([\\.+*?()|\[\]{}^$])", r"\\\1", str(payload["receiver"]))
+        self.Receiver = payload["receiver"]  # escaped as Alertmanager escapes it (webhook_payload)
         self.Status = payload["status"]
         self.Alerts = Alerts(TemplateAlert(a) for a in payload["alerts"])
         self.GroupLabels = KV(payload["groupLabels"])
