@@ -14,9 +14,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gpuwatch.errors import ConfigError
+from gpuwatch.gotemplate import TemplateError, TemplateSet
 from gpuwatch.notify.config import load_templates, parse_notify
 from gpuwatch.notify.email import build_message
-from gpuwatch.notify.gotemplate import TemplateError, TemplateSet
 from gpuwatch.notify.receivers import send
 from gpuwatch.notify.templates import FUNCS, default_set, render
 from tests.conftest import start_alertmanager, wait_until
@@ -80,7 +80,7 @@ def test_a_runaway_template_stops() -> None:
     [
         ("{{ if .A }}x", "has no {{end}}"),
         ("{{ end }}", "unexpected {{end}}"),
-        ("{{ nosuch . }}", "function 'nosuch' not defined"),
+        ("{{ nosuch . }}", 'function "nosuch" not defined'),
         ("{{ .A", "unclosed action"),
         ('{{ template "x" }}', 'no such template "x"'),
         ("{{ $undefined }}", "undefined variable: $undefined"),
@@ -252,7 +252,7 @@ def test_a_template_that_fails_at_send_time_still_sends_the_default(hook: Hook) 
     ("change", "message"),
     [
         ({"title": "{{ if . }}"}, "slack_configs[0].title: template error: {{if}} has no {{end}}"),
-        ({"text": "{{ nosuch }}"}, "slack_configs[0].text: template error: function 'nosuch' not defined"),
+        ({"text": "{{ nosuch }}"}, 'slack_configs[0].text: template error: function "nosuch" not defined'),
     ],
 )
 def test_bad_templates_are_config_errors(change: dict[str, Any], message: str) -> None:
@@ -359,6 +359,17 @@ _PIECES = [
     ",",
     "break",
 ]
+_PIECES += [
+    "toUpper",
+    "join",
+    "title",
+    "reReplaceAll",
+    "match",
+    "stringSlice",
+    ".Labels.Remove",
+    ".SortedPairs",
+    "lt",
+]
 
 
 @settings(max_examples=300, deadline=None)
@@ -378,3 +389,11 @@ def test_the_webhook_receiver_is_escaped_as_alertmanager_escapes_it() -> None:
         receiver="lab.team", group_key="{}", group_labels={}, alerts=[], now_ms=NOW, external_url=""
     )
     assert p["receiver"] == "lab\\.team"  # Alertmanager 0.25 sends regexp.QuoteMeta of the name
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.sampled_from([*_PIECES, "$labels", "$value", "humanize", "$labels.gpu"]), max_size=30))
+def test_a_rule_template_never_raises(pieces: list[str]) -> None:
+    from gpuwatch.rules.template import render as render_rule
+
+    assert isinstance(render_rule("".join(pieces), {"gpu": "0"}, 1.5), str)

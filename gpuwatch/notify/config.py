@@ -228,7 +228,7 @@ _SLACK_TEXT = (
 
 def _template(path: str, raw: object) -> str:
     """Read a message option: a Go template as in Alertmanager, checked for syntax now."""
-    from gpuwatch.notify.gotemplate import TemplateError
+    from gpuwatch.gotemplate import TemplateError
     from gpuwatch.notify.templates import default_set
 
     value = text(path, raw)
@@ -242,7 +242,7 @@ def _template(path: str, raw: object) -> str:
 def load_templates(config: NotifyConfig, base: Path | None) -> NotifyConfig:
     """Read `notify.templates` (globs, relative ones against `base`, the config file's folder) and give every
     integration the template set; raise ConfigError naming the file and the problem."""
-    from gpuwatch.notify.gotemplate import TemplateError
+    from gpuwatch.gotemplate import TemplateError
     from gpuwatch.notify.templates import template_set
 
     try:

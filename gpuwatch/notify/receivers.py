@@ -131,7 +131,7 @@ def option_text(integration: Integration, key: str, payload: Mapping[str, Any], 
         return default
     if key not in integration.templated:
         return str(raw)
-    from gpuwatch.notify.gotemplate import TemplateError
+    from gpuwatch.gotemplate import TemplateError
     from gpuwatch.notify.templates import default_set, render
 
     try:

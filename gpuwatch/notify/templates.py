@@ -16,7 +16,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from gpuwatch.notify.gotemplate import TemplateError, TemplateSet
+from gpuwatch.gotemplate import TemplateError, TemplateSet, re_replace_all, regex_match
 
 DEFAULT_FILES = (Path(__file__).with_name("default.tmpl"), Path(__file__).with_name("email.tmpl"))
 
@@ -179,34 +179,6 @@ class Data:
         self.ExternalURL = payload["externalURL"]
 
 
-def _go_regex(pattern: str) -> re.Pattern[str]:
-    from gpuwatch.matchers import compile_quietly
-
-    return compile_quietly(pattern)
-
-
-def _title(text: str) -> str:
-    """Go's strings.Title: upper-case the first letter of each word, leave the rest as it is."""
-    out, prev = [], " "
-    for c in text:
-        out.append(c.upper() if not (prev.isalnum() or prev == "_") else c)
-        prev = c
-    return "".join(out)
-
-
-def _re_replace_all(pattern: str, repl: str, text: str) -> str:
-    # Go's $1 / ${1} / ${name} in the replacement; $$ is a dollar.
-    py = re.sub(
-        r"\$(\$|\{(\w+)\}|(\w+))",
-        lambda m: "$" if m.group(1) == "$" else f"\\g<{m.group(2) or m.group(3)}>",
-        repl.replace("\\", "\\\\"),
-    )
-    try:
-        return _go_regex(pattern).sub(py, text)
-    except (re.error, IndexError) as e:
-        raise TemplateError(f"reReplaceAll: {e}") from None
-
-
 def _join(sep: str, items: Sequence[str]) -> str:
     return sep.join(items)
 
@@ -217,9 +189,9 @@ FUNCS: dict[str, Callable[..., Any]] = {
     "title": lambda s: s.title(),  # Alertmanager 0.25: cases.Title, which lower-cases the rest of each word
     "trimSpace": lambda s: s.strip(" \t\r\n\v\f"),
     "join": _join,
-    "match": lambda pattern, text: _go_regex(pattern).search(text) is not None,
+    "match": regex_match,
     "safeHtml": lambda s: s,
-    "reReplaceAll": _re_replace_all,
+    "reReplaceAll": re_replace_all,
     "stringSlice": lambda *s: list(s),
 }
 

@@ -15,13 +15,62 @@ exported fields), so a template sees nothing of the Python objects but the data 
 from __future__ import annotations
 
 import html as _html
+import math
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from decimal import Decimal
 from typing import Any
 from urllib.parse import quote_plus
 
-from gpuwatch.rules.template import go_float
+
+def go_float(v: float) -> str:
+    """Format a float as Go's `%v` does: shortest digits, an exponent below 1e-4 and from 1e6."""
+    if math.isnan(v):
+        return "NaN"
+    if math.isinf(v):
+        return "+Inf" if v > 0 else "-Inf"
+    if v == 0:
+        return "-0" if math.copysign(1, v) < 0 else "0"
+    sign, digits, exponent = Decimal(repr(v)).normalize().as_tuple()
+    ds = "".join(str(d) for d in digits)
+    exp = len(ds) + int(exponent) - 1
+    neg = "-" if sign else ""
+    if exp < -4 or exp >= 6:  # Go's shortest %v switches to %e at 6 digits before the point
+        mant = ds[0] + ("." + ds[1:] if len(ds) > 1 else "")
+        return f"{neg}{mant}e{'-' if exp < 0 else '+'}{abs(exp):02d}"
+    text = format(Decimal(repr(abs(v))), "f")
+    if "." in text:
+        text = text.rstrip("0").rstrip(".")
+    return neg + text
+
+
+def regex_match(pattern: str, text: str) -> bool:
+    """Go's regexp.MatchString (unanchored), as `match` in Prometheus's and Alertmanager's templates."""
+    return _regex(pattern).search(text) is not None
+
+
+def re_replace_all(pattern: str, repl: str, text: str) -> str:
+    """Go's Regexp.ReplaceAllString: `$1`, `${1}`, `${name}` in the replacement; `$$` is a dollar."""
+
+    def expand(m: re.Match[str]) -> str:
+        return "$" if m.group(1) == "$" else f"\\g<{m.group(2) or m.group(3)}>"
+
+    py = re.sub(r"\$(\$|\{(\w+)\}|(\w+))", expand, repl.replace("\\", "\\\\"))
+    try:
+        return _regex(pattern).sub(py, text)
+    except (re.error, IndexError) as e:
+        raise TemplateError(f"reReplaceAll: {e}") from None
+
+
+def _regex(pattern: str) -> re.Pattern[str]:
+    from gpuwatch.matchers import compile_quietly
+
+    try:
+        return compile_quietly(pattern)
+    except re.error as e:
+        raise TemplateError(f"invalid regular expression {pattern!r}: {e}") from None
+
 
 MAX_DEPTH = 200
 MAX_STEPS = 200_000  # actions executed in one rendering: a runaway `range` fails instead of hanging
@@ -303,7 +352,7 @@ class _Parser:
             elif t.text in _KEYWORDS:
                 raise TemplateError(f"{self.where}unexpected {t.text!r} in pipeline")
             else:
-                raise TemplateError(f"{self.where}function {t.text!r} not defined")
+                raise TemplateError(f'{self.where}function "{t.text}" not defined')
         elif t.kind == "lp":
             commands, pos = self._commands(toks, pos)
             if pos >= len(toks) or toks[pos].kind != "rp":
@@ -530,6 +579,7 @@ class TemplateSet:
     def __init__(self, funcs: Mapping[str, Callable[..., Any]] | None = None) -> None:
         self.funcs: dict[str, Callable[..., Any]] = dict(funcs or {})
         self.defines: dict[str, list[Node]] = {}
+        self._cache: dict[str, tuple[list[Node], dict[str, list[Node]]]] = {}  # parsed texts
 
     def add(self, text: str, source: str) -> None:
         """Parse a file of templates and keep its `define`s (later files override earlier ones)."""
@@ -541,14 +591,24 @@ class TemplateSet:
         """Raise TemplateError when `text` does not parse."""
         _Parser(source, text, self.funcs).parse()
 
-    def render(self, text: str, data: Any) -> str:
-        """Execute `text` (which may call the set's templates) with `data` as dot."""
-        p = _Parser("", text, self.funcs)
-        nodes = p.parse()
-        run = _Run({**self.defines, **p.defines}, self.funcs)
+    def render(self, text: str, data: Any, variables: Mapping[str, Any] | None = None) -> str:
+        """Execute `text` (which may call the set's templates) with `data` as dot and `variables` (named
+        with their `$`) defined, as a template prelude such as Prometheus's `{{ $labels := .Labels }}` would."""
+        nodes, defines = self._compiled(text)
+        run = _Run({**self.defines, **defines} if defines else self.defines, self.funcs)
         out: list[str] = []
-        run.nodes(nodes, data, [("$", data)], out, 0)
+        run.nodes(nodes, data, [("$", data), *(variables or {}).items()], out, 0)
         return "".join(out)
+
+    def _compiled(self, text: str) -> tuple[list[Node], dict[str, list[Node]]]:
+        got = self._cache.get(text)
+        if got is None:
+            p = _Parser("", text, self.funcs)
+            got = (p.parse(), p.defines)
+            if len(self._cache) >= 1024:
+                self._cache.clear()
+            self._cache[text] = got
+        return got
 
 
 class _Run:
@@ -668,7 +728,7 @@ class _Run:
                 return fn(*args)
             except TemplateError:
                 raise
-            except (TypeError, ValueError, re.error) as e:
+            except (TypeError, ValueError, AttributeError, LookupError, ArithmeticError, re.error) as e:
                 raise TemplateError(f"error calling {name}: {e}") from None
         if len(cmd) > 1 or extra:
             if first.kind == "lit" or not first.fields and first.kind != "pipe":
@@ -697,9 +757,8 @@ class _Run:
             v = dot
         elif a.kind == "pipe":
             v = self.pipeline(a.value, dot, scope)
-        else:  # a function used as a value: call it without arguments
-            fn = self.funcs.get(a.value) or BUILTINS[a.value]
-            return fn()
+        else:  # a function used as an argument: call it without arguments, as Go does
+            return self._command([a], dot, scope, _MISSING)
         for name in a.fields:
             v = _field(v, name)
             if callable(v):
