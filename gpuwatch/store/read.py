@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import threading
 from collections.abc import Collection, Iterator, Sequence
 from typing import Any
 
@@ -24,6 +25,28 @@ def _snapshot(cur: duckdb.DuckDBPyConnection) -> Iterator[None]:
         cur.execute("ROLLBACK")
         raise
     cur.execute("COMMIT")
+
+
+_PARSED_MAX = 256
+_PARSED_TEXT_MAX = 4096
+_parsed: dict[str, Any] = {}  # SQL text -> duckdb.Statement (parsed SQL, usable by any connection)
+_parsed_lock = threading.Lock()
+
+
+def _execute(cur: duckdb.DuckDBPyConnection, sql: str, params: list[Any]) -> duckdb.DuckDBPyConnection:
+    """`cur.execute(sql, params)`, parsing each distinct text once: a read's statement is the same
+    text whenever the same series are read (a dashboard's refresh, a rule's round), and parsing it is
+    ~0.15 ms of a small read's ~0.8 ms."""
+    if len(sql) > _PARSED_TEXT_MAX:  # long id lists: rare, and their read dwarfs the parse
+        return cur.execute(sql, params)
+    statement = _parsed.get(sql)
+    if statement is None:
+        statement = cur.extract_statements(sql)[0]
+        with _parsed_lock:
+            if len(_parsed) >= _PARSED_MAX:
+                _parsed.clear()
+            _parsed[sql] = statement
+    return cur.execute(statement, params)
 
 
 def _id_filter(ids: Sequence[int]) -> str:
@@ -136,7 +159,7 @@ def _fetch(
             f" UNION ALL SELECT series_id, seq, -1, t_ms, v_bits, NULL, NULL FROM head WHERE {where} "
             "AND t_ms >= $1 AND t_ms <= $2"
         )
-    rows = cur.execute(sql, [start_ms, end_ms]).fetchnumpy()
+    rows = _execute(cur, sql, [start_ms, end_ms]).fetchnumpy()
     # Ordered here rather than by the statement: sorting a few hundred keys in numpy is cheaper than
     # DuckDB's ORDER BY carrying the blobs along (~0.4 ms of a 32-series read).
     order = np.lexsort((np.asarray(rows["seq"]), np.asarray(rows["t_min_ms"]), np.asarray(rows["series_id"])))
