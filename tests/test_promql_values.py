@@ -86,8 +86,12 @@ label_values = st.text(max_size=6)  # any unicode, quotes and backslashes includ
 
 
 @st.composite
-def matrices(draw: st.DrawFn) -> Matrix:
+def matrices(draw: st.DrawFn, repeats: bool = False) -> Matrix:
     series = []
+    # With `repeats`, values come from a small pool, so that series repeat them (each distinct value
+    # is formatted once): -0.0 next to 0.0, NaNs of different payloads, equal values in other series.
+    pool = draw(st.lists(floats, min_size=1, max_size=4)) + [0.0, -0.0, math.nan, STALE_NAN]
+    values = st.sampled_from(pool) if repeats else floats
     grid = np.arange(draw(st.integers(0, 8)), dtype=np.int64) * draw(
         st.sampled_from([1, 15_000, 60_000, 1500])
     )
@@ -97,7 +101,7 @@ def matrices(draw: st.DrawFn) -> Matrix:
         )
         keep = draw(st.lists(st.booleans(), min_size=grid.size, max_size=grid.size))
         t = grid[np.array(keep, dtype=bool)] if grid.size else grid
-        v = np.array(draw(st.lists(floats, min_size=t.size, max_size=t.size)), dtype=np.float64)
+        v = np.array(draw(st.lists(values, min_size=t.size, max_size=t.size)), dtype=np.float64)
         series.append(Series(labels, t, v))
     return Matrix(series)
 
@@ -105,6 +109,12 @@ def matrices(draw: st.DrawFn) -> Matrix:
 @settings(max_examples=150, deadline=None)
 @given(matrices())
 def test_matrix_json_text_equals_json_dumps(m: Matrix) -> None:
+    assert to_prometheus_json_text(m) == json.dumps(to_prometheus_json(m), separators=(",", ":"))
+
+
+@settings(max_examples=100, deadline=None)
+@given(matrices(repeats=True))
+def test_matrix_json_text_with_repeated_values_equals_json_dumps(m: Matrix) -> None:
     assert to_prometheus_json_text(m) == json.dumps(to_prometheus_json(m), separators=(",", ":"))
 
 

@@ -90,6 +90,41 @@ def test_decode_chunks_equals_one_by_one(
     assert _bits(got_v) == _bits(want_v) == _bits(np.concatenate([v for _, v, _ in chunks]))
 
 
+@st.composite
+def series_chunks(draw: st.DrawFn) -> list[np.ndarray]:
+    """One series cut into chunks that go on from one another (as a series' 2 h chunks and its short
+    last one), with now and then a gap, a new step, or one sample."""
+    t = draw(st.integers(-(2**50), 2**50))
+    step = draw(st.sampled_from([1, 15_000, 2**40]))
+    out = []
+    for n, gap, new_step in draw(
+        st.lists(
+            st.tuples(st.sampled_from([1, 2, 3, 480]), st.booleans(), st.booleans()), min_size=1, max_size=10
+        )
+    ):
+        if new_step:
+            step = draw(st.sampled_from([1, 1000, 15_000]))
+        if gap:
+            t += draw(st.integers(1, 10**6))
+        out.append(t + np.arange(n, dtype=np.int64) * step)
+        t = int(out[-1][-1]) + step
+    return out
+
+
+@settings(max_examples=100, deadline=None)
+@given(parts=st.lists(series_chunks(), min_size=1, max_size=4), old=st.booleans())
+def test_decode_chunks_of_consecutive_chunks(parts: list[list[np.ndarray]], old: bool) -> None:
+    chunks = [t for series in parts for t in series]
+    ts = [encode_times(t) for t in chunks]
+    if old:  # one chunk in the old form among regular ones
+        ts[len(ts) // 2] = old_encode_times(chunks[len(ts) // 2])
+    vs = [encode_values(np.full(t.size, float(i % 3))) for i, t in enumerate(chunks)]
+    ns = np.array([t.size for t in chunks], np.int64)
+    got_t, got_v = decode_chunks(ns, ts, vs)
+    assert got_t.tolist() == np.concatenate(chunks).tolist()
+    assert got_v.tolist() == [float(i % 3) for i, t in enumerate(chunks) for _ in range(t.size)]
+
+
 def test_regular_timestamps_take_17_bytes_and_old_blobs_still_decode() -> None:
     t = 1_793_491_200_000 + np.arange(480, dtype=np.int64) * 15_000
     assert len(encode_times(t)) == 17

@@ -170,20 +170,36 @@ def to_prometheus_json(result: Result) -> dict[str, Any]:
 
 
 def to_prometheus_json_text(result: Result) -> str:
-    """`json.dumps(to_prometheus_json(result), separators=(",", ":"))`, built faster for matrices:
-    values and timestamps are formatted array by array, and the points written straight as text."""
+    """`json.dumps(to_prometheus_json(result), separators=(",", ":"))`, built faster for matrices.
+
+    Each distinct value (by bit pattern) of all series is formatted once: range results repeat
+    values a lot (averages of integers, rates of counters that move by whole numbers), and `repr`
+    of a float (~0.45 us) is most of the cost. Timestamps are formatted once per time grid, as the
+    text before each value (`"],[t,"`), and each series' points are one `join` of the two lists."""
     if not isinstance(result, Matrix):
         return json.dumps(to_prometheus_json(result), separators=(",", ":"))
+    if not result.series:
+        return '{"resultType":"matrix","result":[]}'
+    values = np.concatenate([np.asarray(s.values, dtype=np.float64) for s in result.series])
+    distinct, inverse = np.unique(values.view(np.int64), return_inverse=True)
+    texts = np.array(format_values(distinct.view(np.float64)), dtype=object)
     parts = []
     last: tuple[np.ndarray, list[str]] | None = None
+    pos = 0
     for s in result.series:
         ts = s.timestamps_ms
         if last is not None and np.array_equal(last[0], ts):
-            times = last[1]  # the series of a range query mostly share one time grid
+            before = last[1]  # the series of a range query mostly share one time grid
         else:
             times = format_times(ts)
-            last = (ts, times)
-        points = ",".join([f'[{t},"{v}"]' for t, v in zip(times, format_values(s.values), strict=True)])
+            before = [f'[{t},"' if i == 0 else f'"],[{t},"' for i, t in enumerate(times)]
+            last = (ts, before)
+        n = len(before)
+        points = [""] * (2 * n)
+        points[0::2] = before
+        points[1::2] = texts[inverse[pos : pos + n]].tolist()
+        pos += n
         metric = json.dumps(dict(s.labels), separators=(",", ":"))
-        parts.append(f'{{"metric":{metric},"values":[{points}]}}')
+        close = '"]' if n else ""
+        parts.append('{"metric":' + metric + ',"values":[' + "".join(points) + close + "]}")
     return '{"resultType":"matrix","result":[' + ",".join(parts) + "]}"

@@ -260,16 +260,10 @@ def _decode_ints(
             else:
                 dest = out[int(starts[first]) : int(starts[first]) + cnt * n].reshape(cnt, n)
             planes = seg.reshape(cnt, w, n)
-            if n > 1 and (orders is None or (orders[rows] < 2).all()) and not planes[:, :, 1:].any():
-                # Every integer after each chunk's first is zero (a constant series): each row is its
-                # first integer, decoded as below (one running sum or XOR of it and zeros).
-                u0 = _planes_to_ints(np.ascontiguousarray(planes[:, :, :1]).reshape(-1), w, cnt, 1)[:, 0]
-                if orders is None:
-                    dest[:] = u0.astype(np.uint64).view(np.int64)[:, None]
-                else:
-                    one = u0.dtype.type(1)
-                    z0 = ((u0 >> one) ^ (u0.dtype.type(0) - (u0 & one))).view(f"<i{w}")
-                    dest[:] = z0.astype(np.int64)[:, None]
+            if n == 1 or ((orders is None or (orders[rows] < 2).all()) and not planes[:, :, 1:].any()):
+                # Every integer after each chunk's first is zero (a constant series, or one sample):
+                # each row is its first integer, decoded as below (a running sum or XOR of it and zeros).
+                dest[:] = _first_ints(planes, w, orders is None)[:, None]
             else:
                 _decode_rows(
                     _planes_to_ints(seg, w, cnt, n), w, dest, None if orders is None else orders[rows]
@@ -280,6 +274,15 @@ def _decode_ints(
                 for row, at_out in enumerate(starts[rows].tolist()):  # block copies beat a fancy index
                     out[at_out : at_out + n] = dest[row]
     return out
+
+
+def _first_ints(planes: np.ndarray, w: int, is_xor: bool) -> np.ndarray:
+    """The decoded first integer of each chunk in `planes` (chunks, bytes, integers) as int64."""
+    u0 = _planes_to_ints(np.ascontiguousarray(planes[:, :, :1]).reshape(-1), w, planes.shape[0], 1)[:, 0]
+    if is_xor:
+        return u0.astype(np.uint64).view(np.int64)
+    one = u0.dtype.type(1)
+    return ((u0 >> one) ^ (u0.dtype.type(0) - (u0 & one))).view(f"<i{w}").astype(np.int64)
 
 
 def _decode_rows(u: np.ndarray, w: int, dest: np.ndarray, orders: np.ndarray | None) -> None:
@@ -312,7 +315,22 @@ def decode_times_many(blobs: Sequence[bytes | bytearray | memoryview], ns: np.nd
         n_reg = ns[idx]
         change = np.flatnonzero((n_reg[1:] != n_reg[:-1]) | (step[1:] != step[:-1])) + 1
         with np.errstate(over="ignore"):  # wraps exactly as the encoder's difference did
-            if change.size <= _RUN_SLACK + idx.size // 8:
+            last = first + step * (n_reg - 1)
+            # Chunks that go on where the one before ended, at its step, are one progression: first +
+            # step * arange over all of them (a series' chunks; its last, often of one sample, whose
+            # stored step is 0, takes the step before it).
+            step_on = step[np.maximum.accumulate(np.where(n_reg > 1, np.arange(idx.size), 0))]
+            joins = (
+                np.flatnonzero((step_on[1:] != step_on[:-1]) | (first[1:] != last[:-1] + step_on[:-1])) + 1
+            )
+            if joins.size < change.size and joins.size <= _RUN_SLACK + idx.size // 8:
+                d = np.empty(int(n_reg.sum()), np.int64)
+                s = _starts(n_reg)
+                begins = [0, *s[joins].tolist()]
+                ends = [*begins[1:], d.size]
+                for lo, at, end in zip([0, *joins.tolist()], begins, ends, strict=True):
+                    np.add(np.arange(end - at, dtype=np.int64) * step_on[lo], first[lo], out=d[at:end])
+            elif change.size <= _RUN_SLACK + idx.size // 8:
                 # Runs of chunks with one size and step (a series' full chunks): first + step * arange.
                 d = np.empty(int(n_reg.sum()), np.int64)
                 s = _starts(n_reg)
@@ -324,7 +342,6 @@ def decode_times_many(blobs: Sequence[bytes | bytearray | memoryview], ns: np.nd
                 # Steps everywhere, and at each chunk's start the jump from where the previous one ended.
                 d = np.repeat(step, n_reg)
                 s = _starts(n_reg)
-                last = first + step * (n_reg - 1)
                 d[0] = first[0]
                 d[s[1:]] = first[1:] - last[:-1]
                 np.cumsum(d, out=d)

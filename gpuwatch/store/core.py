@@ -29,6 +29,7 @@ from gpuwatch.store import runs as runs_table
 from gpuwatch.store import schema
 from gpuwatch.store import silences as silences_table
 from gpuwatch.store.catalog import Catalog, Entry, Snapshot, match
+from gpuwatch.store.headindex import HeadIndex
 from gpuwatch.store.lock import DirLock
 from gpuwatch.store.read import ids_with_samples, read_samples
 from gpuwatch.store.writer import _STOP, Writer
@@ -68,6 +69,7 @@ class Store:
         self._guard = threading.Lock()
         self._closed = False
         self._dropped = 0
+        self._head_index: HeadIndex | None = None if writer is None else writer.head_index
 
     @classmethod
     def open(
@@ -328,6 +330,13 @@ class Store:
             self._local.cursor = cur
         return cur
 
+    def _heads(self) -> HeadIndex:
+        # Read-only: nothing writes the file while it is open (the directory lock), so the head is
+        # read once, on first use.
+        if self._head_index is None:
+            self._head_index = HeadIndex.load(self._cursor())
+        return self._head_index
+
     def _snapshot(self) -> Snapshot:
         if self._closed:
             raise StoreError("the store is closed")
@@ -337,7 +346,9 @@ class Store:
         """Return the series matching all matchers with their samples in [start_ms, end_ms]."""
         entries = match(self._snapshot(), matchers)
         try:
-            found = read_samples(self._cursor(), [e.series_id for e in entries], start_ms, end_ms)
+            found = read_samples(
+                self._cursor(), [e.series_id for e in entries], start_ms, end_ms, self._heads()
+            )
         except duckdb.Error as exc:
             raise StoreError(f"store read failed: {exc}") from None
         return [SeriesData(e.name, e.labels, *found[e.series_id]) for e in entries if e.series_id in found]
@@ -360,7 +371,7 @@ class Store:
         rest = ids[~vouched].tolist()
         if rest:
             try:
-                found = read_samples(self._cursor(), rest, start_ms, end_ms)
+                found = read_samples(self._cursor(), rest, start_ms, end_ms, self._heads())
             except duckdb.Error as exc:
                 raise StoreError(f"store read failed: {exc}") from None
         out = []

@@ -25,6 +25,7 @@ from gpuwatch.errors import StoreError
 from gpuwatch.model import Batch, Labels, make_labels
 from gpuwatch.store.catalog import Catalog, Entry
 from gpuwatch.store.chunking import WINDOW_MS, ChunkRow, dedupe_last, encode_series, merge_rows
+from gpuwatch.store.headindex import HeadIndex
 from gpuwatch.store.latest import Latest
 
 log = logging.getLogger(__name__)
@@ -71,6 +72,7 @@ class Writer:
         )
         self._head_rows = _scalar(cur, "SELECT count(*) FROM head")
         self.latest = Latest.load(cur)  # each series' newest stored sample (Store.select_last)
+        self.head_index = HeadIndex.load(cur)  # which series the head may hold (reads leave it out)
         self._new: list[Entry] = []
         self._pending: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
         self._pending_chunks: list[ChunkRow] = []
@@ -244,6 +246,7 @@ class Writer:
                 "v_bits": values.view(np.int64),
                 "seq": np.arange(self._seq, self._seq + ids.size, dtype=np.int64),
             }
+            self.head_index.add(ids, t_ms)  # before the rows can be seen (headindex.py)
         cur.execute("BEGIN TRANSACTION")
         try:
             if self._new:
@@ -297,6 +300,7 @@ class Writer:
         except BaseException:
             _rollback(cur)
             raise
+        self.head_index.clear()
         self._head_rows = 0
         self._chunks_since_compact = 0
         self.last_compact_ms = self._clock.now_ms()
