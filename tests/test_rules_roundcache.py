@@ -2,17 +2,22 @@
 
 from __future__ import annotations
 
+import tempfile
 from pathlib import Path
 
 import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from gpuwatch.clock import FakeClock
-from gpuwatch.model import Batch, Sample, make_labels
+from gpuwatch.model import STALE_NAN, Batch, Sample, make_labels
 from gpuwatch.query import Engine, Vector
 from gpuwatch.rules.load import load_groups
 from gpuwatch.rules.manager import RuleManager
 from gpuwatch.rules.roundcache import RoundCache
 from gpuwatch.store import Store
+from gpuwatch.store import writer as writer_module
 
 QUERIES = [
     "DCGM_FI_DEV_GPU_UTIL < 50",
@@ -135,3 +140,77 @@ def test_rounds_reading_only_new_samples_answer_as_the_store_does(tmp_path: Path
         assert cache.reads < 12 * len(RANGE_QUERIES)
     finally:
         store.close()
+
+
+T0 = 1_800_000_000_000
+_value = st.one_of(st.floats(-5, 5, allow_nan=False), st.just(STALE_NAN))
+# a live batch at some second (may be before the last round: late samples, a backfill; or after the
+# evaluation time: a future timestamp)
+_batch = st.tuples(
+    st.just("batch"),
+    st.integers(-30, 45),
+    st.lists(st.tuples(st.sampled_from(["m", "n"]), st.sampled_from("abc"), _value), max_size=4),
+)
+_op = st.one_of(
+    _batch,
+    _batch,
+    _batch,
+    # an import (long ones become chunks directly)
+    st.tuples(
+        st.just("series"),
+        st.sampled_from("abd"),
+        st.lists(st.tuples(st.integers(-40, 40), _value), min_size=1, max_size=10),
+    ),
+    st.tuples(st.just("compact")),
+    st.tuples(st.just("retention"), st.integers(-60, 20)),
+)
+WINDOW_QUERIES = [
+    "count_over_time(m[20s])",
+    "sum_over_time(n[35s]) + 0",
+    "last_over_time(m[50s] offset 5s)",
+    "timestamp(m)",
+    "max_over_time(n[1m])",
+]
+
+
+def _bits(result: object) -> list[tuple[tuple[tuple[str, str], ...], bytes]]:
+    assert isinstance(result, Vector)
+    return sorted((tuple(sorted(s.labels.items())), np.float64(s.value).tobytes()) for s in result)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(ops=st.lists(st.tuples(_op, st.integers(0, 12)), min_size=1, max_size=16))
+def test_a_cache_over_many_rounds_with_writes_between_answers_as_no_cache(
+    ops: list[tuple[tuple, int]],  # type: ignore[type-arg]
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Each round serves names read before from what it kept plus what the store's flushes wrote
+    # since: late samples, backfills, imports, compaction and retention in between must not matter.
+    monkeypatch.setattr(writer_module, "_BULK_MIN", 6)
+    clock = FakeClock(T0 / 1000 + 60)
+    with tempfile.TemporaryDirectory() as tmp:
+        store = Store.open(Path(tmp), clock=clock, flush_interval_s=3600, retention_s=0)
+        cache = RoundCache(store)
+        try:
+            for op, seconds in [*ops, (("compact",), 1), (("compact",), 1)]:
+                now = clock.now_ms()
+                if op[0] == "batch":
+                    by_name: dict[str, list[Sample]] = {}
+                    for name, s, v in op[2]:
+                        by_name.setdefault(name, []).append(Sample(name, make_labels({"s": s}), v))
+                    store.append(Batch(now + op[1] * 1000, [x for xs in by_name.values() for x in xs]))
+                elif op[0] == "series":
+                    t = np.unique(np.array([now + x * 1000 for x, _ in op[2]], np.int64))
+                    store.append_series("m", make_labels({"s": op[1]}), t, np.linspace(0, 1, t.size))
+                elif op[0] == "compact":
+                    store.compact()
+                else:
+                    store.apply_retention(now + op[1] * 1000)
+                clock.advance(seconds)  # then a round
+                store.flush()
+                now = clock.now_ms()
+                cache.begin(now)
+                for q in WINDOW_QUERIES:
+                    assert _bits(Engine(cache).instant(q, now)) == _bits(Engine(store).instant(q, now)), q
+        finally:
+            store.close()

@@ -25,11 +25,12 @@ from dataclasses import replace
 
 import numpy as np
 
-from gpuwatch.model import Labels, Matcher, SeriesData, matcher_predicate
+from gpuwatch.model import Matcher, SeriesData, matcher_predicate
 from gpuwatch.query.engine import Queryable
 
 NAME = "__name__"
 KEEP_MARGIN_MS = 60_000
+END_OF_TIME = 2**62
 
 
 def _alternatives(names: list[str]) -> str:
@@ -51,11 +52,9 @@ class RoundCache:
         self._last_by_name: dict[tuple[str, int, int], list[SeriesData]] = {}
         self._last_plan: set[tuple[str, int, int]] = set()
         self._last_seen: set[tuple[str, int, int]] = set()
-        # name -> (start, cut, write version, series): a range read's samples up to `cut` (a minute
-        # before its end, older than live samples still on their way to the store), kept for the
-        # next round, which reads only what comes after `cut` while the store reports no write at
-        # or before it since `version` (`Store.changed_since`).
-        self._kept: dict[str, tuple[int, int, int, list[SeriesData]]] = {}
+        # name -> every sample of the name's series from a window's start on, as of a write version:
+        # the next round takes in what the store's flushes wrote since and cuts its window from it.
+        self._kept: dict[str, _Kept] = {}
         self.reads = 0  # store reads since start (for tests and the benchmark)
 
     def begin(self, now_ms: int) -> None:
@@ -105,87 +104,56 @@ class RoundCache:
     def _read_windows(
         self, windows: list[tuple[list[str], int, int]]
     ) -> dict[str, tuple[int, int, list[SeriesData]]]:
-        """Read each (names, start, end); where the previous round's samples of a name up to its cut
-        are still exact (no write at or before the cut since), only the samples after the cut are
-        read, for all such names in one read per cut."""
+        """Read each (names, start, end). A name read in an earlier round is served from what was
+        kept of it then plus what the store's flushes wrote since (`select_written`, from memory), as
+        long as the window starts no earlier and the store can tell (else it is read again whole)."""
+        written_since = getattr(self.source, "select_written", None)
         version_of = getattr(self.source, "write_version", None)
-        version = version_of() if version_of is not None else None  # before reading: conservative
-        window_of: dict[str, tuple[int, int]] = {}
-        delta: dict[tuple[int, int], list[str]] = {}
+        version = version_of() if version_of is not None and written_since is not None else None
         full: dict[tuple[int, int], list[str]] = {}
-        found: dict[str, list[SeriesData]] = {}
+        fresh: dict[str, tuple[int, int]] = {}
         for names, start, end in windows:
             for n in names:
-                window_of[n] = (start, end)
-                found[n] = []
                 kept = self._kept.get(n)
-                if (
-                    version is not None
-                    and kept is not None
-                    and kept[0] <= start <= kept[1] < end
-                    and not self.source.changed_since(kept[2], kept[1])  # type: ignore[attr-defined]
-                ):
-                    delta.setdefault((kept[1], end), []).append(n)
+                if version is not None and kept is not None and kept.start_ms <= start:
+                    fresh[n] = (start, end)
                 else:
                     full.setdefault((start, end), []).append(n)
-        # A window inside a delta read's (cut, end] (a `[1m]` rate next to the cut a minute back) rides
-        # along with it instead of costing a read of its own.
-        for (start, end), names in list(full.items()):
-            ride = next((key for key in delta if key[1] == end and key[0] < start), None)
-            if ride is not None:
-                delta[ride].extend(names)
-                del full[(start, end)]
+        out: dict[str, tuple[int, int, list[SeriesData]]] = {}
+        if fresh:
+            kept_of = {n: self._kept[n] for n in fresh}
+            since = min(k.version for k in kept_of.values())
+            lo = min(k.start_ms for k in kept_of.values())
+            got = written_since([Matcher(NAME, "=~", _alternatives(list(fresh)))], since, lo)  # type: ignore[misc]
+            if got is None:
+                for n, window in fresh.items():
+                    full.setdefault(window, []).append(n)
+            else:
+                now_version, new = got
+                new_of: dict[str, list[SeriesData]] = {}
+                for sd in new:
+                    new_of.setdefault(sd.name, []).append(sd)
+                for n, (start, end) in fresh.items():
+                    kept = kept_of[n]
+                    kept.take(new_of.get(n, ()), now_version)
+                    out[n] = (start, end, kept.window(start, end))
         for (start, end), names in sorted(full.items()):
-            for sd in self.source.select([Matcher(NAME, "=~", _alternatives(names))], start, end):
+            found: dict[str, list[SeriesData]] = {n: [] for n in names}
+            # Read to the end of time when keeping: later rounds take in only what is written after.
+            upto = end if version is None else END_OF_TIME
+            for sd in self.source.select([Matcher(NAME, "=~", _alternatives(names))], start, upto):
                 found.setdefault(sd.name, []).append(sd)
             self.reads += 1
-        for (cut, end), group in sorted(delta.items()):
-            new: dict[str, dict[Labels, SeriesData]] = {}
-            for sd in self.source.select([Matcher(NAME, "=~", _alternatives(group))], cut + 1, end):
-                new.setdefault(sd.name, {})[sd.labels] = sd
-            self.reads += 1
-            for n in group:
-                start = window_of[n][0]
-                merged: dict[Labels, SeriesData] = {}
-                kept = self._kept.get(n)
-                for sd in kept[3] if kept is not None and kept[1] == cut else ():
-                    if sd.timestamps_ms.size and sd.timestamps_ms[0] >= start:
-                        merged[sd.labels] = sd
-                        continue
-                    lo = int(np.searchsorted(sd.timestamps_ms, start))
-                    if lo < sd.timestamps_ms.size:
-                        merged[sd.labels] = SeriesData(
-                            sd.name, sd.labels, sd.timestamps_ms[lo:], sd.values[lo:], sd.histograms
-                        )
-                for labels, sd in new.get(n, {}).items():
-                    t, v = sd.timestamps_ms, sd.values
-                    old = merged.get(labels)
-                    if old is not None:
-                        t, v = np.concatenate([old.timestamps_ms, t]), np.concatenate([old.values, v])
-                    elif t.size and t[0] < start:  # a window that rode along: cut to its start
-                        lo = int(np.searchsorted(t, start))
-                        if lo == t.size:
-                            continue
-                        t, v = t[lo:], v[lo:]
-                    merged[labels] = SeriesData(sd.name, labels, t, v, sd.histograms)
-                found[n] = [merged[k] for k in sorted(merged)]
-        out = {}
-        for n, (start, end) in window_of.items():
-            out[n] = (start, end, found[n])
-            cut = end - KEEP_MARGIN_MS
-            if version is None or cut < start:
-                self._kept.pop(n, None)
-                continue
-            kept_series = []
-            for sd in found[n]:
-                if not sd.timestamps_ms.size or sd.timestamps_ms[-1] <= cut:
-                    kept_series.append(sd)
+            for n, series in found.items():
+                if version is None or any(sd.histograms is not None for sd in series):
+                    self._kept.pop(n, None)
+                    out[n] = (start, end, series)
                     continue
-                hi = int(np.searchsorted(sd.timestamps_ms, cut, side="right"))
-                kept_series.append(
-                    SeriesData(sd.name, sd.labels, sd.timestamps_ms[:hi], sd.values[:hi], sd.histograms)
-                )
-            self._kept[n] = (start, cut, version, kept_series)
+                # As of the flush before `version`: the writer adds a flush's new series to the
+                # catalog just after counting it, so the read may have missed those of the last one.
+                kept = _Kept(start, version - 1, series)
+                self._kept[n] = kept
+                out[n] = (start, end, kept.window(start, end))
         return out
 
     def clear(self) -> None:
@@ -254,6 +222,78 @@ class RoundCache:
             with self._lock:
                 self._last_by_name[(name, start_ms, end_ms)] = data
         return _filter(data, matchers)
+
+
+class _Samples:
+    """One series' samples in a buffer with room to append, handed out as read-only views."""
+
+    __slots__ = ("t", "v", "lo", "hi")
+
+    def __init__(self, t: np.ndarray, v: np.ndarray) -> None:
+        self.t, self.v, self.lo, self.hi = t, v, 0, t.size
+
+    def add(self, t: np.ndarray, v: np.ndarray) -> None:
+        """Take in samples written later than these (a later write wins at an equal timestamp)."""
+        if not t.size:
+            return
+        n, k = self.hi - self.lo, t.size
+        if n and t[0] <= self.t[self.hi - 1]:  # not simply after the end: merge into new arrays
+            all_t = np.concatenate([self.t[self.lo : self.hi], t])
+            all_v = np.concatenate([self.v[self.lo : self.hi], v])
+            order = np.lexsort((np.r_[np.zeros(n, np.int64), np.ones(k, np.int64)], all_t))
+            all_t, all_v = all_t[order], all_v[order]
+            keep = np.ones(all_t.size, bool)
+            keep[:-1] = all_t[1:] != all_t[:-1]
+            self.t, self.v = all_t[keep], all_v[keep]
+            self.lo, self.hi = 0, self.t.size
+            return
+        if self.hi + k > self.t.size:  # views handed out before stay as they were: only new room is written
+            room_t, room_v = np.empty(2 * (n + k) + 16, np.int64), np.empty(2 * (n + k) + 16, np.float64)
+            room_t[:n], room_v[:n] = self.t[self.lo : self.hi], self.v[self.lo : self.hi]
+            self.t, self.v, self.lo, self.hi = room_t, room_v, 0, n
+        self.t[self.hi : self.hi + k] = t
+        self.v[self.hi : self.hi + k] = v
+        self.hi += k
+
+    def drop_before(self, start_ms: int) -> None:
+        self.lo += int(np.searchsorted(self.t[self.lo : self.hi], start_ms))
+
+
+class _Kept:
+    """Every sample of one name's series at or after `start_ms` as of store write `version`."""
+
+    def __init__(self, start_ms: int, version: int, series: list[SeriesData]) -> None:
+        self.start_ms, self.version = start_ms, version
+        self.name = series[0].name if series else ""
+        self.series = {sd.labels: _Samples(sd.timestamps_ms, sd.values) for sd in series}
+        self.order = [sd.labels for sd in series]  # as the store returns them: by labels
+
+    def take(self, new: Sequence[SeriesData], version: int) -> None:
+        """Take in what the store's flushes after `self.version` wrote, up to `version`."""
+        added = False
+        for sd in new:
+            s = self.series.get(sd.labels)
+            if s is None:
+                s = self.series[sd.labels] = _Samples(sd.timestamps_ms[:0], sd.values[:0])
+                self.name = sd.name
+                added = True
+            s.add(sd.timestamps_ms, sd.values)
+        if added:
+            self.order = sorted(self.series)
+        self.version = version
+
+    def window(self, start_ms: int, end_ms: int) -> list[SeriesData]:
+        """Return what `Store.select` would for [start_ms, end_ms]; forget what is before `start_ms`."""
+        self.start_ms = start_ms
+        out = []
+        for labels in self.order:
+            s = self.series[labels]
+            s.drop_before(start_ms)
+            t = s.t[s.lo : s.hi]
+            hi = t.size if not t.size or t[-1] <= end_ms else int(np.searchsorted(t, end_ms, side="right"))
+            if hi:
+                out.append(SeriesData(self.name, labels, t[:hi], s.v[s.lo : s.lo + hi]))
+        return out
 
 
 def _filter(data: list[SeriesData], matchers: Sequence[Matcher]) -> list[SeriesData]:
