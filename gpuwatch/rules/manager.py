@@ -128,6 +128,7 @@ class RuleManager:
         # flush that lets later rules of its group read it (done before the first rule that may).
         self._unflushed: set[str] = set()
         self._flush_owed = False
+        self._store_owed = False  # shown to reads through the cache only (`_flush`)
         self.replace_groups(groups, restore=True)
 
     # -- loading --------------------------------------------------------------------------------------
@@ -225,8 +226,7 @@ class RuleManager:
 
     def _run_due(self) -> None:
         now_ms = self._clock.now_ms()
-        if self._cache is not None:
-            self._cache.begin(now_ms)
+        self._begin(now_ms)
         with self._lock:
             groups = list(self._groups)
         for g in groups:
@@ -238,8 +238,7 @@ class RuleManager:
         """Evaluate every group now (tests, `rules check --eval` style tools)."""
         with self._eval_lock:
             now_ms = self._clock.now_ms()
-            if self._cache is not None:
-                self._cache.begin(now_ms)
+            self._begin(now_ms)
             with self._lock:
                 groups = list(self._groups)
             for g in groups:
@@ -255,6 +254,8 @@ class RuleManager:
             st = g.status[i]
             st.last_eval_ms = now_ms
             if self._flush_owed and may_read(rule.expr, self._unflushed):
+                self._show(rule.expr)
+            elif self._store_owed and may_read(rule.expr, self._unflushed, by_name=False):
                 self._flush()
             try:
                 result = _samples(self._query(rule.expr, now_ms))
@@ -282,10 +283,10 @@ class RuleManager:
                 if rule.kind == "record" and i < n - 1:
                     self._flush_owed = True  # later rules of the group read what this one recorded
                 if rule.kind == "record" and self._cache is not None:
-                    self._cache.forget(rule.name)
+                    self._cache.wrote([*out, *stale], now_ms)
             st.duration_s = self._clock.monotonic() - t0
         if self._flush_owed:
-            self._flush()
+            self._show(None)
         g.last_eval_ms = now_ms
         g.duration_s = self._clock.monotonic() - start
         self._save(g)
@@ -301,10 +302,32 @@ class RuleManager:
                 listener(alerts, g.interval_s, now_ms)
         return transitions
 
+    def _show(self, reader: str | None) -> None:
+        """Make what recording rules appended readable by `reader` (None: any later group's rule).
+        With a round cache that serves all of the reads concerned, it alone shows them (no wait for
+        the store's writer); the store flush is then owed before a read the cache passes on to the
+        store, at the latest at the start of the next round."""
+        if self._cache is not None and (
+            reader is None or not may_read(reader, self._unflushed, by_name=False)
+        ):
+            self._cache.publish()
+            self._flush_owed = False
+            self._store_owed = True
+            return
+        self._flush()
+
     def _flush(self) -> None:
         self._store.flush()
+        if self._cache is not None:
+            self._cache.publish()
         self._unflushed.clear()
-        self._flush_owed = False
+        self._flush_owed = self._store_owed = False
+
+    def _begin(self, now_ms: int) -> None:
+        if self._cache is not None:
+            if self._store_owed:
+                self._flush()
+            self._cache.begin(now_ms)
 
     def add_listener(self, listener: Listener) -> None:
         """Call `listener` after each group evaluation (the notifier; it must return quickly)."""
@@ -346,6 +369,11 @@ class RuleManager:
             log.warning("rules: cannot save the alerts of group %s: %s", g.group.name, e)
             return
         g.saved = fp
+        # The writer flushed all appended samples before saving: readable now, as after `_flush`.
+        if self._cache is not None:
+            self._cache.publish()
+        self._unflushed.clear()
+        self._flush_owed = self._store_owed = False
 
     # -- reading (API) --------------------------------------------------------------------------------
     def groups(self) -> list[GroupState]:

@@ -9,7 +9,8 @@ is a DuckDB round trip of a few milliseconds and a round of the pack costs hundr
   per distinct window;
 - a read of a name not fetched yet (the first round, a new rule) fetches every series of that name,
   and a later, wider read of it widens that; every read is filtered by its other matchers in memory;
-- a recording rule's output is forgotten when the rule writes (`forget`), so later rules read it anew.
+- what a recording rule appends (`wrote`) is shown to later reads of its name from the point where
+  the rule manager would otherwise flush the store (`publish`): as the store would, without the wait.
 
 Instant selectors ask only for each series' last sample (`select_last`): those names are planned and
 prefetched apart from the range reads, with the source's `select_last` (the store answers it from
@@ -25,7 +26,7 @@ from dataclasses import replace
 
 import numpy as np
 
-from gpuwatch.model import Matcher, SeriesData, matcher_predicate
+from gpuwatch.model import Labels, Matcher, Sample, SeriesData, matcher_predicate
 from gpuwatch.query.engine import Queryable
 
 NAME = "__name__"
@@ -55,6 +56,9 @@ class RoundCache:
         # name -> every sample of the name's series from a window's start on, as of a write version:
         # the next round takes in what the store's flushes wrote since and cuts its window from it.
         self._kept: dict[str, _Kept] = {}
+        # Samples rules appended this round, not flushed yet, by name and labels: (t, value).
+        self._pending: dict[str, dict[Labels, tuple[int, float]]] = {}  # not to be seen yet
+        self._written: dict[str, dict[Labels, tuple[int, float]]] = {}  # seen by reads by name
         self.reads = 0  # store reads since start (for tests and the benchmark)
 
     def begin(self, now_ms: int) -> None:
@@ -65,6 +69,8 @@ class RoundCache:
                 self._last_plan, self._last_seen = self._last_seen, set()
             self._by_name.clear()
             self._last_by_name.clear()
+            self._pending.clear()
+            self._written.clear()
             self._now_ms = now_ms
             # A last-sample read ending over a minute back (`x offset 1h`) cannot be answered from
             # memory by the store; it joins the name's range read, which later rounds read only the
@@ -166,13 +172,22 @@ class RoundCache:
             self._last_plan.clear()
             self._last_seen.clear()
             self._kept.clear()
+            self._pending.clear()
+            self._written.clear()
 
-    def forget(self, name: str) -> None:
-        """Drop what was read of `name` this round (a recording rule has just written it)."""
+    def wrote(self, samples: Sequence[Sample], t_ms: int) -> None:
+        """Note samples a rule has just appended to the store (not yet flushed): from `publish` on,
+        this round's reads of their names show them as the store will once they are flushed."""
         with self._lock:
-            self._by_name.pop(name, None)
-            for key in [k for k in self._last_by_name if k[0] == name]:
-                del self._last_by_name[key]
+            for x in samples:
+                self._pending.setdefault(x.name, {})[x.labels] = (t_ms, x.value)
+
+    def publish(self) -> None:
+        """Let this round's reads by name see what `wrote` noted (where a flush would have)."""
+        with self._lock:
+            for name, writes in self._pending.items():
+                self._written.setdefault(name, {}).update(writes)
+            self._pending.clear()
 
     def select(self, matchers: Sequence[Matcher], start_ms: int, end_ms: int) -> list[SeriesData]:
         name = next((m.value for m in matchers if m.name == NAME and m.op == "="), None)
@@ -192,7 +207,11 @@ class RoundCache:
             hit = (start_ms, end_ms, data)
             with self._lock:
                 self._by_name[name] = hit
-        return _filter(hit[2], matchers)
+        data = hit[2]
+        writes = self._written.get(name)
+        if writes:
+            data = _with_writes(data, name, writes, hit[0], hit[1])
+        return _filter(data, matchers)
 
     def select_last(self, matchers: Sequence[Matcher], start_ms: int, end_ms: int) -> list[SeriesData]:
         """What `select` returns cut to each series' last sample (an instant selector's read)."""
@@ -221,6 +240,9 @@ class RoundCache:
             self.reads += 1
             with self._lock:
                 self._last_by_name[(name, start_ms, end_ms)] = data
+        writes = self._written.get(name)
+        if writes:
+            data = _cut_last(_with_writes(data, name, writes, start_ms, end_ms), start_ms, end_ms)
         return _filter(data, matchers)
 
 
@@ -294,6 +316,31 @@ class _Kept:
             if hi:
                 out.append(SeriesData(self.name, labels, t[:hi], s.v[s.lo : s.lo + hi]))
         return out
+
+
+def _with_writes(
+    data: list[SeriesData], name: str, writes: dict[Labels, tuple[int, float]], start_ms: int, end_ms: int
+) -> list[SeriesData]:
+    """`data` (a read of `name` over [start_ms, end_ms], series by labels) with `writes` stored: each
+    is a sample at its time, replacing one there (the later write wins), a series of its own if new."""
+    by_labels = {sd.labels: sd for sd in data}
+    for labels, (t_ms, value) in writes.items():
+        if not start_ms <= t_ms <= end_ms:
+            continue
+        sd = by_labels.get(labels)
+        if sd is None:
+            by_labels[labels] = SeriesData(name, labels, np.array([t_ms], np.int64), np.array([value]))
+            continue
+        t, v = sd.timestamps_ms, sd.values
+        i = int(np.searchsorted(t, t_ms))
+        j = i + 1 if i < t.size and t[i] == t_ms else i
+        t = np.concatenate([t[:i], np.array([t_ms], np.int64), t[j:]])
+        v = np.concatenate([v[:i], np.array([value]), v[j:]])
+        hist = sd.histograms
+        if hist is not None:  # (native histograms by sample index: the ones after the write move)
+            hist = {k if k < i else k + 1 - (j - i): h for k, h in hist.items() if not i <= k < j}
+        by_labels[labels] = SeriesData(name, labels, t, v, hist)
+    return [by_labels[k] for k in sorted(by_labels)]
 
 
 def _filter(data: list[SeriesData], matchers: Sequence[Matcher]) -> list[SeriesData]:

@@ -399,7 +399,9 @@ class Store:
         now, found, written = got
         if not all(i in snap.by_id for i in written.tolist()):
             return None  # a series new since `snap` (the writer adds it to the catalog after the flush)
-        return now, [SeriesData(e.name, e.labels, *found[e.series_id]) for e in entries if e.series_id in found]
+        return now, [
+            SeriesData(e.name, e.labels, *found[e.series_id]) for e in entries if e.series_id in found
+        ]
 
     def _entries(self, matchers: Sequence[Matcher], start_ms: int | None, end_ms: int | None) -> list[Entry]:
         entries = match(self._snapshot(), matchers)
