@@ -179,7 +179,7 @@ def _bits(result: object) -> list[tuple[tuple[tuple[str, str], ...], bytes]]:
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(ops=st.lists(st.tuples(_op, st.integers(0, 12)), min_size=1, max_size=16))
+@given(ops=st.lists(st.tuples(_op, st.integers(-3, 12)), min_size=1, max_size=16))
 def test_a_cache_over_many_rounds_with_writes_between_answers_as_no_cache(
     ops: list[tuple[tuple, int]],  # type: ignore[type-arg]
     monkeypatch: pytest.MonkeyPatch,
@@ -206,6 +206,9 @@ def test_a_cache_over_many_rounds_with_writes_between_answers_as_no_cache(
                     store.compact()
                 else:
                     store.apply_retention(now + op[1] * 1000)
+                if seconds < 0:  # more writes before the next round, a second later
+                    clock.advance(1)
+                    continue
                 clock.advance(seconds)  # then a round
                 store.flush()
                 now = clock.now_ms()
@@ -273,3 +276,25 @@ def test_recorded_series_read_through_the_cache_as_through_the_store(tmp_path: P
     finally:
         for store in stores:
             store.close()
+
+
+def test_series_sampled_together_then_apart_keep_their_own_timestamps(tmp_path: Path) -> None:
+    clock = FakeClock(1_800_000_000)
+    store = Store.open(tmp_path / "d", clock=clock, flush_interval_s=3600)
+    cache = RoundCache(store)
+    queries = ["count_over_time(m[1m])", "timestamp(m)", "sum_over_time(m[30s])"]
+    try:
+        for k in range(12):
+            # together in rounds 0-5 and 9-11; in rounds 6-8 the GPUs are sampled apart
+            apart = 6 <= k < 9
+            for g in "abc":
+                t = clock.now_ms() + (1000 * "abc".index(g) if apart else 0)
+                store.append(Batch(t, [Sample("m", make_labels({"gpu": g}), float(k))]))
+            clock.advance(5)
+            store.flush()
+            now = clock.now_ms()
+            cache.begin(now)
+            for q in queries:
+                assert _bits(Engine(cache).instant(q, now)) == _bits(Engine(store).instant(q, now)), (k, q)
+    finally:
+        store.close()

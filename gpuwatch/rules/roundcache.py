@@ -28,6 +28,7 @@ import numpy as np
 
 from gpuwatch.model import Labels, Matcher, Sample, SeriesData, matcher_predicate
 from gpuwatch.query.engine import Queryable
+from gpuwatch.query.windows import same_times
 
 NAME = "__name__"
 KEEP_MARGIN_MS = 60_000
@@ -254,10 +255,14 @@ class _Samples:
     def __init__(self, t: np.ndarray, v: np.ndarray) -> None:
         self.t, self.v, self.lo, self.hi = t, v, 0, t.size
 
-    def add(self, t: np.ndarray, v: np.ndarray) -> None:
-        """Take in samples written later than these (a later write wins at an equal timestamp)."""
+    def view(self) -> np.ndarray:
+        return self.t[self.lo : self.hi]
+
+    def add(self, t: np.ndarray, v: np.ndarray) -> bool:
+        """Take in samples written later than these (a later write wins at an equal timestamp);
+        return whether they simply went after the end."""
         if not t.size:
-            return
+            return True
         n, k = self.hi - self.lo, t.size
         if n and t[0] <= self.t[self.hi - 1]:  # not simply after the end: merge into new arrays
             all_t = np.concatenate([self.t[self.lo : self.hi], t])
@@ -268,7 +273,7 @@ class _Samples:
             keep[:-1] = all_t[1:] != all_t[:-1]
             self.t, self.v = all_t[keep], all_v[keep]
             self.lo, self.hi = 0, self.t.size
-            return
+            return False
         if self.hi + k > self.t.size:  # views handed out before stay as they were: only new room is written
             room_t, room_v = np.empty(2 * (n + k) + 16, np.int64), np.empty(2 * (n + k) + 16, np.float64)
             room_t[:n], room_v[:n] = self.t[self.lo : self.hi], self.v[self.lo : self.hi]
@@ -276,6 +281,7 @@ class _Samples:
         self.t[self.hi : self.hi + k] = t
         self.v[self.hi : self.hi + k] = v
         self.hi += k
+        return True
 
     def drop_before(self, start_ms: int) -> None:
         self.lo += int(np.searchsorted(self.t[self.lo : self.hi], start_ms))
@@ -289,32 +295,57 @@ class _Kept:
         self.name = series[0].name if series else ""
         self.series = {sd.labels: _Samples(sd.timestamps_ms, sd.values) for sd in series}
         self.order = [sd.labels for sd in series]  # as the store returns them: by labels
+        # Per series (in `order`): whether its timestamps are those of the one before (sampled
+        # together): `window` then hands out one timestamps array for both, which the engine's
+        # grouping of series by timestamps recognises by identity instead of comparing them.
+        self.same = self._compare_all()
+
+    def _compare_all(self) -> list[bool]:
+        views = [self.series[labels].view() for labels in self.order]
+        return [i > 0 and same_times(views[i], views[i - 1]) for i in range(len(views))]
 
     def take(self, new: Sequence[SeriesData], version: int) -> None:
         """Take in what the store's flushes after `self.version` wrote, up to `version`."""
         added = False
+        appended: dict[Labels, np.ndarray | None] = {}  # the new timestamps where simply appended
         for sd in new:
             s = self.series.get(sd.labels)
             if s is None:
                 s = self.series[sd.labels] = _Samples(sd.timestamps_ms[:0], sd.values[:0])
                 self.name = sd.name
                 added = True
-            s.add(sd.timestamps_ms, sd.values)
+            appended[sd.labels] = sd.timestamps_ms if s.add(sd.timestamps_ms, sd.values) else None
+        self.version = version
         if added:
             self.order = sorted(self.series)
-        self.version = version
+            self.same = self._compare_all()
+            return
+        for i in range(1, len(self.order)):
+            a, b = self.order[i - 1], self.order[i]
+            if a not in appended and b not in appended:
+                continue
+            ta, tb = appended.get(a), appended.get(b)
+            if self.same[i] and ta is not None and tb is not None and same_times(ta, tb):
+                continue  # the same timestamps before, the same ones appended
+            self.same[i] = same_times(self.series[b].view(), self.series[a].view())
 
     def window(self, start_ms: int, end_ms: int) -> list[SeriesData]:
         """Return what `Store.select` would for [start_ms, end_ms]; forget what is before `start_ms`."""
         self.start_ms = start_ms
         out = []
-        for labels in self.order:
+        prev: np.ndarray | None = None
+        for labels, same in zip(self.order, self.same, strict=True):
             s = self.series[labels]
             s.drop_before(start_ms)
-            t = s.t[s.lo : s.hi]
-            hi = t.size if not t.size or t[-1] <= end_ms else int(np.searchsorted(t, end_ms, side="right"))
-            if hi:
-                out.append(SeriesData(self.name, labels, t[:hi], s.v[s.lo : s.lo + hi]))
+            if same and prev is not None:
+                t = prev
+            else:
+                t = s.view()
+                if t.size and t[-1] > end_ms:
+                    t = t[: int(np.searchsorted(t, end_ms, side="right"))]
+            prev = t
+            if t.size:
+                out.append(SeriesData(self.name, labels, t, s.v[s.lo : s.lo + t.size]))
         return out
 
 
