@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import tempfile
+from concurrent.futures import Future
 from pathlib import Path
 
 import numpy as np
@@ -11,6 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from gpuwatch.clock import FakeClock
+from gpuwatch.errors import StoreError
 from gpuwatch.model import STALE_NAN, Batch, Sample, make_labels
 from gpuwatch.query import Engine, Vector
 from gpuwatch.rules.load import load_groups
@@ -296,5 +298,52 @@ def test_series_sampled_together_then_apart_keep_their_own_timestamps(tmp_path: 
             cache.begin(now)
             for q in queries:
                 assert _bits(Engine(cache).instant(q, now)) == _bits(Engine(store).instant(q, now)), (k, q)
+    finally:
+        store.close()
+
+
+class _FailingSaves:
+    """The store, but the first queued alert saves fail (a full disk, say)."""
+
+    def __init__(self, store: Store, failures: int) -> None:
+        self.store, self.failures, self.saved = store, failures, 0
+        self.append, self.flush, self.alerts, self.select = (
+            store.append,
+            store.flush,
+            store.alerts,
+            store.select,
+        )
+
+    def save_alerts_soon(self, group_key: str, alerts: list) -> Future:  # type: ignore[type-arg]
+        fut: Future = Future()  # type: ignore[type-arg]
+        if self.failures:
+            self.failures -= 1
+            fut.set_exception(StoreError("cannot store the alerts: disk full"))
+            return fut
+        self.saved += 1
+        return self.store.save_alerts_soon(group_key, alerts)
+
+
+def test_a_queued_alert_save_that_failed_is_logged_and_done_again(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    clock = FakeClock(1_800_000_000)
+    store = Store.open(tmp_path / "d", clock=clock)
+    try:
+        failing = _FailingSaves(store, failures=1)
+        rules = load_groups("groups: [{name: g, rules: [{alert: High, expr: 'x > 1'}]}]", "r.yml")
+        cache = RoundCache(store)
+        m = RuleManager(failing, Engine(cache).instant, clock, rules, cache=cache)  # type: ignore[arg-type]
+        store.append(Batch(clock.now_ms(), [Sample("x", make_labels({"a": "1"}), 3.0)]))
+        store.flush()
+        with caplog.at_level("WARNING", logger="gpuwatch.rules"):
+            m.evaluate_all()  # the save is queued; it fails
+            assert failing.saved == 0
+            clock.advance(15)
+            m.evaluate_all()  # the failure is logged at the start of the next round, and saved again
+        assert "cannot save the alerts of group g: cannot store the alerts: disk full" in caplog.text
+        assert failing.saved == 1
+        store.flush()
+        assert [a.rule for a in store.alerts()] == ["High"]
     finally:
         store.close()

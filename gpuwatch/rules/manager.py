@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -129,6 +130,7 @@ class RuleManager:
         self._unflushed: set[str] = set()
         self._flush_owed = False
         self._store_owed = False  # shown to reads through the cache only (`_flush`)
+        self._saving: list[tuple[GroupState, Future[Any]]] = []  # queued alert saves (`_save`)
         self.replace_groups(groups, restore=True)
 
     # -- loading --------------------------------------------------------------------------------------
@@ -324,6 +326,7 @@ class RuleManager:
         self._flush_owed = self._store_owed = False
 
     def _begin(self, now_ms: int) -> None:
+        self._check_saves()
         if self._cache is not None:
             if self._store_owed:
                 self._flush()
@@ -363,6 +366,19 @@ class RuleManager:
             for i, alerts in enumerate(g.alerts)
             for a in alerts.values()
         ]
+        soon = getattr(self._store, "save_alerts_soon", None)
+        if self._cache is not None and soon is not None:
+            # Queued, not waited for (the writer flushes what was appended before it, then saves):
+            # what rules appended is readable through the cache from here, as after a `_flush`.
+            try:
+                self._saving.append((g, soon(g.group.key, rows)))
+            except StoreError as e:
+                log.warning("rules: cannot save the alerts of group %s: %s", g.group.name, e)
+                return
+            g.saved = fp
+            self._cache.publish()
+            self._flush_owed, self._store_owed = False, True
+            return
         try:
             self._store.save_alerts(g.group.key, rows)
         except StoreError as e:
@@ -370,10 +386,21 @@ class RuleManager:
             return
         g.saved = fp
         # The writer flushed all appended samples before saving: readable now, as after `_flush`.
-        if self._cache is not None:
-            self._cache.publish()
         self._unflushed.clear()
         self._flush_owed = self._store_owed = False
+
+    def _check_saves(self) -> None:
+        """Log the queued alert saves that failed; their groups save again at their next evaluation."""
+        pending = []
+        for g, fut in self._saving:
+            if not fut.done():
+                pending.append((g, fut))
+                continue
+            e = fut.exception()
+            if e is not None:
+                log.warning("rules: cannot save the alerts of group %s: %s", g.group.name, e)
+                g.saved = ()
+        self._saving = pending
 
     # -- reading (API) --------------------------------------------------------------------------------
     def groups(self) -> list[GroupState]:

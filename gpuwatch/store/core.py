@@ -220,6 +220,15 @@ class Store:
         except duckdb.Error as exc:
             raise StoreError(f"cannot store the alerts of rule group {group_key!r}: {exc}") from None
 
+    def save_alerts_soon(self, group_key: str, alerts: Sequence[alerts_table.StoredAlert]) -> Future[Any]:
+        """Queue `save_alerts` without waiting; the future holds its outcome (a StoreError on failure)."""
+        writer = self._need_writer()
+        if self._closed:
+            raise StoreError("the store is closed")
+        fut: Future[Any] = Future()
+        writer.queue.put(("call", lambda: alerts_table.replace_group(writer._cur, group_key, alerts), fut))
+        return fut
+
     def alerts(self) -> list[alerts_table.StoredAlert]:
         """Return the stored alerts of every rule group."""
         if self._closed:
