@@ -1,0 +1,133 @@
+"""Vector matching at once (all pairs as one array) equals matching pair by pair, bit for bit.
+
+`binary.vector_vector` and `binary.set_operation` work on every matched pair of series in one array
+operation; the reference here is the pair-by-pair code they replaced, on random frames."""
+
+from __future__ import annotations
+
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from gpuwatch.query import binary
+from gpuwatch.query.binary import COMPARISON, Matching, compute, set_operation, vector_vector
+from gpuwatch.query.errors import PromQLEvalError
+from gpuwatch.query.frames import LabelSet, VectorFrame, merge_same_labels
+
+VALUE = st.sampled_from([0.0, -0.0, 1.0, -2.5, 3.0, 1e300, float("inf"), float("nan")])
+
+
+@st.composite
+def frames(draw: st.DrawFn, steps: int) -> VectorFrame:
+    k = draw(st.integers(0, 6))
+    labels: list[LabelSet] = []
+    for _ in range(k):
+        ls = tuple(
+            (name, draw(st.sampled_from(["a", "b"])))
+            for name in ("__name__", "gpu", "host")
+            if draw(st.booleans()) or name == "gpu"
+        )
+        labels.append(ls)
+    values = np.array([[draw(VALUE) for _ in range(steps)] for _ in range(k)]).reshape(k, steps)
+    present = np.array([[draw(st.booleans()) for _ in range(steps)] for _ in range(k)], bool).reshape(
+        k, steps
+    )
+    return VectorFrame(labels, values, present)
+
+
+def pairwise(
+    op: str, lhs: VectorFrame, rhs: VectorFrame, matching: Matching, return_bool: bool
+) -> VectorFrame:
+    """`vector_vector` as it was: one pair at a time."""
+    n = lhs.steps
+    swapped = matching.card == "one-to-many"
+    many, one = (rhs, lhs) if swapped else (lhs, rhs)
+    msigs, _ = binary._by_signature(many, matching)
+    _, ogroups = binary._by_signature(one, matching)
+    for rows in ogroups.values():
+        if len(rows) > 1 and (one.present[rows].sum(axis=0) > 1).any():
+            raise PromQLEvalError("duplicate series")
+    drop = op in binary.ARITHMETIC or return_bool
+    labels, values, present = [], [], []
+    checks: dict[tuple[LabelSet, LabelSet], np.ndarray] = {}
+    for i, sig in enumerate(msigs):
+        for j in ogroups.get(sig, []):
+            both = many.present[i] & one.present[j]
+            if not both.any():
+                continue
+            a, b = (one.values[j], many.values[i]) if swapped else (many.values[i], one.values[j])
+            res = compute(op, a, b)
+            if op in COMPARISON:
+                val, ok = (res.astype(np.float64), both) if return_bool else (a, both & res)
+            else:
+                val, ok = res, both
+            out_labels = binary._result_labels(many.labels[i], one.labels[j], matching, drop)
+            labels.append(out_labels)
+            values.append(val)
+            present.append(ok)
+            key = (sig, out_labels if matching.card != "one-to-one" else ())
+            checks[key] = checks[key] + both if key in checks else both.astype(np.int64)
+    if checks and (np.array(list(checks.values())) > 1).any():
+        raise PromQLEvalError("multiple matches")
+    if not labels:
+        return VectorFrame.empty(n)
+    return merge_same_labels(VectorFrame(labels, np.array(values), np.array(present)))
+
+
+def set_pairwise(op: str, lhs: VectorFrame, rhs: VectorFrame, matching: Matching) -> VectorFrame:
+    """`set_operation` as it was: one series at a time."""
+    n = lhs.steps
+
+    def any_present(frame: VectorFrame) -> tuple[list[LabelSet], dict[LabelSet, np.ndarray]]:
+        sigs, groups = binary._by_signature(frame, matching)
+        return sigs, {sig: frame.present[rows].any(axis=0) for sig, rows in groups.items()}
+
+    lsigs, lany = any_present(lhs)
+    rsigs, rany = any_present(rhs)
+    none = np.zeros(n, dtype=bool)
+    if op in ("and", "unless"):
+        keep = [rany.get(sig, none) if op == "and" else ~rany.get(sig, none) for sig in lsigs]
+        present = np.array([lhs.present[i] & keep[i] for i in range(len(lsigs))]).reshape(-1, n)
+        return VectorFrame(lhs.labels, lhs.values, present)
+    rpresent = np.array([rhs.present[i] & ~lany.get(sig, none) for i, sig in enumerate(rsigs)]).reshape(-1, n)
+    out = VectorFrame(
+        lhs.labels + rhs.labels,
+        np.concatenate([lhs.values, rhs.values]),
+        np.concatenate([lhs.present, rpresent.astype(bool)]),
+    )
+    return merge_same_labels(out)
+
+
+def outcome(fn, *args) -> object:  # type: ignore[no-untyped-def]
+    try:
+        f = fn(*args)
+    except PromQLEvalError as e:
+        return type(e), "multiple matches" in str(e) or "many-to-many" in str(e) or "duplicate" in str(e)
+    return f.labels, f.values.tobytes(), f.values.shape, f.present.tobytes()
+
+
+MATCHINGS = st.builds(
+    Matching,
+    st.sampled_from(["one-to-one", "many-to-one", "one-to-many"]),
+    st.booleans(),
+    st.sampled_from([(), ("gpu",), ("host",), ("gpu", "host")]),
+    st.sampled_from([(), ("host",)]),
+)
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.integers(1, 3).flatmap(lambda n: st.tuples(frames(n), frames(n))), MATCHINGS, st.data())
+def test_vector_matching_at_once_equals_pair_by_pair(
+    sides: tuple[VectorFrame, VectorFrame], matching: Matching, data: st.DataObject
+) -> None:
+    lhs, rhs = sides
+    op = data.draw(st.sampled_from(sorted(binary.ARITHMETIC | COMPARISON)))
+    return_bool = op in COMPARISON and data.draw(st.booleans())
+    assert outcome(vector_vector, op, lhs, rhs, matching, return_bool) == outcome(
+        pairwise, op, lhs, rhs, matching, return_bool
+    )
+    if matching.card == "one-to-one" and not matching.include:
+        for set_op in ("and", "or", "unless"):
+            assert outcome(set_operation, set_op, lhs, rhs, matching) == outcome(
+                set_pairwise, set_op, lhs, rhs, matching
+            )
