@@ -131,7 +131,7 @@ class RoundCache:
             kept_of = {n: self._kept[n] for n in fresh}
             since = min(k.version for k in kept_of.values())
             lo = min(k.start_ms for k in kept_of.values())
-            got = written_since([Matcher(NAME, "=~", _alternatives(list(fresh)))], since, lo)  # type: ignore[misc]
+            got = written_since(list(fresh), since, lo)  # type: ignore[misc]
             if got is None:
                 for n, window in fresh.items():
                     full.setdefault(window, []).append(n)
@@ -283,8 +283,11 @@ class _Samples:
         self.hi += k
         return True
 
-    def drop_before(self, start_ms: int) -> None:
-        self.lo += int(np.searchsorted(self.t[self.lo : self.hi], start_ms))
+    def drop_before(self, start_ms: int) -> int:
+        """Forget the samples before `start_ms`; return how many there were."""
+        gone = int(self.t[self.lo : self.hi].searchsorted(start_ms))
+        self.lo += gone
+        return gone
 
 
 class _Kept:
@@ -334,12 +337,14 @@ class _Kept:
         self.start_ms = start_ms
         out = []
         prev: np.ndarray | None = None
+        gone = 0
         for labels, same in zip(self.order, self.same, strict=True):
             s = self.series[labels]
-            s.drop_before(start_ms)
-            if same and prev is not None:
+            if same and prev is not None:  # the timestamps of the one before: as many go
+                s.lo += gone
                 t = prev
             else:
+                gone = s.drop_before(start_ms)
                 t = s.view()
                 if t.size and t[-1] > end_ms:
                     t = t[: int(np.searchsorted(t, end_ms, side="right"))]

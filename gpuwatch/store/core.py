@@ -375,8 +375,8 @@ class Store:
         out = []
         for i, e in enumerate(entries):
             if vouched[i]:
-                if t[i] >= start_ms:
-                    out.append(SeriesData(e.name, e.labels, t[i : i + 1].copy(), v[i : i + 1].copy()))
+                if t[i] >= start_ms:  # (views: `lookup` returned arrays of their own)
+                    out.append(SeriesData(e.name, e.labels, t[i : i + 1], v[i : i + 1]))
             elif e.series_id in found:
                 st, sv = found[e.series_id]
                 out.append(SeriesData(e.name, e.labels, st[-1:], sv[-1:]))
@@ -392,15 +392,16 @@ class Store:
         return self._writer is None or self._writer.latest.changed_since(version, t_ms)
 
     def select_written(
-        self, matchers: Sequence[Matcher], version: int, start_ms: int
+        self, names: Sequence[str], version: int, start_ms: int
     ) -> tuple[int, list[SeriesData]] | None:
         """Return (`write_version()` now, the samples at or after `start_ms` that flushes after `version`
-        wrote to the matching series), or None where the store cannot tell (bulk writes, retention,
-        or too long ago): for readers that keep what they read and take in only what is new."""
+        wrote to the series of `names`, in no particular order), or None where the store cannot tell
+        (bulk writes, retention, or too long ago): for readers that keep what they read and take in
+        only what is new."""
         if self._writer is None:
             return None
         snap = self._snapshot()
-        entries = match(snap, matchers)
+        entries = [e for n in names for e in snap.by_name.get(n, ())]
         ids = np.fromiter((e.series_id for e in entries), np.int64, len(entries))
         got = self._writer.latest.written_since(version, ids, start_ms)
         if got is None:
