@@ -113,7 +113,8 @@ def _any_rows(frame: VectorFrame, sigs: list[LabelSet]) -> tuple[dict[LabelSet, 
     rows = np.fromiter((index.setdefault(sig, len(index)) for sig in sigs), np.int64, len(sigs))
     out = np.zeros((len(index) + 1, frame.steps), dtype=bool)
     if rows.size:
-        np.logical_or.at(out, rows, frame.present.reshape(rows.size, frame.steps))
+        r, c = np.nonzero(frame.present.reshape(rows.size, frame.steps))
+        out[rows[r], c] = True
     return index, out
 
 

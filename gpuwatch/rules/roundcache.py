@@ -22,7 +22,6 @@ from __future__ import annotations
 import re
 import threading
 from collections.abc import Sequence
-from dataclasses import replace
 
 import numpy as np
 
@@ -373,8 +372,8 @@ def _with_writes(
         t = np.concatenate([t[:i], np.array([t_ms], np.int64), t[j:]])
         v = np.concatenate([v[:i], np.array([value]), v[j:]])
         hist = sd.histograms
-        if hist is not None:  # (native histograms by sample index: the ones after the write move)
-            hist = {k if k < i else k + 1 - (j - i): h for k, h in hist.items() if not i <= k < j}
+        if hist is not None:  # (native histograms by timestamp: a float written there replaces one)
+            hist = {k: h for k, h in hist.items() if k != t_ms}
         by_labels[labels] = SeriesData(name, labels, t, v, hist)
     return [by_labels[k] for k in sorted(by_labels)]
 
@@ -390,7 +389,10 @@ def _cut_last(data: list[SeriesData], start_ms: int, end_ms: int) -> list[Series
     """Each series' last sample in [start_ms, end_ms], series without one left out."""
     out = []
     for s in data:
-        lo, hi = np.searchsorted(s.timestamps_ms, [start_ms, end_ms + 1])
-        if hi > lo:
-            out.append(replace(s, timestamps_ms=s.timestamps_ms[hi - 1 : hi], values=s.values[hi - 1 : hi]))
+        t = s.timestamps_ms
+        if not t.size:
+            continue
+        hi = t.size if t[-1] <= end_ms else int(t.searchsorted(end_ms, side="right"))
+        if hi and t[hi - 1] >= start_ms:
+            out.append(SeriesData(s.name, s.labels, t[hi - 1 : hi], s.values[hi - 1 : hi], s.histograms))
     return out
