@@ -1,7 +1,8 @@
-"""Vector matching at once (all pairs as one array) equals matching pair by pair, bit for bit.
+"""Instant-vector operations over all series at once equal the series-by-series code, bit for bit.
 
 `binary.vector_vector` and `binary.set_operation` work on every matched pair of series in one array
-operation; the reference here is the pair-by-pair code they replaced, on random frames."""
+operation, `aggregate`'s `sum` on every group at once; the references here are the pair-by-pair and
+group-by-group code they replaced, on random frames."""
 
 from __future__ import annotations
 
@@ -10,11 +11,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gpuwatch.query import binary
+from gpuwatch.query.aggregate import _groups, aggregate
 from gpuwatch.query.binary import COMPARISON, Matching, compute, set_operation, vector_vector
 from gpuwatch.query.errors import PromQLEvalError
 from gpuwatch.query.frames import LabelSet, VectorFrame, merge_same_labels
+from gpuwatch.query.kahan import kahan_result, kahan_rows
 
-VALUE = st.sampled_from([0.0, -0.0, 1.0, -2.5, 3.0, 1e300, float("inf"), float("nan")])
+VALUE = st.sampled_from([0.0, -0.0, 1.0, -2.5, 3.0, 1e16, 1e-16, 1e300, float("inf"), float("nan")])
 
 
 @st.composite
@@ -131,3 +134,34 @@ def test_vector_matching_at_once_equals_pair_by_pair(
             assert outcome(set_operation, set_op, lhs, rhs, matching) == outcome(
                 set_pairwise, set_op, lhs, rhs, matching
             )
+
+
+def sum_by_group(frame: VectorFrame, grouping: list[str], without: bool) -> VectorFrame:
+    """`sum` as it was: one group at a time."""
+    groups = _groups(frame, grouping, without)
+    if not groups:
+        return VectorFrame.empty(frame.steps)
+    values, present = [], []
+    for rows in groups.values():
+        v, m = frame.values[rows], frame.present[rows]
+        with np.errstate(all="ignore"):
+            if len(rows) == 1:
+                values.append(np.where(m[0], 0.0 + v[0], 0.0))
+            else:
+                values.append(kahan_result(*kahan_rows(v, m)))
+        present.append(m.any(axis=0))
+    return VectorFrame(list(groups), np.array(values), np.array(present))
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    st.integers(1, 3).flatmap(frames),
+    st.sampled_from([[], ["gpu"], ["host"], ["gpu", "host"]]),
+    st.booleans(),
+)
+def test_sum_of_all_groups_at_once_equals_group_by_group(
+    frame: VectorFrame, grouping: list[str], without: bool
+) -> None:
+    assert outcome(aggregate, "sum", frame, grouping, without, None) == outcome(
+        sum_by_group, frame, grouping, without
+    )
