@@ -10,7 +10,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gpuwatch.query import binary
+from gpuwatch.query import binary, histogram
 from gpuwatch.query.aggregate import _groups, aggregate
 from gpuwatch.query.binary import COMPARISON, Matching, compute, set_operation, vector_vector
 from gpuwatch.query.errors import PromQLEvalError
@@ -165,3 +165,39 @@ def test_sum_of_all_groups_at_once_equals_group_by_group(
     assert outcome(aggregate, "sum", frame, grouping, without, None) == outcome(
         sum_by_group, frame, grouping, without
     )
+
+
+@st.composite
+def bucket_frames(draw: st.DrawFn) -> VectorFrame:
+    """Histograms of a few servers at one step: the same bounds or not, buckets missing or not."""
+    labels: list[LabelSet] = []
+    values: list[float] = []
+    present: list[bool] = []
+    for server in range(draw(st.integers(0, 5))):
+        bounds = draw(
+            st.sampled_from([["0.1", "1", "+Inf"], ["0.5", "1", "2.5", "+Inf"], ["1", "1.0", "+Inf"]])
+        )
+        total = 0.0
+        for le in bounds:
+            total += draw(st.sampled_from([0.0, 1.0, 3.0, 1e-12, float("nan")]))
+            labels.append((("__name__", "h_bucket"), ("le", le), ("server", str(server))))
+            values.append(total if draw(st.integers(0, 9)) else draw(VALUE))
+            present.append(bool(draw(st.integers(0, 9))))
+    k = len(labels)
+    return VectorFrame(labels, np.array(values).reshape(k, 1), np.array(present, bool).reshape(k, 1))
+
+
+@settings(max_examples=300, deadline=None)
+@given(bucket_frames(), st.sampled_from([0.0, 0.5, 0.99, 1.0, 1.5, -1.0, float("nan")]))
+def test_histogram_quantile_of_many_histograms_at_once_equals_one_by_one(
+    frame: VectorFrame, q: float
+) -> None:
+    # At one step, histograms with the same bounds go together; at two steps each goes alone.
+    got = histogram.histogram_quantile(np.array([q]), frame)
+    two = VectorFrame(frame.labels, np.repeat(frame.values, 2, axis=1), np.repeat(frame.present, 2, axis=1))
+    alone = histogram.histogram_quantile(np.array([q, q]), two)
+
+    def rows(f: VectorFrame) -> list[tuple[LabelSet, bytes, bool]]:
+        return [(f.labels[i], f.values[i, 0].tobytes(), bool(f.present[i, 0])) for i in range(len(f.labels))]
+
+    assert rows(got) == rows(alone)
