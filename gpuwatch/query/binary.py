@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import NoReturn
 
@@ -90,7 +91,9 @@ def vector_scalar(
     return VectorFrame(labels, values, present)
 
 
+@functools.lru_cache(maxsize=1 << 16)
 def _signature(labels: LabelSet, matching: Matching) -> LabelSet:
+    """The labels `labels` is matched on (remembered: rules match the same series every round)."""
     if matching.on:
         keep = set(matching.labels)
         return tuple(p for p in labels if p[0] in keep)
