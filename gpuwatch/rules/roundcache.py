@@ -9,6 +9,9 @@ is a DuckDB round trip of a few milliseconds and a round of the pack costs hundr
   per distinct window;
 - a read of a name not fetched yet (the first round, a new rule) fetches every series of that name,
   and a later, wider read of it widens that; every read is filtered by its other matchers in memory;
+- a name prefetched once is kept from its window's start on, and later rounds take in only what the
+  store's flushes wrote since (`Store.select_written`, from memory; read whole again where the store
+  cannot tell: a bulk import, retention, a write log that no longer reaches back);
 - what a recording rule appends (`wrote`) is shown to later reads of its name from the point where
   the rule manager would otherwise flush the store (`publish`): as the store would, without the wait.
 
