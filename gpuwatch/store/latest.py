@@ -32,6 +32,7 @@ import numpy as np
 
 from gpuwatch.store.chunking import ChunkRow, decode_row
 
+_NONE_T, _NONE_V = np.zeros(0, np.int64), np.zeros(0)
 ROW_LOG_MAX = 1_000_000  # head rows kept for `written_since` (24 MB; over 10 minutes of 64 GPUs)
 
 
@@ -88,7 +89,8 @@ class Latest:
         oldest = min((r.t_min_ms for r in chunks), default=2**63 - 1)
         if ids.size:
             oldest = min(oldest, int(t_ms.min()))
-        logged = (None if chunks else np.asarray(ids, np.int64), t_ms, values)
+        # (A flush with bulk chunks is not in the log: nothing of it is kept.)
+        logged = (None, _NONE_T, _NONE_V) if chunks else (np.asarray(ids, np.int64), t_ms, values)
         if chunks:
             # Per series, the chunk holding its newest sample (the later written at an equal time).
             best: dict[int, ChunkRow] = {}
@@ -178,7 +180,7 @@ class Latest:
             self._known[gone] = False
             self.version += 1
             self._log.append((self.version, 2**63 - 1))
-            self._log_rows_locked(None, np.zeros(0, np.int64), np.zeros(0))
+            self._log_rows_locked(None, _NONE_T, _NONE_V)
 
     def changed_since(self, version: int, t_ms: int) -> bool:
         """Whether a flush after `version` wrote a sample at or before `t_ms`, or retention ran."""
