@@ -19,13 +19,18 @@ series, the current window in 5-minute chunks, the last minutes in the head); th
 minutes into a window.
 
 One round is `RuleManager.evaluate_all()` over every built-in group (queries, alert state, ALERTS
-samples appended): the round is timed `--rounds` times at the end of the data, after one warm-up.
-Prints the median and p90 of a round and the ten most expensive rules.
+samples appended): the round is timed `--rounds` times, after two warm-up rounds (timed apart: the first
+after a start learns what the rules read, the second reads all of it). Between rounds (outside the
+timing) the clock moves on `--interval` seconds and every series gets its new samples of those seconds,
+one batch and one flush a second, as in a running gpuwatch (`--still`: time stands still instead).
+Prints the median and p90 of a round (wall time), the median CPU time of a round (`time.process_time`:
+less noisy than wall time on a shared machine) and the ten most expensive rules.
 """
 
 from __future__ import annotations
 
 import argparse
+import cProfile
 import os
 import platform
 import statistics
@@ -39,8 +44,8 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from gpuwatch.clock import FakeClock  # noqa: E402
-from gpuwatch.model import make_labels  # noqa: E402
-from gpuwatch.query import Engine  # noqa: E402
+from gpuwatch.model import Batch, Sample, make_labels  # noqa: E402
+from gpuwatch.query import Engine, Vector  # noqa: E402
 from gpuwatch.rules.load import builtin_files, load_builtin  # noqa: E402
 from gpuwatch.rules.manager import RuleManager  # noqa: E402
 from gpuwatch.rules.roundcache import RoundCache  # noqa: E402
@@ -86,7 +91,9 @@ def write_like_a_running_store(store: Store, series: list) -> None:  # type: ign
     store.flush()
 
 
-def load_data(target: Store, gpus: int, targets: int, runs: int, hours: float, has_recording: bool) -> int:
+def load_data(
+    target: Store, live: list, gpus: int, targets: int, runs: int, hours: float, has_recording: bool
+) -> int:
     store: list = []  # type: ignore[type-arg]
     rng = np.random.default_rng(7)
     n = 0
@@ -225,7 +232,60 @@ def load_data(target: Store, gpus: int, targets: int, runs: int, hours: float, h
                 zeros,
             )
     write_like_a_running_store(target, store)
+    live.extend(store)
     return n
+
+
+class LiveWriter:
+    """Go on writing every series at its own cadence, as gpuwatch's sampler and scrapes do: one batch
+    per second, one flush per second (the writer thread's rhythm), the head compacted every 5 minutes."""
+
+    def __init__(self, store: Store, series: list) -> None:  # type: ignore[type-arg]
+        self.store = store
+        self.t_ms = T_END_MS
+        self.series = []
+        for name, labels, t, v in series:
+            step = int(t[1] - t[0]) if len(t) > 1 else 1000
+            counter = bool(len(v) > 1 and (np.diff(v) >= 0).all())
+            # A counter goes on rising as it rose; a gauge repeats its history.
+            ahead = np.diff(v) if counter else v
+            self.series.append((name, labels, step, counter, ahead, [float(v[-1]), 0]))
+
+    def advance(self, clock: BenchClock, seconds: int) -> None:
+        for _ in range(seconds):
+            self.t_ms += 1000
+            clock.advance(1)
+            batch = []
+            for name, labels, step, counter, ahead, state in self.series:
+                if self.t_ms % step:
+                    continue
+                k = state[1] % len(ahead)
+                state[0] = state[0] + float(ahead[k]) if counter else float(ahead[k])
+                state[1] += 1
+                batch.append(Sample(name, labels, state[0]))
+            self.store.append(Batch(self.t_ms, batch))
+            self.store.flush()
+            if self.t_ms % COMPACT_MS == 0:
+                self.store.compact()
+
+
+def _bits(result: object) -> object:
+    if isinstance(result, Vector):
+        return sorted((tuple(sorted(x.labels.items())), np.float64(x.value).tobytes()) for x in result)
+    return repr(result)
+
+
+def check_exact(m: RuleManager, cache: RoundCache, store: Store, now_ms: int) -> int:
+    """Count the rules whose expression gives other bits through the round's cache than from the store."""
+    cached, plain = Engine(cache), Engine(store)
+    bad = 0
+    for g in m.groups():
+        for r in g.group.rules:
+            a, b = _bits(cached.instant(r.expr, now_ms)), _bits(plain.instant(r.expr, now_ms))
+            if a != b:
+                print(f"MISMATCH {r.name}: {str(a)[:300]} != {str(b)[:300]}")
+                bad += 1
+    return bad
 
 
 def main() -> int:
@@ -236,6 +296,18 @@ def main() -> int:
     ap.add_argument("--hours", type=float, default=2.0)
     ap.add_argument("--rounds", type=int, default=20)
     ap.add_argument("--dir", type=Path, default=None)
+    ap.add_argument("--interval", type=int, default=15, help="seconds of new samples between rounds")
+    ap.add_argument(
+        "--still",
+        action="store_true",
+        help="no new samples between rounds (time stands still, as before 2026-11-30 15:00)",
+    )
+    ap.add_argument(
+        "--check",
+        action="store_true",
+        help="after each round, compare every rule's result with one read from the store directly",
+    )
+    ap.add_argument("--profile", type=Path, default=None, help="write a cProfile of the timed rounds here")
     ap.add_argument(
         "--no-cache", action="store_true", help="every rule reads the store itself (no RoundCache)"
     )
@@ -249,7 +321,8 @@ def main() -> int:
         store = Store.open(Path(tmp), clock=clock, retention_s=10 * 365 * 86400)
         try:
             t0 = time.monotonic()
-            n = load_data(store, args.gpus, args.targets, args.runs, args.hours, has_recording)
+            series: list = []  # type: ignore[type-arg]
+            n = load_data(store, series, args.gpus, args.targets, args.runs, args.hours, has_recording)
             load_s = time.monotonic() - t0
             cache = RoundCache(store)  # as build_manager sets it up
             if args.no_cache:
@@ -258,8 +331,19 @@ def main() -> int:
                 m = RuleManager(
                     store, Engine(cache).instant, clock, groups, default_interval_s=15, cache=cache
                 )
-            m.evaluate_all()  # warm-up: first alert states, caches
-            rounds, prefetch = [], []
+            writer = LiveWriter(store, series)
+            del series
+            # Warm-up, as after a start: the first round learns what the rules read, the second reads it
+            # whole (later rounds take in only what was written since): timed apart.
+            warm = []
+            for _ in range(2):
+                t = time.monotonic()
+                m.evaluate_all()
+                warm.append(time.monotonic() - t)
+                store.flush()
+                if not args.still:
+                    writer.advance(clock, args.interval)
+            rounds, cpu, prefetch = [], [], []
             begin = cache.begin
 
             def timed_begin(now_ms: int) -> None:
@@ -269,11 +353,22 @@ def main() -> int:
 
             cache.begin = timed_begin  # type: ignore[method-assign]
             reads = cache.reads
+            profile = cProfile.Profile() if args.profile else None
+            mismatches = 0
             for _ in range(args.rounds):
-                t = time.monotonic()
+                if profile is not None:
+                    profile.enable()
+                t, c = time.monotonic(), time.process_time()
                 m.evaluate_all()
                 rounds.append(time.monotonic() - t)
+                cpu.append(time.process_time() - c)
+                if profile is not None:
+                    profile.disable()
                 store.flush()  # the ALERTS samples of the round, outside the timing (the writer thread's work)
+                if args.check:
+                    mismatches += check_exact(m, cache, store, clock.now_ms())
+                if not args.still:
+                    writer.advance(clock, args.interval)
             reads = (cache.reads - reads) // args.rounds
             errors = [
                 (r.name, s.last_error)
@@ -289,6 +384,8 @@ def main() -> int:
                 ),
                 reverse=True,
             )
+            if profile is not None:
+                profile.dump_stats(args.profile)
             firing = sorted({r.name for r, a in m.active_alerts()})
         finally:
             store.close()
@@ -305,15 +402,21 @@ def main() -> int:
     if not args.no_cache:
         print(f"store reads a round: {reads}; prefetch median {statistics.median(prefetch) * 1000:.1f} ms")
     print(
-        f"one round: median {statistics.median(rounds) * 1000:.1f} ms, p90 {p90 * 1000:.1f} ms over {args.rounds} rounds"
+        f"one round: median {statistics.median(rounds) * 1000:.1f} ms, p90 {p90 * 1000:.1f} ms over {args.rounds} rounds; "
+        f"CPU time median {statistics.median(cpu) * 1000:.1f} ms (all threads of the process)"
     )
+    print(f"warm-up rounds: {', '.join(f'{w * 1000:.0f} ms' for w in warm)}")
     print(
         "most expensive rules (last round): "
         + ", ".join(f"{name} {d * 1000:.1f} ms" for d, name in costs[:10])
     )
     print(f"active alerts: {', '.join(firing) or 'none'}")
+    if args.check:
+        print(f"exactness: {mismatches} rule results differ from reading the store directly")
     if errors:
         print(f"rule errors: {errors}")
+        return 1
+    if mismatches:
         return 1
     return 0
 

@@ -23,3 +23,17 @@ from gpuwatch.rules.reads import may_read
 )
 def test_may_read(expr: str, names: set[str], expected: bool) -> None:
     assert may_read(expr, names) is expected
+
+
+@pytest.mark.parametrize(
+    ("expr", "expected"),
+    [
+        ("gpu:x > 1", False),  # by its name: the round's cache serves it with what was written
+        ('{__name__="gpu:x", job="a"}', False),
+        ('{__name__=~"gpu:.*"} > 0', True),  # the cache passes these on to the store
+        ('{job="a"} or gpu:x', True),
+        ("not a query (", True),
+    ],
+)
+def test_may_read_other_than_by_name(expr: str, expected: bool) -> None:
+    assert may_read(expr, {"gpu:x"}, by_name=False) is expected

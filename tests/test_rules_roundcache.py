@@ -2,17 +2,24 @@
 
 from __future__ import annotations
 
+import tempfile
+from concurrent.futures import Future
 from pathlib import Path
 
 import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from gpuwatch.clock import FakeClock
-from gpuwatch.model import Batch, Sample, make_labels
+from gpuwatch.errors import StoreError
+from gpuwatch.model import STALE_NAN, Batch, Sample, make_labels
 from gpuwatch.query import Engine, Vector
 from gpuwatch.rules.load import load_groups
 from gpuwatch.rules.manager import RuleManager
 from gpuwatch.rules.roundcache import RoundCache
 from gpuwatch.store import Store
+from gpuwatch.store import writer as writer_module
 
 QUERIES = [
     "DCGM_FI_DEV_GPU_UTIL < 50",
@@ -133,5 +140,210 @@ def test_rounds_reading_only_new_samples_answer_as_the_store_does(tmp_path: Path
                 store.apply_retention(clock.now_ms() - 1800_000)
             store.flush()
         assert cache.reads < 12 * len(RANGE_QUERIES)
+    finally:
+        store.close()
+
+
+T0 = 1_800_000_000_000
+_value = st.one_of(st.floats(-5, 5, allow_nan=False), st.just(STALE_NAN))
+# a live batch at some second (may be before the last round: late samples, a backfill; or after the
+# evaluation time: a future timestamp)
+_batch = st.tuples(
+    st.just("batch"),
+    st.integers(-30, 45),
+    st.lists(st.tuples(st.sampled_from(["m", "n"]), st.sampled_from("abc"), _value), max_size=4),
+)
+_op = st.one_of(
+    _batch,
+    _batch,
+    _batch,
+    # an import (long ones become chunks directly)
+    st.tuples(
+        st.just("series"),
+        st.sampled_from("abd"),
+        st.lists(st.tuples(st.integers(-40, 40), _value), min_size=1, max_size=10),
+    ),
+    st.tuples(st.just("compact")),
+    st.tuples(st.just("retention"), st.integers(-60, 20)),
+)
+WINDOW_QUERIES = [
+    "count_over_time(m[20s])",
+    "sum_over_time(n[35s]) + 0",
+    "last_over_time(m[50s] offset 5s)",
+    "timestamp(m)",
+    "max_over_time(n[1m])",
+]
+
+
+def _bits(result: object) -> list[tuple[tuple[tuple[str, str], ...], bytes]]:
+    assert isinstance(result, Vector)
+    return sorted((tuple(sorted(s.labels.items())), np.float64(s.value).tobytes()) for s in result)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(ops=st.lists(st.tuples(_op, st.integers(-3, 12)), min_size=1, max_size=16))
+def test_a_cache_over_many_rounds_with_writes_between_answers_as_no_cache(
+    ops: list[tuple[tuple, int]],  # type: ignore[type-arg]
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Each round serves names read before from what it kept plus what the store's flushes wrote
+    # since: late samples, backfills, imports, compaction and retention in between must not matter.
+    monkeypatch.setattr(writer_module, "_BULK_MIN", 6)
+    clock = FakeClock(T0 / 1000 + 60)
+    with tempfile.TemporaryDirectory() as tmp:
+        store = Store.open(Path(tmp), clock=clock, flush_interval_s=3600, retention_s=0)
+        cache = RoundCache(store)
+        try:
+            for op, seconds in [*ops, (("compact",), 1), (("compact",), 1)]:
+                now = clock.now_ms()
+                if op[0] == "batch":
+                    by_name: dict[str, list[Sample]] = {}
+                    for name, s, v in op[2]:
+                        by_name.setdefault(name, []).append(Sample(name, make_labels({"s": s}), v))
+                    store.append(Batch(now + op[1] * 1000, [x for xs in by_name.values() for x in xs]))
+                elif op[0] == "series":
+                    t = np.unique(np.array([now + x * 1000 for x, _ in op[2]], np.int64))
+                    store.append_series("m", make_labels({"s": op[1]}), t, np.linspace(0, 1, t.size))
+                elif op[0] == "compact":
+                    store.compact()
+                else:
+                    store.apply_retention(now + op[1] * 1000)
+                if seconds < 0:  # more writes before the next round, a second later
+                    clock.advance(1)
+                    continue
+                clock.advance(seconds)  # then a round
+                store.flush()
+                now = clock.now_ms()
+                cache.begin(now)
+                for q in WINDOW_QUERIES:
+                    assert _bits(Engine(cache).instant(q, now)) == _bits(Engine(store).instant(q, now)), q
+        finally:
+            store.close()
+
+
+CHAINED_RULES = """
+groups:
+  - name: a
+    rules:
+      - {record: 'x:sum', expr: 'sum by (k) (x)'}
+      - {alert: A1, expr: 'x:sum > 1', annotations: {v: '{{ $value }}'}}
+      - {record: 'x:max', expr: 'max(x:sum)'}
+      - {alert: A2, expr: '{__name__=~"x:.*"} > 0', annotations: {v: '{{ $value }}'}}
+  - name: b
+    rules:
+      - {alert: B1, expr: 'x:max > 2', annotations: {v: '{{ $value }}'}}
+      - {alert: B2, expr: 'delta(x:sum[1m]) > -100', annotations: {v: '{{ $value }}'}}
+      - {record: 'y:last', expr: 'x:max * 2'}
+  - name: c
+    rules:
+      - {alert: C1, expr: 'y:last > 0', annotations: {v: '{{ $value }}'}}
+      - {alert: C2, expr: 'count_over_time({__name__="y:last"}[2m]) > 0', annotations: {v: '{{ $value }}'}}
+"""
+
+
+def test_recorded_series_read_through_the_cache_as_through_the_store(tmp_path: Path) -> None:
+    # The cache shows what recording rules wrote where the manager would flush the store (a later
+    # rule of the group, a later group), and not before; a read it cannot serve gets a real flush.
+    rng = np.random.default_rng(3)
+    clock = FakeClock(1_800_000_000)
+    stores = [Store.open(tmp_path / d, clock=clock, flush_interval_s=3600) for d in "pc"]
+    try:
+        rules = load_groups(CHAINED_RULES, "r.yml")
+        cache = RoundCache(stores[1])
+        plain = RuleManager(stores[0], Engine(stores[0]).instant, clock, rules)
+        cached = RuleManager(stores[1], Engine(cache).instant, clock, rules, cache=cache)
+        names: set[str] = set()
+        for _ in range(12):
+            samples = [
+                Sample("x", make_labels({"k": k, "i": str(i)}), float(rng.integers(-2, 3)))
+                for k in "ab"
+                for i in range(2)
+            ]
+            seen = []
+            for store, m in zip(stores, (plain, cached), strict=True):
+                store.append(Batch(clock.now_ms(), samples))
+                store.flush()
+                m.evaluate_all()
+                seen.append(sorted((r.name, a.labels, a.annotations, a.state) for r, a in m.active_alerts()))
+            assert seen[0] == seen[1]
+            names.update(name for name, *_ in seen[1])
+            clock.advance(15)
+        assert names == {"A1", "A2", "B1", "B2", "C1", "C2"}
+        for store in stores:
+            store.flush()
+        for q in ("x:sum", "x:max", "y:last"):
+            assert _bits(Engine(stores[0]).instant(f"last_over_time({q}[1m])", clock.now_ms())) == _bits(
+                Engine(stores[1]).instant(f"last_over_time({q}[1m])", clock.now_ms())
+            )
+    finally:
+        for store in stores:
+            store.close()
+
+
+def test_series_sampled_together_then_apart_keep_their_own_timestamps(tmp_path: Path) -> None:
+    clock = FakeClock(1_800_000_000)
+    store = Store.open(tmp_path / "d", clock=clock, flush_interval_s=3600)
+    cache = RoundCache(store)
+    queries = ["count_over_time(m[1m])", "timestamp(m)", "sum_over_time(m[30s])"]
+    try:
+        for k in range(12):
+            # together in rounds 0-5 and 9-11; in rounds 6-8 the GPUs are sampled apart
+            apart = 6 <= k < 9
+            for g in "abc":
+                t = clock.now_ms() + (1000 * "abc".index(g) if apart else 0)
+                store.append(Batch(t, [Sample("m", make_labels({"gpu": g}), float(k))]))
+            clock.advance(5)
+            store.flush()
+            now = clock.now_ms()
+            cache.begin(now)
+            for q in queries:
+                assert _bits(Engine(cache).instant(q, now)) == _bits(Engine(store).instant(q, now)), (k, q)
+    finally:
+        store.close()
+
+
+class _FailingSaves:
+    """The store, but the first queued alert saves fail (a full disk, say)."""
+
+    def __init__(self, store: Store, failures: int) -> None:
+        self.store, self.failures, self.saved = store, failures, 0
+        self.append, self.flush, self.alerts, self.select = (
+            store.append,
+            store.flush,
+            store.alerts,
+            store.select,
+        )
+
+    def save_alerts_soon(self, group_key: str, alerts: list) -> Future:  # type: ignore[type-arg]
+        fut: Future = Future()  # type: ignore[type-arg]
+        if self.failures:
+            self.failures -= 1
+            fut.set_exception(StoreError("cannot store the alerts: disk full"))
+            return fut
+        self.saved += 1
+        return self.store.save_alerts_soon(group_key, alerts)
+
+
+def test_a_queued_alert_save_that_failed_is_logged_and_done_again(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    clock = FakeClock(1_800_000_000)
+    store = Store.open(tmp_path / "d", clock=clock)
+    try:
+        failing = _FailingSaves(store, failures=1)
+        rules = load_groups("groups: [{name: g, rules: [{alert: High, expr: 'x > 1'}]}]", "r.yml")
+        cache = RoundCache(store)
+        m = RuleManager(failing, Engine(cache).instant, clock, rules, cache=cache)  # type: ignore[arg-type]
+        store.append(Batch(clock.now_ms(), [Sample("x", make_labels({"a": "1"}), 3.0)]))
+        store.flush()
+        with caplog.at_level("WARNING", logger="gpuwatch.rules"):
+            m.evaluate_all()  # the save is queued; it fails
+            assert failing.saved == 0
+            clock.advance(15)
+            m.evaluate_all()  # the failure is logged at the start of the next round, and saved again
+        assert "cannot save the alerts of group g: cannot store the alerts: disk full" in caplog.text
+        assert failing.saved == 1
+        store.flush()
+        assert [a.rule for a in store.alerts()] == ["High"]
     finally:
         store.close()

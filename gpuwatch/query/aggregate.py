@@ -6,7 +6,7 @@ import numpy as np
 
 from gpuwatch.query.errors import PromQLEvalError
 from gpuwatch.query.frames import NAME, LabelSet, VectorFrame
-from gpuwatch.query.kahan import kahan_result, kahan_rows, mean_rows
+from gpuwatch.query.kahan import kahan_inc, kahan_result, kahan_rows, mean_rows
 from gpuwatch.query.values import format_value
 from gpuwatch.query.windows import quantile_sorted, sorted_with_nan_first
 
@@ -40,6 +40,8 @@ def aggregate(
         v, m = frame.values[order], frame.present[order]
         with np.errstate(all="ignore"):
             return VectorFrame(list(groups), np.where(m, 0.0 + v, 0.0), m.copy())
+    if op == "sum" and groups:
+        return _sum_groups(frame, groups)
     out_labels: list[LabelSet] = []
     out_values: list[np.ndarray] = []
     out_present: list[np.ndarray] = []
@@ -77,6 +79,37 @@ def aggregate(
     if not out_labels:
         return VectorFrame.empty(n)
     return VectorFrame(out_labels, np.array(out_values), np.array(out_present))
+
+
+def _sum_groups(frame: VectorFrame, groups: dict[LabelSet, list[int]]) -> VectorFrame:
+    """`sum` of every group at once: the Kahan sum runs over the groups' first rows, then their
+    second rows, ... as (groups, steps) arrays, so each group gets the bits of its own row by row
+    sum (the operations are elementwise); a group of one row is that row plus 0.0, as below."""
+    n = frame.steps
+    rows_of = list(groups.values())
+    sizes = np.fromiter((len(r) for r in rows_of), np.int64, len(rows_of))
+    flat = np.fromiter((i for r in rows_of for i in r), np.int64, int(sizes.sum()))
+    valid = np.arange(int(sizes.max())) < sizes[:, None]
+    idx = np.zeros(valid.shape, np.int64)
+    idx[valid] = flat  # row-major: each group's rows in order
+    values, present = frame.values.reshape(-1, n), frame.present.reshape(-1, n)
+    total = np.zeros((len(rows_of), n))
+    comp = np.zeros((len(rows_of), n))
+    for j in range(int(sizes.max())):
+        m = present[idx[:, j]] & valid[:, j][:, None]
+        t, c = kahan_inc(values[idx[:, j]], total, comp)
+        total = np.where(m, t, total)
+        comp = np.where(m, c, comp)
+    res = kahan_result(total, comp)
+    single = sizes == 1
+    if single.any():
+        first = idx[single, 0]
+        with np.errstate(all="ignore"):
+            res[single] = np.where(present[first], 0.0 + values[first], 0.0)
+    out_present = np.zeros((len(rows_of), n), dtype=bool)
+    at_row, at_step = np.nonzero(present[flat])
+    out_present[np.repeat(np.arange(len(rows_of)), sizes)[at_row], at_step] = True
+    return VectorFrame(list(groups), res, out_present)
 
 
 def _variance(v: np.ndarray, m: np.ndarray) -> np.ndarray:

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
+from typing import NoReturn
 
 import numpy as np
 
@@ -89,7 +91,9 @@ def vector_scalar(
     return VectorFrame(labels, values, present)
 
 
+@functools.lru_cache(maxsize=1 << 16)
 def _signature(labels: LabelSet, matching: Matching) -> LabelSet:
+    """The labels `labels` is matched on (remembered: rules match the same series every round)."""
     if matching.on:
         keep = set(matching.labels)
         return tuple(p for p in labels if p[0] in keep)
@@ -105,35 +109,37 @@ def _by_signature(frame: VectorFrame, matching: Matching) -> tuple[list[LabelSet
     return sigs, groups
 
 
-def _any_present(frame: VectorFrame, groups: dict[LabelSet, list[int]]) -> dict[LabelSet, np.ndarray]:
-    return {sig: np.asarray(frame.present[rows].any(axis=0)) for sig, rows in groups.items()}
+def _any_rows(frame: VectorFrame, sigs: list[LabelSet]) -> tuple[dict[LabelSet, int], np.ndarray]:
+    """Number the distinct signatures; return them and a (signatures + 1, steps) array: whether any
+    series of each is present at each step, the last row all False (for a signature not there)."""
+    index: dict[LabelSet, int] = {}
+    rows = np.fromiter((index.setdefault(sig, len(index)) for sig in sigs), np.int64, len(sigs))
+    out = np.zeros((len(index) + 1, frame.steps), dtype=bool)
+    if rows.size:
+        r, c = np.nonzero(frame.present.reshape(rows.size, frame.steps))
+        out[rows[r], c] = True
+    return index, out
+
+
+def _rows_of(sigs: list[LabelSet], index: dict[LabelSet, int]) -> np.ndarray:
+    none = len(index)
+    return np.fromiter((index.get(sig, none) for sig in sigs), np.int64, len(sigs))
 
 
 def set_operation(op: str, lhs: VectorFrame, rhs: VectorFrame, matching: Matching) -> VectorFrame:
-    """Evaluate and/or/unless."""
+    """Evaluate and/or/unless (with one array operation per side, not one per series)."""
     n = lhs.steps
-    lsigs, _ = _by_signature(lhs, matching)
-    rsigs, rgroups = _by_signature(rhs, matching)
-    rany = _any_present(rhs, rgroups)
-    none = np.zeros(n, dtype=bool)
-    if op == "and":
-        present = np.array([lhs.present[i] & rany.get(sig, none) for i, sig in enumerate(lsigs)]).reshape(
-            -1, n
-        )
-        return VectorFrame(lhs.labels, lhs.values, present)
-    if op == "unless":
-        present = np.array([lhs.present[i] & ~rany.get(sig, none) for i, sig in enumerate(lsigs)]).reshape(
-            -1, n
-        )
+    lsigs = [_signature(ls, matching) for ls in lhs.labels]
+    rsigs = [_signature(ls, matching) for ls in rhs.labels]
+    lpresent = lhs.present.reshape(-1, n).astype(bool)
+    if op in ("and", "unless"):
+        rindex, rany = _any_rows(rhs, rsigs)
+        matched = rany[_rows_of(lsigs, rindex)]
+        present = lpresent & (matched if op == "and" else ~matched)
         return VectorFrame(lhs.labels, lhs.values, present)
     # or
-    _, lgroups = _by_signature(lhs, matching)
-    lany = _any_present(lhs, lgroups)
-    rpresent = (
-        np.array([rhs.present[i] & ~lany.get(sig, none) for i, sig in enumerate(rsigs)])
-        .reshape(-1, n)
-        .astype(bool)
-    )
+    lindex, lany = _any_rows(lhs, lsigs)
+    rpresent = rhs.present.reshape(-1, n).astype(bool) & ~lany[_rows_of(rsigs, lindex)]
     out = VectorFrame(
         lhs.labels + rhs.labels,
         np.concatenate([lhs.values, rhs.values]),
@@ -180,46 +186,58 @@ def vector_vector(
                 "operation;many-to-many matching not allowed: matching labels must be unique on one side"
             )
     drop = op in ARITHMETIC or return_bool
-    labels: list[LabelSet] = []
-    values: list[np.ndarray] = []
-    present: list[np.ndarray] = []
-    checks: dict[tuple[LabelSet, LabelSet], np.ndarray] = {}
+    pairs_i: list[int] = []
+    pairs_j: list[int] = []
     for i, sig in enumerate(msigs):
-        for j in ogroups.get(sig, []):
-            both = many.present[i] & one.present[j]
-            if not both.any():
-                continue
-            a, b = (one.values[j], many.values[i]) if swapped else (many.values[i], one.values[j])
-            res = compute(op, a, b)
-            if op in COMPARISON:
-                if return_bool:
-                    val = res.astype(np.float64)
-                    ok = both
-                else:
-                    val = a
-                    ok = both & res
-            else:
-                val = res
-                ok = both
-            out_labels = _result_labels(many.labels[i], one.labels[j], matching, drop)
-            labels.append(out_labels)
-            values.append(val)
-            present.append(ok)
-            # Duplicate checks look at every matched pair, kept by a comparison or not.
-            key = (sig, out_labels if matching.card != "one-to-one" else ())
-            if key in checks:
-                checks[key] = checks[key] + both
-            else:
-                checks[key] = both.astype(np.int64)
-    _check_duplicates(checks, matching)
+        for j in ogroups.get(sig, ()):
+            pairs_i.append(i)
+            pairs_j.append(j)
+    pi, pj = np.array(pairs_i, np.int64), np.array(pairs_j, np.int64)
+    # All matched pairs at once, as (pairs, steps) arrays: the operators are elementwise, so each
+    # pair gets the bits it would alone (^ and atan2 excepted: libm may differ by array length).
+    both = many.present.reshape(-1, n)[pi] & one.present.reshape(-1, n)[pj]
+    keep = both.any(axis=1)
+    pi, pj, both = pi[keep], pj[keep], both[keep]
+    mv, ov = many.values.reshape(-1, n)[pi], one.values.reshape(-1, n)[pj]
+    a, b = (ov, mv) if swapped else (mv, ov)
+    if op in ("^", "atan2"):
+        res = np.array([compute(op, a[k], b[k]) for k in range(len(pi))]).reshape(-1, n)
+    else:
+        res = compute(op, a, b)
+    if op in COMPARISON:
+        if return_bool:
+            values, present = res.astype(np.float64), both
+        else:
+            values, present = a, both & res
+    else:
+        values, present = res, both
+    labels = [
+        _result_labels(many.labels[i], one.labels[j], matching, drop)
+        for i, j in zip(pi.tolist(), pj.tolist(), strict=True)
+    ]
+    # Duplicate checks look at every matched pair, kept by a comparison or not.
+    if len(labels) > 1:
+        keys: dict[tuple[LabelSet, LabelSet], int] = {}
+        one_to_one = matching.card == "one-to-one"
+        key_rows = np.fromiter(
+            (
+                keys.setdefault((msigs[i], () if one_to_one else out), len(keys))
+                for i, out in zip(pi.tolist(), labels, strict=True)
+            ),
+            np.int64,
+            len(labels),
+        )
+        if len(keys) < len(labels):
+            counts = np.zeros((len(keys), n), np.int64)
+            np.add.at(counts, key_rows, both.astype(np.int64))
+            if (counts > 1).any():
+                _duplicate_error(matching)
     if not labels:
         return VectorFrame.empty(n)
     return merge_same_labels(VectorFrame(labels, np.array(values), np.array(present)))
 
 
-def _check_duplicates(checks: dict[tuple[LabelSet, LabelSet], np.ndarray], matching: Matching) -> None:
-    if not checks or not (np.array(list(checks.values())) > 1).any():  # one array op, not one per pair
-        return
+def _duplicate_error(matching: Matching) -> NoReturn:
     if matching.card == "one-to-one":
         raise PromQLEvalError(
             "multiple matches for labels: many-to-one matching must be explicit (group_left/group_right)"

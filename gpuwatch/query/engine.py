@@ -360,9 +360,11 @@ class _Evaluation:
         ends = self.times(vs, ts)
         data = self.select(vs, int(ends.min()) - rng + 1, int(ends.max()))
         series = []
+        # Staleness markers are rare: one test over all series' values first, not one per series.
+        any_stale = len(data) > 0 and bool(is_stale_array(np.concatenate([sd.values for sd in data])).any())
         for sd in data:
-            keep = ~is_stale_array(sd.values)
-            if keep.all():  # no staleness markers (the usual case): no copies
+            keep = ~is_stale_array(sd.values) if any_stale else None
+            if keep is None or keep.all():  # no staleness markers (the usual case): no copies
                 times, kept = sd.timestamps_ms, sd.values
             else:
                 times, kept = sd.timestamps_ms[keep], sd.values[keep]

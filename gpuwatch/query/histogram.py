@@ -118,6 +118,9 @@ def histogram_quantile(q: np.ndarray, frame: VectorFrame) -> VectorFrame:
     labels: list[LabelSet] = []
     values: list[np.ndarray] = []
     present: list[np.ndarray] = []
+    # At one step (rules, instant queries), histograms with the same bucket bounds and every bucket
+    # present are computed together, one column each: bucket_quantile treats columns apart.
+    together: dict[tuple[float, ...], list[tuple[int, list[int]]]] = {}
     for key, members in groups.items():
         members.sort(key=lambda m: m[0])
         bounds = np.array([m[0] for m in members])
@@ -127,7 +130,9 @@ def histogram_quantile(q: np.ndarray, frame: VectorFrame) -> VectorFrame:
         any_present = np.asarray(pres.any(axis=0))
         full = pres.all(axis=0)
         res = np.full(n, np.nan)
-        if full.all():  # every bucket present at every step (the usual case): no column copies
+        if n == 1 and bool(full.all()):
+            together.setdefault(tuple(bounds.tolist()), []).append((len(values), rows))
+        elif full.all():  # every bucket present at every step (the usual case): no column copies
             res = bucket_quantile(q, bounds, counts)
         elif full.any():
             cols = np.flatnonzero(full)
@@ -138,6 +143,11 @@ def histogram_quantile(q: np.ndarray, frame: VectorFrame) -> VectorFrame:
         labels.append(tuple(p for p in key if p[0] != NAME))
         values.append(res)
         present.append(any_present)
+    for bounds_key, hists in together.items():
+        counts = frame.values[np.array([rows for _, rows in hists]).T, 0]  # (buckets, histograms)
+        got = bucket_quantile(np.repeat(q, len(hists)), np.array(bounds_key), counts)
+        for (at, _), value in zip(hists, got.tolist(), strict=True):
+            values[at] = np.array([value])
     if not labels:
         return VectorFrame.empty(n)
     return merge_same_labels(VectorFrame(labels, np.array(values), np.array(present)))

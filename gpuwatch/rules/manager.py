@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -128,6 +129,8 @@ class RuleManager:
         # flush that lets later rules of its group read it (done before the first rule that may).
         self._unflushed: set[str] = set()
         self._flush_owed = False
+        self._store_owed = False  # shown to reads through the cache only (`_flush`)
+        self._saving: list[tuple[GroupState, Future[Any]]] = []  # queued alert saves (`_save`)
         self.replace_groups(groups, restore=True)
 
     # -- loading --------------------------------------------------------------------------------------
@@ -225,8 +228,7 @@ class RuleManager:
 
     def _run_due(self) -> None:
         now_ms = self._clock.now_ms()
-        if self._cache is not None:
-            self._cache.begin(now_ms)
+        self._begin(now_ms)
         with self._lock:
             groups = list(self._groups)
         for g in groups:
@@ -238,8 +240,7 @@ class RuleManager:
         """Evaluate every group now (tests, `rules check --eval` style tools)."""
         with self._eval_lock:
             now_ms = self._clock.now_ms()
-            if self._cache is not None:
-                self._cache.begin(now_ms)
+            self._begin(now_ms)
             with self._lock:
                 groups = list(self._groups)
             for g in groups:
@@ -255,6 +256,8 @@ class RuleManager:
             st = g.status[i]
             st.last_eval_ms = now_ms
             if self._flush_owed and may_read(rule.expr, self._unflushed):
+                self._show(rule.expr)
+            elif self._store_owed and may_read(rule.expr, self._unflushed, by_name=False):
                 self._flush()
             try:
                 result = _samples(self._query(rule.expr, now_ms))
@@ -282,10 +285,10 @@ class RuleManager:
                 if rule.kind == "record" and i < n - 1:
                     self._flush_owed = True  # later rules of the group read what this one recorded
                 if rule.kind == "record" and self._cache is not None:
-                    self._cache.forget(rule.name)
+                    self._cache.wrote([*out, *stale], now_ms)
             st.duration_s = self._clock.monotonic() - t0
         if self._flush_owed:
-            self._flush()
+            self._show(None)
         g.last_eval_ms = now_ms
         g.duration_s = self._clock.monotonic() - start
         self._save(g)
@@ -301,10 +304,33 @@ class RuleManager:
                 listener(alerts, g.interval_s, now_ms)
         return transitions
 
+    def _show(self, reader: str | None) -> None:
+        """Make what recording rules appended readable by `reader` (None: any later group's rule).
+        With a round cache that serves all of the reads concerned, it alone shows them (no wait for
+        the store's writer); the store flush is then owed before a read the cache passes on to the
+        store, at the latest at the start of the next round."""
+        if self._cache is not None and (
+            reader is None or not may_read(reader, self._unflushed, by_name=False)
+        ):
+            self._cache.publish()
+            self._flush_owed = False
+            self._store_owed = True
+            return
+        self._flush()
+
     def _flush(self) -> None:
         self._store.flush()
+        if self._cache is not None:
+            self._cache.publish()
         self._unflushed.clear()
-        self._flush_owed = False
+        self._flush_owed = self._store_owed = False
+
+    def _begin(self, now_ms: int) -> None:
+        self._check_saves()
+        if self._cache is not None:
+            if self._store_owed:
+                self._flush()
+            self._cache.begin(now_ms)
 
     def add_listener(self, listener: Listener) -> None:
         """Call `listener` after each group evaluation (the notifier; it must return quickly)."""
@@ -340,12 +366,41 @@ class RuleManager:
             for i, alerts in enumerate(g.alerts)
             for a in alerts.values()
         ]
+        soon = getattr(self._store, "save_alerts_soon", None)
+        if self._cache is not None and soon is not None:
+            # Queued, not waited for (the writer flushes what was appended before it, then saves):
+            # what rules appended is readable through the cache from here, as after a `_flush`.
+            try:
+                self._saving.append((g, soon(g.group.key, rows)))
+            except StoreError as e:
+                log.warning("rules: cannot save the alerts of group %s: %s", g.group.name, e)
+                return
+            g.saved = fp
+            self._cache.publish()
+            self._flush_owed, self._store_owed = False, True
+            return
         try:
             self._store.save_alerts(g.group.key, rows)
         except StoreError as e:
             log.warning("rules: cannot save the alerts of group %s: %s", g.group.name, e)
             return
         g.saved = fp
+        # The writer flushed all appended samples before saving: readable now, as after `_flush`.
+        self._unflushed.clear()
+        self._flush_owed = self._store_owed = False
+
+    def _check_saves(self) -> None:
+        """Log the queued alert saves that failed; their groups save again at their next evaluation."""
+        pending = []
+        for g, fut in self._saving:
+            if not fut.done():
+                pending.append((g, fut))
+                continue
+            e = fut.exception()
+            if e is not None:
+                log.warning("rules: cannot save the alerts of group %s: %s", g.group.name, e)
+                g.saved = ()
+        self._saving = pending
 
     # -- reading (API) --------------------------------------------------------------------------------
     def groups(self) -> list[GroupState]:

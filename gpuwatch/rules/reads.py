@@ -34,8 +34,10 @@ def _name_matchers(expr: str) -> tuple[tuple[Matcher, ...], ...] | None:
     return tuple(found)
 
 
-def may_read(expr: str, names: Iterable[str]) -> bool:
-    """Whether evaluating `expr` could read a series named one of `names` (when unsure: True)."""
+def may_read(expr: str, names: Iterable[str], *, by_name: bool = True) -> bool:
+    """Whether evaluating `expr` could read a series named one of `names` (when unsure: True).
+    With `by_name` False, selectors of one exact name (`x`, `{__name__="x"}`) do not count: those
+    the round's cache serves with what rules wrote (RoundCache.wrote)."""
     selectors = _name_matchers(expr)
     if selectors is None:
         return True
@@ -43,6 +45,8 @@ def may_read(expr: str, names: Iterable[str]) -> bool:
     for matchers in selectors:
         if not matchers:  # `{job="x"}`: any name
             return True
+        if not by_name and any(m.op == "=" for m in matchers):
+            continue
         tests = [matcher_predicate(m) for m in matchers]
         if any(all(test(n) for test in tests) for n in names):
             return True

@@ -9,7 +9,11 @@ is a DuckDB round trip of a few milliseconds and a round of the pack costs hundr
   per distinct window;
 - a read of a name not fetched yet (the first round, a new rule) fetches every series of that name,
   and a later, wider read of it widens that; every read is filtered by its other matchers in memory;
-- a recording rule's output is forgotten when the rule writes (`forget`), so later rules read it anew.
+- a name prefetched once is kept from its window's start on, and later rounds take in only what the
+  store's flushes wrote since (`Store.select_written`, from memory; read whole again where the store
+  cannot tell: a bulk import, retention, a write log that no longer reaches back);
+- what a recording rule appends (`wrote`) is shown to later reads of its name from the point where
+  the rule manager would otherwise flush the store (`publish`): as the store would, without the wait.
 
 Instant selectors ask only for each series' last sample (`select_last`): those names are planned and
 prefetched apart from the range reads, with the source's `select_last` (the store answers it from
@@ -21,15 +25,16 @@ from __future__ import annotations
 import re
 import threading
 from collections.abc import Sequence
-from dataclasses import replace
 
 import numpy as np
 
-from gpuwatch.model import Labels, Matcher, SeriesData, matcher_predicate
+from gpuwatch.model import Labels, Matcher, Sample, SeriesData, matcher_predicate
 from gpuwatch.query.engine import Queryable
+from gpuwatch.query.windows import same_times
 
 NAME = "__name__"
 KEEP_MARGIN_MS = 60_000
+END_OF_TIME = 2**62
 
 
 def _alternatives(names: list[str]) -> str:
@@ -51,11 +56,12 @@ class RoundCache:
         self._last_by_name: dict[tuple[str, int, int], list[SeriesData]] = {}
         self._last_plan: set[tuple[str, int, int]] = set()
         self._last_seen: set[tuple[str, int, int]] = set()
-        # name -> (start, cut, write version, series): a range read's samples up to `cut` (a minute
-        # before its end, older than live samples still on their way to the store), kept for the
-        # next round, which reads only what comes after `cut` while the store reports no write at
-        # or before it since `version` (`Store.changed_since`).
-        self._kept: dict[str, tuple[int, int, int, list[SeriesData]]] = {}
+        # name -> every sample of the name's series from a window's start on, as of a write version:
+        # the next round takes in what the store's flushes wrote since and cuts its window from it.
+        self._kept: dict[str, _Kept] = {}
+        # Samples rules appended this round, not flushed yet, by name and labels: (t, value).
+        self._pending: dict[str, dict[Labels, tuple[int, float]]] = {}  # not to be seen yet
+        self._written: dict[str, dict[Labels, tuple[int, float]]] = {}  # seen by reads by name
         self.reads = 0  # store reads since start (for tests and the benchmark)
 
     def begin(self, now_ms: int) -> None:
@@ -66,6 +72,8 @@ class RoundCache:
                 self._last_plan, self._last_seen = self._last_seen, set()
             self._by_name.clear()
             self._last_by_name.clear()
+            self._pending.clear()
+            self._written.clear()
             self._now_ms = now_ms
             # A last-sample read ending over a minute back (`x offset 1h`) cannot be answered from
             # memory by the store; it joins the name's range read, which later rounds read only the
@@ -105,87 +113,56 @@ class RoundCache:
     def _read_windows(
         self, windows: list[tuple[list[str], int, int]]
     ) -> dict[str, tuple[int, int, list[SeriesData]]]:
-        """Read each (names, start, end); where the previous round's samples of a name up to its cut
-        are still exact (no write at or before the cut since), only the samples after the cut are
-        read, for all such names in one read per cut."""
+        """Read each (names, start, end). A name read in an earlier round is served from what was
+        kept of it then plus what the store's flushes wrote since (`select_written`, from memory), as
+        long as the window starts no earlier and the store can tell (else it is read again whole)."""
+        written_since = getattr(self.source, "select_written", None)
         version_of = getattr(self.source, "write_version", None)
-        version = version_of() if version_of is not None else None  # before reading: conservative
-        window_of: dict[str, tuple[int, int]] = {}
-        delta: dict[tuple[int, int], list[str]] = {}
+        version = version_of() if version_of is not None and written_since is not None else None
         full: dict[tuple[int, int], list[str]] = {}
-        found: dict[str, list[SeriesData]] = {}
+        fresh: dict[str, tuple[int, int]] = {}
         for names, start, end in windows:
             for n in names:
-                window_of[n] = (start, end)
-                found[n] = []
                 kept = self._kept.get(n)
-                if (
-                    version is not None
-                    and kept is not None
-                    and kept[0] <= start <= kept[1] < end
-                    and not self.source.changed_since(kept[2], kept[1])  # type: ignore[attr-defined]
-                ):
-                    delta.setdefault((kept[1], end), []).append(n)
+                if version is not None and kept is not None and kept.start_ms <= start:
+                    fresh[n] = (start, end)
                 else:
                     full.setdefault((start, end), []).append(n)
-        # A window inside a delta read's (cut, end] (a `[1m]` rate next to the cut a minute back) rides
-        # along with it instead of costing a read of its own.
-        for (start, end), names in list(full.items()):
-            ride = next((key for key in delta if key[1] == end and key[0] < start), None)
-            if ride is not None:
-                delta[ride].extend(names)
-                del full[(start, end)]
+        out: dict[str, tuple[int, int, list[SeriesData]]] = {}
+        if fresh:
+            kept_of = {n: self._kept[n] for n in fresh}
+            since = min(k.version for k in kept_of.values())
+            lo = min(k.start_ms for k in kept_of.values())
+            got = written_since(list(fresh), since, lo)  # type: ignore[misc]
+            if got is None:
+                for n, window in fresh.items():
+                    full.setdefault(window, []).append(n)
+            else:
+                now_version, new = got
+                new_of: dict[str, list[SeriesData]] = {}
+                for sd in new:
+                    new_of.setdefault(sd.name, []).append(sd)
+                for n, (start, end) in fresh.items():
+                    kept = kept_of[n]
+                    kept.take(new_of.get(n, ()), now_version)
+                    out[n] = (start, end, kept.window(start, end))
         for (start, end), names in sorted(full.items()):
-            for sd in self.source.select([Matcher(NAME, "=~", _alternatives(names))], start, end):
+            found: dict[str, list[SeriesData]] = {n: [] for n in names}
+            # Read to the end of time when keeping: later rounds take in only what is written after.
+            upto = end if version is None else END_OF_TIME
+            for sd in self.source.select([Matcher(NAME, "=~", _alternatives(names))], start, upto):
                 found.setdefault(sd.name, []).append(sd)
             self.reads += 1
-        for (cut, end), group in sorted(delta.items()):
-            new: dict[str, dict[Labels, SeriesData]] = {}
-            for sd in self.source.select([Matcher(NAME, "=~", _alternatives(group))], cut + 1, end):
-                new.setdefault(sd.name, {})[sd.labels] = sd
-            self.reads += 1
-            for n in group:
-                start = window_of[n][0]
-                merged: dict[Labels, SeriesData] = {}
-                kept = self._kept.get(n)
-                for sd in kept[3] if kept is not None and kept[1] == cut else ():
-                    if sd.timestamps_ms.size and sd.timestamps_ms[0] >= start:
-                        merged[sd.labels] = sd
-                        continue
-                    lo = int(np.searchsorted(sd.timestamps_ms, start))
-                    if lo < sd.timestamps_ms.size:
-                        merged[sd.labels] = SeriesData(
-                            sd.name, sd.labels, sd.timestamps_ms[lo:], sd.values[lo:], sd.histograms
-                        )
-                for labels, sd in new.get(n, {}).items():
-                    t, v = sd.timestamps_ms, sd.values
-                    old = merged.get(labels)
-                    if old is not None:
-                        t, v = np.concatenate([old.timestamps_ms, t]), np.concatenate([old.values, v])
-                    elif t.size and t[0] < start:  # a window that rode along: cut to its start
-                        lo = int(np.searchsorted(t, start))
-                        if lo == t.size:
-                            continue
-                        t, v = t[lo:], v[lo:]
-                    merged[labels] = SeriesData(sd.name, labels, t, v, sd.histograms)
-                found[n] = [merged[k] for k in sorted(merged)]
-        out = {}
-        for n, (start, end) in window_of.items():
-            out[n] = (start, end, found[n])
-            cut = end - KEEP_MARGIN_MS
-            if version is None or cut < start:
-                self._kept.pop(n, None)
-                continue
-            kept_series = []
-            for sd in found[n]:
-                if not sd.timestamps_ms.size or sd.timestamps_ms[-1] <= cut:
-                    kept_series.append(sd)
+            for n, series in found.items():
+                if version is None or any(sd.histograms is not None for sd in series):
+                    self._kept.pop(n, None)
+                    out[n] = (start, end, series)
                     continue
-                hi = int(np.searchsorted(sd.timestamps_ms, cut, side="right"))
-                kept_series.append(
-                    SeriesData(sd.name, sd.labels, sd.timestamps_ms[:hi], sd.values[:hi], sd.histograms)
-                )
-            self._kept[n] = (start, cut, version, kept_series)
+                # As of the flush before `version`: the writer adds a flush's new series to the
+                # catalog just after counting it, so the read may have missed those of the last one.
+                kept = _Kept(start, version - 1, series)
+                self._kept[n] = kept
+                out[n] = (start, end, kept.window(start, end))
         return out
 
     def clear(self) -> None:
@@ -198,13 +175,22 @@ class RoundCache:
             self._last_plan.clear()
             self._last_seen.clear()
             self._kept.clear()
+            self._pending.clear()
+            self._written.clear()
 
-    def forget(self, name: str) -> None:
-        """Drop what was read of `name` this round (a recording rule has just written it)."""
+    def wrote(self, samples: Sequence[Sample], t_ms: int) -> None:
+        """Note samples a rule has just appended to the store (not yet flushed): from `publish` on,
+        this round's reads of their names show them as the store will once they are flushed."""
         with self._lock:
-            self._by_name.pop(name, None)
-            for key in [k for k in self._last_by_name if k[0] == name]:
-                del self._last_by_name[key]
+            for x in samples:
+                self._pending.setdefault(x.name, {})[x.labels] = (t_ms, x.value)
+
+    def publish(self) -> None:
+        """Let this round's reads by name see what `wrote` noted (where a flush would have)."""
+        with self._lock:
+            for name, writes in self._pending.items():
+                self._written.setdefault(name, {}).update(writes)
+            self._pending.clear()
 
     def select(self, matchers: Sequence[Matcher], start_ms: int, end_ms: int) -> list[SeriesData]:
         name = next((m.value for m in matchers if m.name == NAME and m.op == "="), None)
@@ -224,7 +210,11 @@ class RoundCache:
             hit = (start_ms, end_ms, data)
             with self._lock:
                 self._by_name[name] = hit
-        return _filter(hit[2], matchers)
+        data = hit[2]
+        writes = self._written.get(name)
+        if writes:
+            data = _with_writes(data, name, writes, hit[0], hit[1])
+        return _filter(data, matchers)
 
     def select_last(self, matchers: Sequence[Matcher], start_ms: int, end_ms: int) -> list[SeriesData]:
         """What `select` returns cut to each series' last sample (an instant selector's read)."""
@@ -253,7 +243,142 @@ class RoundCache:
             self.reads += 1
             with self._lock:
                 self._last_by_name[(name, start_ms, end_ms)] = data
+        writes = self._written.get(name)
+        if writes:
+            data = _cut_last(_with_writes(data, name, writes, start_ms, end_ms), start_ms, end_ms)
         return _filter(data, matchers)
+
+
+class _Samples:
+    """One series' samples in a buffer with room to append, handed out as read-only views."""
+
+    __slots__ = ("t", "v", "lo", "hi")
+
+    def __init__(self, t: np.ndarray, v: np.ndarray) -> None:
+        self.t, self.v, self.lo, self.hi = t, v, 0, t.size
+
+    def view(self) -> np.ndarray:
+        return self.t[self.lo : self.hi]
+
+    def add(self, t: np.ndarray, v: np.ndarray) -> bool:
+        """Take in samples written later than these (a later write wins at an equal timestamp);
+        return whether they simply went after the end."""
+        if not t.size:
+            return True
+        n, k = self.hi - self.lo, t.size
+        if n and t[0] <= self.t[self.hi - 1]:  # not simply after the end: merge into new arrays
+            all_t = np.concatenate([self.t[self.lo : self.hi], t])
+            all_v = np.concatenate([self.v[self.lo : self.hi], v])
+            order = np.lexsort((np.r_[np.zeros(n, np.int64), np.ones(k, np.int64)], all_t))
+            all_t, all_v = all_t[order], all_v[order]
+            keep = np.ones(all_t.size, bool)
+            keep[:-1] = all_t[1:] != all_t[:-1]
+            self.t, self.v = all_t[keep], all_v[keep]
+            self.lo, self.hi = 0, self.t.size
+            return False
+        if self.hi + k > self.t.size:  # views handed out before stay as they were: only new room is written
+            room_t, room_v = np.empty(2 * (n + k) + 16, np.int64), np.empty(2 * (n + k) + 16, np.float64)
+            room_t[:n], room_v[:n] = self.t[self.lo : self.hi], self.v[self.lo : self.hi]
+            self.t, self.v, self.lo, self.hi = room_t, room_v, 0, n
+        self.t[self.hi : self.hi + k] = t
+        self.v[self.hi : self.hi + k] = v
+        self.hi += k
+        return True
+
+    def drop_before(self, start_ms: int) -> int:
+        """Forget the samples before `start_ms`; return how many there were."""
+        gone = int(self.t[self.lo : self.hi].searchsorted(start_ms))
+        self.lo += gone
+        return gone
+
+
+class _Kept:
+    """Every sample of one name's series at or after `start_ms` as of store write `version`."""
+
+    def __init__(self, start_ms: int, version: int, series: list[SeriesData]) -> None:
+        self.start_ms, self.version = start_ms, version
+        self.name = series[0].name if series else ""
+        self.series = {sd.labels: _Samples(sd.timestamps_ms, sd.values) for sd in series}
+        self.order = [sd.labels for sd in series]  # as the store returns them: by labels
+        # Per series (in `order`): whether its timestamps are those of the one before (sampled
+        # together): `window` then hands out one timestamps array for both, which the engine's
+        # grouping of series by timestamps recognises by identity instead of comparing them.
+        self.same = self._compare_all()
+
+    def _compare_all(self) -> list[bool]:
+        views = [self.series[labels].view() for labels in self.order]
+        return [i > 0 and same_times(views[i], views[i - 1]) for i in range(len(views))]
+
+    def take(self, new: Sequence[SeriesData], version: int) -> None:
+        """Take in what the store's flushes after `self.version` wrote, up to `version`."""
+        added = False
+        appended: dict[Labels, np.ndarray | None] = {}  # the new timestamps where simply appended
+        for sd in new:
+            s = self.series.get(sd.labels)
+            if s is None:
+                s = self.series[sd.labels] = _Samples(sd.timestamps_ms[:0], sd.values[:0])
+                self.name = sd.name
+                added = True
+            appended[sd.labels] = sd.timestamps_ms if s.add(sd.timestamps_ms, sd.values) else None
+        self.version = version
+        if added:
+            self.order = sorted(self.series)
+            self.same = self._compare_all()
+            return
+        for i in range(1, len(self.order)):
+            a, b = self.order[i - 1], self.order[i]
+            if a not in appended and b not in appended:
+                continue
+            ta, tb = appended.get(a), appended.get(b)
+            if self.same[i] and ta is not None and tb is not None and same_times(ta, tb):
+                continue  # the same timestamps before, the same ones appended
+            self.same[i] = same_times(self.series[b].view(), self.series[a].view())
+
+    def window(self, start_ms: int, end_ms: int) -> list[SeriesData]:
+        """Return what `Store.select` would for [start_ms, end_ms]; forget what is before `start_ms`."""
+        self.start_ms = start_ms
+        out = []
+        prev: np.ndarray | None = None
+        gone = 0
+        for labels, same in zip(self.order, self.same, strict=True):
+            s = self.series[labels]
+            if same and prev is not None:  # the timestamps of the one before: as many go
+                s.lo += gone
+                t = prev
+            else:
+                gone = s.drop_before(start_ms)
+                t = s.view()
+                if t.size and t[-1] > end_ms:
+                    t = t[: int(np.searchsorted(t, end_ms, side="right"))]
+            prev = t
+            if t.size:
+                out.append(SeriesData(self.name, labels, t, s.v[s.lo : s.lo + t.size]))
+        return out
+
+
+def _with_writes(
+    data: list[SeriesData], name: str, writes: dict[Labels, tuple[int, float]], start_ms: int, end_ms: int
+) -> list[SeriesData]:
+    """`data` (a read of `name` over [start_ms, end_ms], series by labels) with `writes` stored: each
+    is a sample at its time, replacing one there (the later write wins), a series of its own if new."""
+    by_labels = {sd.labels: sd for sd in data}
+    for labels, (t_ms, value) in writes.items():
+        if not start_ms <= t_ms <= end_ms:
+            continue
+        sd = by_labels.get(labels)
+        if sd is None:
+            by_labels[labels] = SeriesData(name, labels, np.array([t_ms], np.int64), np.array([value]))
+            continue
+        t, v = sd.timestamps_ms, sd.values
+        i = int(np.searchsorted(t, t_ms))
+        j = i + 1 if i < t.size and t[i] == t_ms else i
+        t = np.concatenate([t[:i], np.array([t_ms], np.int64), t[j:]])
+        v = np.concatenate([v[:i], np.array([value]), v[j:]])
+        hist = sd.histograms
+        if hist is not None:  # (native histograms by timestamp: a float written there replaces one)
+            hist = {k: h for k, h in hist.items() if k != t_ms}
+        by_labels[labels] = SeriesData(name, labels, t, v, hist)
+    return [by_labels[k] for k in sorted(by_labels)]
 
 
 def _filter(data: list[SeriesData], matchers: Sequence[Matcher]) -> list[SeriesData]:
@@ -267,7 +392,10 @@ def _cut_last(data: list[SeriesData], start_ms: int, end_ms: int) -> list[Series
     """Each series' last sample in [start_ms, end_ms], series without one left out."""
     out = []
     for s in data:
-        lo, hi = np.searchsorted(s.timestamps_ms, [start_ms, end_ms + 1])
-        if hi > lo:
-            out.append(replace(s, timestamps_ms=s.timestamps_ms[hi - 1 : hi], values=s.values[hi - 1 : hi]))
+        t = s.timestamps_ms
+        if not t.size:
+            continue
+        hi = t.size if t[-1] <= end_ms else int(t.searchsorted(end_ms, side="right"))
+        if hi and t[hi - 1] >= start_ms:
+            out.append(SeriesData(s.name, s.labels, t[hi - 1 : hi], s.values[hi - 1 : hi], s.histograms))
     return out

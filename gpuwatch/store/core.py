@@ -222,6 +222,15 @@ class Store:
         except duckdb.Error as exc:
             raise StoreError(f"cannot store the alerts of rule group {group_key!r}: {exc}") from None
 
+    def save_alerts_soon(self, group_key: str, alerts: Sequence[alerts_table.StoredAlert]) -> Future[Any]:
+        """Queue `save_alerts` without waiting; the future holds its outcome (a StoreError on failure)."""
+        writer = self._need_writer()
+        if self._closed:
+            raise StoreError("the store is closed")
+        fut: Future[Any] = Future()
+        writer.queue.put(("call", lambda: alerts_table.replace_group(writer._cur, group_key, alerts), fut))
+        return fut
+
     def alerts(self) -> list[alerts_table.StoredAlert]:
         """Return the stored alerts of every rule group."""
         if self._closed:
@@ -377,8 +386,8 @@ class Store:
         out = []
         for i, e in enumerate(entries):
             if vouched[i]:
-                if t[i] >= start_ms:
-                    out.append(SeriesData(e.name, e.labels, t[i : i + 1].copy(), v[i : i + 1].copy()))
+                if t[i] >= start_ms:  # (views: `lookup` returned arrays of their own)
+                    out.append(SeriesData(e.name, e.labels, t[i : i + 1], v[i : i + 1]))
             elif e.series_id in found:
                 st, sv = found[e.series_id]
                 out.append(SeriesData(e.name, e.labels, st[-1:], sv[-1:]))
@@ -392,6 +401,28 @@ class Store:
         """Whether a flush after `write_version()` returned `version` wrote a sample at or before `t_ms`
         (or retention deleted samples): data read before then may be out of date up to `t_ms`."""
         return self._writer is None or self._writer.latest.changed_since(version, t_ms)
+
+    def select_written(
+        self, names: Sequence[str], version: int, start_ms: int
+    ) -> tuple[int, list[SeriesData]] | None:
+        """Return (`write_version()` now, the samples at or after `start_ms` that flushes after `version`
+        wrote to the series of `names`, in no particular order), or None where the store cannot tell
+        (bulk writes, retention, or too long ago): for readers that keep what they read and take in
+        only what is new."""
+        if self._writer is None:
+            return None
+        snap = self._snapshot()
+        entries = [e for n in names for e in snap.by_name.get(n, ())]
+        ids = np.fromiter((e.series_id for e in entries), np.int64, len(entries))
+        got = self._writer.latest.written_since(version, ids, start_ms)
+        if got is None:
+            return None
+        now, found, written = got
+        if not all(i in snap.by_id for i in written.tolist()):
+            return None  # a series new since `snap` (the writer adds it to the catalog after the flush)
+        return now, [
+            SeriesData(e.name, e.labels, *found[e.series_id]) for e in entries if e.series_id in found
+        ]
 
     def _entries(self, matchers: Sequence[Matcher], start_ms: int | None, end_ms: int | None) -> list[Entry]:
         entries = match(self._snapshot(), matchers)

@@ -32,6 +32,9 @@ import numpy as np
 
 from gpuwatch.store.chunking import ChunkRow, decode_row
 
+_NONE_T, _NONE_V = np.zeros(0, np.int64), np.zeros(0)
+ROW_LOG_MAX = 1_000_000  # head rows kept for `written_since` (24 MB; over 10 minutes of 64 GPUs)
+
 
 class Latest:
     """Per series id: the newest stored timestamp, and its value where known (module docstring)."""
@@ -46,6 +49,14 @@ class Latest:
         # number and the oldest timestamp it wrote (retention: every timestamp counts as touched).
         self.version = 0
         self._log: collections.deque[tuple[int, int]] = collections.deque(maxlen=4096)
+        # The head rows of the most recent flushes, (version, ids, t, v) in write order, for readers
+        # that keep data and take in only what was written since (`written_since`). A flush with bulk
+        # chunks, or retention, is recorded as (version, None, ...): what it did is not in the log.
+        self._rows: collections.deque[tuple[int, np.ndarray | None, np.ndarray, np.ndarray]] = (
+            collections.deque()
+        )
+        self._rows_n = 0
+        self._rows_from = 0  # the log holds every flush after this version
 
     @classmethod
     def load(cls, cur: duckdb.DuckDBPyConnection) -> Latest:
@@ -78,6 +89,8 @@ class Latest:
         oldest = min((r.t_min_ms for r in chunks), default=2**63 - 1)
         if ids.size:
             oldest = min(oldest, int(t_ms.min()))
+        # (A flush with bulk chunks is not in the log: nothing of it is kept.)
+        logged = (None, _NONE_T, _NONE_V) if chunks else (np.asarray(ids, np.int64), t_ms, values)
         if chunks:
             # Per series, the chunk holding its newest sample (the later written at an equal time).
             best: dict[int, ChunkRow] = {}
@@ -114,6 +127,50 @@ class Latest:
             self._known[u_ids] = True
             self.version += 1
             self._log.append((self.version, oldest))
+            self._log_rows_locked(*logged)
+
+    def _log_rows_locked(self, ids: np.ndarray | None, t_ms: np.ndarray, values: np.ndarray) -> None:
+        self._rows.append((self.version, ids, t_ms, values))
+        self._rows_n += 0 if ids is None else ids.size
+        while self._rows and (self._rows_n > ROW_LOG_MAX or len(self._rows) > 4096):
+            version, old, _, _ = self._rows.popleft()
+            self._rows_n -= 0 if old is None else old.size
+            self._rows_from = version
+
+    def written_since(
+        self, version: int, ids: np.ndarray, start_ms: int
+    ) -> tuple[int, dict[int, tuple[np.ndarray, np.ndarray]], np.ndarray] | None:
+        """Return (the version now, {series id: (t, v)}, every series id those flushes wrote): the
+        samples at or after `start_ms` that the flushes after `version` wrote to series `ids`, per
+        series sorted by time, the last write at a timestamp winning. None where the log cannot tell: it no longer reaches back to `version`,
+        or one of those flushes wrote bulk chunks or was retention."""
+        with self._lock:
+            if version < self._rows_from:
+                return None
+            parts = [(i, t, v) for ver, i, t, v in self._rows if ver > version]
+            now = self.version
+        if any(i is None for i, _, _ in parts):
+            return None
+        if not parts:
+            return now, {}, np.zeros(0, np.int64)
+        all_ids = np.concatenate([p[0] for p in parts])  # type: ignore[misc]
+        written = np.unique(all_ids)
+        all_t = np.concatenate([p[1] for p in parts])
+        all_v = np.concatenate([p[2] for p in parts])
+        pick = np.isin(all_ids, ids) & (all_t >= start_ms)
+        all_ids, all_t, all_v = all_ids[pick], all_t[pick], all_v[pick]
+        # By series, then time, then write order (lexsort is stable); the last of equal (id, t) wins.
+        order = np.lexsort((all_t, all_ids))
+        all_ids, all_t, all_v = all_ids[order], all_t[order], all_v[order]
+        keep = np.ones(all_ids.size, bool)
+        keep[:-1] = (all_ids[1:] != all_ids[:-1]) | (all_t[1:] != all_t[:-1])
+        all_ids, all_t, all_v = all_ids[keep], all_t[keep], all_v[keep]
+        cuts = np.flatnonzero(all_ids[1:] != all_ids[:-1]) + 1
+        out = {}
+        for lo, hi in zip(np.r_[0, cuts].tolist(), np.r_[cuts, all_ids.size].tolist(), strict=True):
+            if hi > lo:
+                out[int(all_ids[lo])] = (all_t[lo:hi], all_v[lo:hi])
+        return now, out, written
 
     def drop_before(self, cutoff_ms: int) -> None:
         """Retention deleted every sample before `cutoff_ms`."""
@@ -123,6 +180,7 @@ class Latest:
             self._known[gone] = False
             self.version += 1
             self._log.append((self.version, 2**63 - 1))
+            self._log_rows_locked(None, _NONE_T, _NONE_V)
 
     def changed_since(self, version: int, t_ms: int) -> bool:
         """Whether a flush after `version` wrote a sample at or before `t_ms`, or retention ran."""
