@@ -19,7 +19,7 @@ from gpuwatch.store.codec import (
 # Chunks never straddle a window, so merging and retention work window by window. Two hours, as in
 # Prometheus: 7,200 samples of a 1 s series, big enough for the encoders to find their runs.
 WINDOW_MS = 2 * 3600 * 1000
-_BLOCK = 1 << 20  # encode_many encodes at most about this many samples in one numpy pass
+_BLOCK = 1 << 16  # encode_many encodes at most about this many samples in one numpy pass (memory)
 
 
 @dataclass(frozen=True)

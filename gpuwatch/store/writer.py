@@ -41,7 +41,8 @@ log = logging.getLogger(__name__)
 _BULK_MIN = 1024  # append_series calls at least this long skip the head and become chunks directly
 _MAX_PENDING = 20_000_000  # samples kept for retry while the database refuses writes
 _STOP = object()
-_MERGE_BLOCK = 1 << 20  # merging closed windows decodes and re-encodes about this many samples at a time
+_MAX_LABEL_OBJECTS = 200_000  # label tuples remembered by identity (sources that make new ones each time)
+_MERGE_BLOCK = 1 << 18  # merging closed windows decodes and re-encodes about this many samples at a time
 
 
 class Writer:
@@ -72,6 +73,7 @@ class Writer:
         self._thread = threading.Thread(target=self._run, name="gpuwatch-store-writer", daemon=True)
         cur = self._cur
         self._ids: dict[tuple[str, Labels], int] = {}
+        self._by_labels_obj: dict[int, tuple[Labels, dict[str, int]]] = {}  # id(labels) -> (labels, ids)
         for e in catalog.snapshot().by_id.values():
             self._ids[(e.name, e.labels)] = e.series_id
         self._next_id = _scalar(cur, "SELECT coalesce(max(series_id), 0) + 1 FROM series")
@@ -204,12 +206,32 @@ class Writer:
         return sid
 
     def _add_batch(self, batch: Batch) -> None:
+        """Buffer a batch. Sources hand in the same label tuple objects batch after batch (a scrape
+        target's cache, a GPU's labels), so a series id is found by the tuple's identity and the name,
+        hashing no label set; a tuple seen for the first time goes through `_series_id`."""
         n = len(batch.samples)
         if not n:
             return
-        ids = np.fromiter((self._series_id(s.name, s.labels) for s in batch.samples), np.int32, n)
-        values = np.fromiter((s.value for s in batch.samples), np.float64, n)
-        self._buffer(ids, np.full(n, batch.timestamp_ms, np.int64), values)
+        by_obj = self._by_labels_obj
+        if len(by_obj) > _MAX_LABEL_OBJECTS:
+            by_obj.clear()
+        get = by_obj.get
+        ids: list[int] = []
+        values: list[float] = []
+        id_append, value_append = ids.append, values.append
+        for name, labels, value in batch.samples:
+            # The entry holds the tuple itself, so no other object can have its id while it is here.
+            entry = get(id(labels))
+            if entry is None:
+                entry = by_obj[id(labels)] = (labels, {})
+            sid = entry[1].get(name)
+            if sid is None:
+                sid = entry[1][name] = self._series_id(name, labels)
+            id_append(sid)
+            value_append(value)
+        self._buffer(
+            np.array(ids, np.int32), np.full(n, batch.timestamp_ms, np.int64), np.array(values, np.float64)
+        )
 
     def _add_series(self, name: str, labels: Labels, t_ms: np.ndarray, values: np.ndarray) -> None:
         n = t_ms.size
@@ -377,6 +399,8 @@ class Writer:
         self._head_rows -= head_old
         gone = set(orphans)
         self._ids = {k: v for k, v in self._ids.items() if v not in gone}
+        if gone:
+            self._by_labels_obj.clear()
         self._catalog.remove(gone)
         self.latest.drop_before(cutoff_ms)
         return deleted + head_old
