@@ -45,6 +45,7 @@ from gpuwatch.textscan import (
 OPENMETRICS_CONTENT_TYPE = "application/openmetrics-text"
 TEXT_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 MAX_LINE_TEXT = 200
+_MAX_VALUES = 4096  # value texts remembered by a Parser (text format)
 
 # (metric name, labels sorted by name, timestamp in ms or None, value)
 ParsedSample = tuple[str, Labels, "int | None", float]
@@ -324,9 +325,11 @@ class _State:
         self.line_count = len(lines)
         parser = self.parser
         bodies, series, values = parser._bodies[False], parser._series, parser._values
-        for cache in (bodies, series, values):
+        for cache in (bodies, series):
             if len(cache) > parser.max_cache:
                 cache.clear()
+        if len(values) > _MAX_VALUES:  # counters make new value texts every scrape: keep this one small
+            values.clear()
         labels_for = parser._labels
         match = _TEXT_DOC.match
         float_match = FLOAT_RE.fullmatch
