@@ -45,7 +45,7 @@ from gpuwatch.textscan import (
 OPENMETRICS_CONTENT_TYPE = "application/openmetrics-text"
 TEXT_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 MAX_LINE_TEXT = 200
-_MAX_VALUES = 4096  # value texts remembered by a Parser (text format)
+_MAX_VALUES = 1024  # value texts remembered by a Parser (text format)
 
 # (metric name, labels sorted by name, timestamp in ms or None, value)
 ParsedSample = tuple[str, Labels, "int | None", float]

@@ -322,18 +322,20 @@ class Target:
                 return None
         return name, make_labels(d)
 
+    def _final(self, name: str, labels: Labels) -> _Series | None:
+        final = self._labels(name, labels)
+        if final is None:
+            return None
+        found = self._series.get(final)
+        if found is None:
+            found = self._series[final] = _Series(*final)
+        return found
+
     def _lookup(self, name: str, labels: Labels) -> _Series | None:
         key = (name, labels)
         found = self._by_labels.get(key, _MISSING)
         if found is _MISSING:
-            final = self._labels(name, labels)
-            if final is None:
-                found = None
-            else:
-                found = self._series.get(final)
-                if found is None:
-                    found = self._series[final] = _Series(*final)
-            self._by_labels[key] = found
+            found = self._by_labels[key] = self._final(name, labels)
         return found  # type: ignore[no-any-return]
 
     def _trim(self) -> None:
@@ -374,7 +376,7 @@ class Target:
                 else:
                     series = by_key.get(key, _MISSING)
                     if series is _MISSING:
-                        series = by_key[key] = lookup(name, labels)
+                        series = by_key[key] = self._final(name, labels)
                 if series is None:
                     continue
                 if ts is None or not honor_ts:

@@ -73,7 +73,7 @@ class Writer:
         self._thread = threading.Thread(target=self._run, name="gpuwatch-store-writer", daemon=True)
         cur = self._cur
         self._ids: dict[tuple[str, Labels], int] = {}
-        self._by_labels_obj: dict[int, tuple[Labels, dict[str, int]]] = {}  # id(labels) -> (labels, ids)
+        self._by_labels_obj: dict[int, Any] = {}  # id(labels) -> see _add_batch
         for e in catalog.snapshot().by_id.values():
             self._ids[(e.name, e.labels)] = e.series_id
         self._next_id = _scalar(cur, "SELECT coalesce(max(series_id), 0) + 1 FROM series")
@@ -220,13 +220,22 @@ class Writer:
         values: list[float] = []
         id_append, value_append = ids.append, values.append
         for name, labels, value in batch.samples:
-            # The entry holds the tuple itself, so no other object can have its id while it is here.
+            # An entry holds the tuple itself, so no other object can have its id while it is here:
+            # (labels, name, id) for a tuple seen with one name (a scraped series), or
+            # (labels, {name: id}) for one shared by many names (a GPU's labels).
             entry = get(id(labels))
-            if entry is None:
-                entry = by_obj[id(labels)] = (labels, {})
-            sid = entry[1].get(name)
-            if sid is None:
-                sid = entry[1][name] = self._series_id(name, labels)
+            if entry is not None and len(entry) == 3 and entry[1] == name:
+                sid = entry[2]
+            elif entry is not None and len(entry) == 2:
+                sid = entry[1].get(name)
+                if sid is None:
+                    sid = entry[1][name] = self._series_id(name, labels)
+            else:
+                sid = self._series_id(name, labels)
+                if entry is None:
+                    by_obj[id(labels)] = (labels, name, sid)
+                else:
+                    by_obj[id(labels)] = (labels, {entry[1]: entry[2], name: sid})
             id_append(sid)
             value_append(value)
         self._buffer(
