@@ -142,6 +142,29 @@ def main() -> None:
     finally:
         server.terminate()
         server.wait(30)
+    _sampler(args.gpus)
+
+
+def _sampler(gpus: int) -> None:
+    """CPU of `GpuCollector.collect()` for `gpus` simulated GPUs, one tick a simulated second."""
+    from gpuwatch.collect.fakenvml import FakeNvml
+    from gpuwatch.collect.nvml import GpuCollector
+
+    clock = FakeClock()
+    collector = GpuCollector(FakeNvml(gpu_count=gpus, clock=clock, seed=1), hostname="bench")
+    collector.open()
+    try:
+        cpu, n = [], 0
+        for _ in range(40):
+            clock.advance(1.0)
+            t0 = time.thread_time()
+            n = len(collector.collect(clock.now_ms()).samples)
+            cpu.append(time.thread_time() - t0)
+        print(
+            f"GpuCollector.collect, {gpus} simulated GPUs ({n} samples): median {ms(statistics.median(cpu[5:]))}"
+        )
+    finally:
+        collector.close()
 
 
 if __name__ == "__main__":
