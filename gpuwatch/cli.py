@@ -108,6 +108,7 @@ def _serve(settings: Settings) -> int:
     from waitress.server import create_server
 
     from gpuwatch.app import build_runtime
+    from gpuwatch.gctune import tune_for_serving
     from gpuwatch.web import create_app
 
     _setup_logging(settings.log_level)
@@ -146,6 +147,7 @@ def _serve(settings: Settings) -> int:
             rules = runtime.rules
             signal.signal(signal.SIGHUP, lambda signum, frame: rules.reload())
         runtime.start()
+        tune_for_serving()  # after start-up: fewer and cheaper garbage collections (gctune.py)
         gpus = f"{len(runtime.gpu.gpus)} GPU(s)" if runtime.gpu is not None else "no GPUs"
         mode = " (demo: simulated GPUs)" if settings.demo else ""
         shown_host = "localhost" if settings.host in ("0.0.0.0", "::", "") else settings.host

@@ -29,9 +29,11 @@ from typing import NamedTuple
 from gpuwatch.model import Labels
 from gpuwatch.textscan import (
     FLOAT,
+    FLOAT_RE,
     LABEL_NAME,
     METRIC_NAME,
     LineError,
+    Metadata,
     decode_lines,
     label_entry,
     parse_float,
@@ -43,6 +45,7 @@ from gpuwatch.textscan import (
 OPENMETRICS_CONTENT_TYPE = "application/openmetrics-text"
 TEXT_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 MAX_LINE_TEXT = 200
+_MAX_VALUES = 1024  # value texts remembered by a Parser (text format)
 
 # (metric name, labels sorted by name, timestamp in ms or None, value)
 ParsedSample = tuple[str, Labels, "int | None", float]
@@ -99,6 +102,10 @@ class ParseResult:
     is_openmetrics: bool
     lines: int
     exemplars: list[Exemplar] = field(default_factory=list)
+    # Text format: for each sample, the raw text of its series (the line up to the space before the
+    # value) where the line had only a series and a value, else None; the same text always names
+    # the same series, so a scraper can key its own caches on it (empty for OpenMetrics).
+    keys: list[str | None] = field(default_factory=list)
 
     def series(self) -> dict[tuple[str, Labels], tuple[list[int | None], list[float]]]:
         """Group the samples per series: (name, labels) -> (timestamps, values) in input order."""
@@ -140,6 +147,11 @@ class Parser:
         # per format: label-set text -> (labels, le state, quantile state); `name="value"` -> pair
         self._bodies: dict[bool, dict[str, tuple[Labels, int, int]]] = {False: {}, True: {}}
         self._pairs: dict[bool, dict[str, tuple[str, str]]] = {False: {}, True: {}}
+        # text format: a line's text up to the space before its value -> (name, labels, le, quantile),
+        # for lines that held only a series and a value; and value text -> float for valid values
+        self._series: dict[str, tuple[str, Labels, int, int]] = {}
+        self._comments: dict[bool, dict[str, Metadata]] = {False: {}, True: {}}  # comment line -> parsed
+        self._values: dict[str, float] = {}
 
     def _labels(self, body: str, om: bool) -> tuple[Labels, int, int] | None:
         """Fast label-set parse of `a="x",b="y"` (no escapes); None sends the line to the careful scanner."""
@@ -193,6 +205,7 @@ class Parser:
             om,
             state.line_count,
             state.exemplars,
+            state.keys,
         )
 
 
@@ -222,6 +235,7 @@ class _State:
         self.samples: list[ParsedSample] = []
         self.errors: list[ParseIssue] = []
         self.exemplars: list[Exemplar] = []
+        self.keys: list[str | None] = []
         self.meta: dict[str, list[str]] = {}  # family -> [type, help, unit]
         self.declared: set[tuple[str, str]] = set()  # (kind, family) seen, for duplicates
         self.seen: set[str] = set()  # sample names so far
@@ -242,6 +256,9 @@ class _State:
         self.errors.append(ParseIssue(line_no, message, text))
 
     def run(self) -> None:
+        if not self.om:
+            self.run_text()
+            return
         om = self.om
         rows = (_OM_DOC if om else _TEXT_DOC).findall(self.text)
         if self.text.endswith("\n") or not self.text:
@@ -291,6 +308,96 @@ class _State:
             append((name, labels, t, v))
         if om:
             self.finish_openmetrics()
+
+    def run_text(self) -> None:
+        """Text format, line by line: a line seen before as `<series> <value>` costs a dict lookup.
+
+        A line whose text up to its last space is a known series (cached from an earlier line that the
+        full pattern took apart, with nothing after the value) and whose last word is a valid value
+        is that series with that value: the grammar leaves no other reading. Anything else goes
+        through the full pattern, as before.
+        """
+        text = self.text
+        lines = text.split("\n")
+        if text.endswith("\n") or not text:
+            lines.pop()  # the empty "line" after the final newline
+        self._lines = lines
+        self.line_count = len(lines)
+        parser = self.parser
+        bodies, series, values = parser._bodies[False], parser._series, parser._values
+        for cache in (bodies, series):
+            if len(cache) > parser.max_cache:
+                cache.clear()
+        if len(values) > _MAX_VALUES:  # counters make new value texts every scrape: keep this one small
+            values.clear()
+        labels_for = parser._labels
+        match = _TEXT_DOC.match
+        float_match = FLOAT_RE.fullmatch
+        append, key_append = self.samples.append, self.keys.append
+        seen_add = self.seen.add
+        checks = self.checks
+        default_ts = self.default_ts
+        bad = self.bad
+        line_no = 0
+        for line in lines:
+            line_no += 1
+            key, _, value = line.rpartition(" ")
+            entry = series.get(key)
+            if entry is not None and not (bad and line_no in bad):
+                v = values.get(value)
+                if v is None and float_match(value) is not None:
+                    v = float(value)
+                    if v - v and v == v and value[-1] not in "fFyY":
+                        v = None  # out of range: the full pattern reports it
+                    else:
+                        values[value] = v
+                if v is not None:
+                    name, labels, le, quantile = entry
+                    need = checks.get(name)
+                    if need is not None and (le != 1 if need == "le" else quantile == 2):
+                        self.check(line_no, name, le, quantile)  # reports it
+                        continue
+                    seen_add(name)
+                    append((name, labels, default_ts, v))
+                    key_append(key)
+                    continue
+            m = match(line)
+            assert m is not None  # the pattern's second branch takes any line
+            name, body, value_text, ts, _, other = m.groups()
+            if not name:
+                self.other(line_no, other)
+                continue
+            if body:
+                found = bodies.get(body)
+                if found is None:
+                    found = labels_for(body, False)
+                    if found is None:
+                        self.careful(line_no, line)
+                        continue
+                    bodies[body] = found
+                labels, le, quantile = found
+            else:
+                labels, le, quantile = (), 0, 0
+            v = float(value_text)
+            if v - v and v == v and value_text[-1] not in "fFyY":
+                self.error(line_no, f"value out of range: {value_text!r}")
+                continue
+            t: int | None = default_ts
+            if ts:
+                try:
+                    t = timestamp_ms(ts, False)
+                except LineError as e:
+                    self.error(line_no, str(e))
+                    continue
+            if name in checks and not self.check(line_no, name, le, quantile):
+                continue
+            seen_add(name)
+            append((name, labels, t, v))
+            if not ts and value == value_text and not (bad and line_no in bad):
+                series[key] = (name, labels, le, quantile)
+                key_append(key)
+            else:
+                key_append(None)
 
     def finish_openmetrics(self) -> None:
         """Require `# EOF` as the last line; whatever follows it is reported and dropped."""
@@ -361,6 +468,8 @@ class _State:
         if exemplar is not None and self.parser.keep_exemplars:
             self.exemplars.append(exemplar)
         self.samples.append((s.name, labels, t, value))
+        if not self.om:
+            self.keys.append(None)
 
     def other(self, line_no: int, line: str) -> None:
         """Handle a line that is not a plain sample: blank, comment, metadata, odd sample or garbage."""
@@ -383,11 +492,17 @@ class _State:
         if stripped[0] != "#":
             self.careful(line_no, line)
             return
-        try:
-            meta = scan_comment(stripped, om)
-        except LineError as e:
-            self.error(line_no, str(e), line)
-            return
+        comments = self.parser._comments[om]
+        meta = comments.get(stripped)
+        if meta is None:
+            try:
+                meta = scan_comment(stripped, om)
+            except LineError as e:
+                self.error(line_no, str(e), line)
+                return
+            if len(comments) > self.parser.max_cache:
+                comments.clear()
+            comments[stripped] = meta
         if meta.kind == "EOF":
             self.eof_line = line_no
             self.at_eof = (len(self.samples), len(self.exemplars))

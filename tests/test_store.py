@@ -183,7 +183,11 @@ def test_overlapping_chunks_and_head_newest_write_wins(
                 s.compact()
 
 
-def test_compaction_keeps_data_identical_and_merges_windows(store: Store) -> None:
+@pytest.mark.parametrize("merge_block", [1 << 20, 100])  # 100: windows merged a few series at a time
+def test_compaction_keeps_data_identical_and_merges_windows(
+    store: Store, merge_block: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("gpuwatch.store.writer._MERGE_BLOCK", merge_block)
     hour = 3600 * 1000
     names = ["a", "b"]
     for k in range(6):  # six compactions spread over 5 h: several chunks per 2 h window, then merged

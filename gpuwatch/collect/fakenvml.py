@@ -208,9 +208,10 @@ class FakeNvml:
         i = handle.index
         if i in self._lost:
             raise pynvml.NVMLError_GpuIsLost()
-        exc = self._call_errors.get((i, call))
-        if exc is not None:
-            raise exc.with_traceback(None)
+        if self._call_errors:  # faults are rare: skip building the key when there are none
+            exc = self._call_errors.get((i, call))
+            if exc is not None:
+                raise exc.with_traceback(None)
         return i
 
     def _now(self) -> float:
@@ -506,11 +507,12 @@ class FakeNvml:
         r = self._reading(i)
         now_us = int(self._now() * 1e6)
         out = []
+        unsupported = self._unsupported_fields
         for item in fieldIds:
             field_id, scope = item if isinstance(item, tuple) else (item, 0)
             value = FakeValue()
             found = self._fields.get(field_id)
-            if found is None or (i, field_id) in self._unsupported_fields:
+            if found is None or (unsupported and (i, field_id) in unsupported):
                 ret, vtype = pynvml.NVML_ERROR_NOT_SUPPORTED, pynvml.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG
             else:
                 ret, (vtype, get) = pynvml.NVML_SUCCESS, found

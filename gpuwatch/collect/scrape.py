@@ -251,16 +251,40 @@ def _iso(ms: int | None) -> str:
     return datetime.fromtimestamp(ms / 1000, tz=timezone.utc).isoformat().replace("+00:00", "Z")
 
 
+class _Series:
+    """One final series of a target (after target labels and metric_relabel_configs), shared by every
+    line that names it; `gen` is the number of the last scrape that had it (staleness, series added)."""
+
+    __slots__ = ("name", "labels", "gen")
+
+    def __init__(self, name: str, labels: Labels) -> None:
+        self.name = name
+        self.labels = labels
+        self.gen = -1  # scrape numbers start at 1
+
+
 class Target:
-    """One target's scraper and its state: the label caches, the series seen last time, its health."""
+    """One target's scraper and its state: the label caches, the series seen last time, its health.
+
+    The scrape cache (as Prometheus's scrapeCache): the raw text of a line's series (the parser's
+    `keys`) -> the final series it becomes, or None where metric_relabel_configs drop it; an
+    unchanged line then costs a dict lookup and its value. Lines without a key (timestamps, escapes,
+    OpenMetrics) are looked up by parsed name and labels. Every final series is one `_Series` object,
+    so staleness and `scrape_series_added` compare scrape numbers instead of hashing label sets. The
+    cache lives as long as the target: a configuration change (relabel rules included) makes a new
+    `TargetSpec` and so a new `Target` with an empty cache.
+    """
 
     def __init__(self, spec: TargetSpec, fetch: Fetch, clock: Clock) -> None:
         self.spec = spec
         self._fetch = fetch
         self._clock = clock
         self._parser = Parser()
-        self._final: dict[SeriesKey, SeriesKey | None] = {}
-        self._last: set[SeriesKey] = set()
+        self._by_key: dict[str, _Series | None] = {}  # raw series text -> final series
+        self._by_labels: dict[SeriesKey, _Series | None] = {}  # parsed (name, labels) -> final series
+        self._series: dict[SeriesKey, _Series] = {}  # final (name, labels) -> its one _Series
+        self._gen = 0  # number of the last scrape; a failed one counts, with no series
+        self._last: list[_Series] = []  # the series the last scrape had (no timestamp), each once
         self.health = "unknown"
         self.last_error = ""
         self.last_scrape_ms: int | None = None
@@ -298,6 +322,29 @@ class Target:
                 return None
         return name, make_labels(d)
 
+    def _final(self, name: str, labels: Labels) -> _Series | None:
+        final = self._labels(name, labels)
+        if final is None:
+            return None
+        found = self._series.get(final)
+        if found is None:
+            found = self._series[final] = _Series(*final)
+        return found
+
+    def _lookup(self, name: str, labels: Labels) -> _Series | None:
+        key = (name, labels)
+        found = self._by_labels.get(key, _MISSING)
+        if found is _MISSING:
+            found = self._by_labels[key] = self._final(name, labels)
+        return found  # type: ignore[no-any-return]
+
+    def _trim(self) -> None:
+        """Forget cached lines and series once there are too many; keep the last scrape's series."""
+        if max(len(self._by_key), len(self._by_labels), len(self._series)) > _MAX_CACHE:
+            self._by_key.clear()
+            self._by_labels.clear()
+            self._series = {(s.name, s.labels): s for s in self._last}
+
     def scrape(self) -> list[Batch]:
         """Scrape once; return the batches to store (the first one is stamped with the scrape time)."""
         clock, spec = self._clock, self.spec
@@ -305,7 +352,8 @@ class Target:
         start = clock.monotonic()
         samples: list[Sample] = []
         stamped: dict[int, list[Sample]] = {}
-        current: set[SeriesKey] = set()
+        current: list[_Series] = []
+        gen, prev_gen, added = self._gen + 1, self._gen, 0
         error, scraped, invalid, first_invalid = "", 0, 0, ""
         try:
             result = self._fetch(spec, spec.timeout_s)
@@ -317,22 +365,29 @@ class Target:
             scraped = len(parsed.samples)
             if parsed.metadata:
                 self.metadata = parsed.metadata
-            final = self._final
-            if len(final) > _MAX_CACHE:
-                final.clear()
+            self._trim()
+            by_key, lookup = self._by_key, self._lookup
             honor_ts = spec.honor_timestamps
-            for name, labels, ts, value in parsed.samples:
-                key = (name, labels)
-                out = final.get(key, _MISSING)
-                if out is _MISSING:
-                    out = final[key] = self._labels(name, labels)
-                if out is None:
+            keys = parsed.keys if len(parsed.keys) == scraped else [None] * scraped
+            append, current_append = samples.append, current.append
+            for (name, labels, ts, value), key in zip(parsed.samples, keys, strict=True):
+                if key is None:
+                    series = lookup(name, labels)
+                else:
+                    series = by_key.get(key, _MISSING)
+                    if series is _MISSING:
+                        series = by_key[key] = self._final(name, labels)
+                if series is None:
                     continue
                 if ts is None or not honor_ts:
-                    samples.append(Sample(out[0], out[1], value))
-                    current.add(out)
+                    append(Sample(series.name, series.labels, value))
+                    if series.gen != gen:
+                        if series.gen != prev_gen:
+                            added += 1
+                        series.gen = gen
+                        current_append(series)
                 else:
-                    stamped.setdefault(ts, []).append(Sample(out[0], out[1], value))
+                    stamped.setdefault(ts, []).append(Sample(series.name, series.labels, value))
             post = len(samples) + sum(len(s) for s in stamped.values())
             if spec.sample_limit and post > spec.sample_limit:
                 raise ScrapeError(
@@ -340,12 +395,12 @@ class Target:
                 )
         except ScrapeError as e:
             error = str(e)
-            samples, stamped, current = [], {}, set()
+            samples, stamped, current, added = [], {}, [], 0
+            gen += 1  # a number no series has: the next scrape counts every series as added
         post = len(samples) + sum(len(s) for s in stamped.values())
         duration = clock.monotonic() - start
-        added = len(current - self._last)
-        samples.extend(Sample(n, labels, STALE_NAN) for n, labels in self._last - current)
-        self._last = current
+        samples.extend(Sample(s.name, s.labels, STALE_NAN) for s in self._last if s.gen != gen)
+        self._gen, self._last = gen, current
         target = spec.labels
         samples.extend(
             (
@@ -369,8 +424,9 @@ class Target:
 
     def stale_batch(self, now_ms: int) -> Batch:
         """Staleness markers for every series of this target (it was removed from the configuration)."""
-        keys = [*self._last, *((n, self.spec.labels) for n in REPORT_NAMES)]
-        self._last = set()
+        keys = [*((s.name, s.labels) for s in self._last), *((n, self.spec.labels) for n in REPORT_NAMES)]
+        self._last = []
+        self._gen += 1
         return Batch(now_ms, [Sample(n, labels, STALE_NAN) for n, labels in keys])
 
     def state(self) -> dict[str, Any]:

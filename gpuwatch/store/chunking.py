@@ -7,11 +7,19 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from gpuwatch.store.codec import decode_times, decode_values, encode_times, encode_values
+from gpuwatch.store.codec import (
+    decode_times,
+    decode_values,
+    encode_times,
+    encode_times_rows,
+    encode_values,
+    encode_values_rows,
+)
 
 # Chunks never straddle a window, so merging and retention work window by window. Two hours, as in
 # Prometheus: 7,200 samples of a 1 s series, big enough for the encoders to find their runs.
 WINDOW_MS = 2 * 3600 * 1000
+_BLOCK = 1 << 16  # encode_many encodes at most about this many samples in one numpy pass (memory)
 
 
 @dataclass(frozen=True)
@@ -59,6 +67,62 @@ def encode_series(series_id: int, t_ms: np.ndarray, values: np.ndarray, seq: int
             )
         )
     return rows
+
+
+def dedupe_sorted(
+    ids: np.ndarray, t_ms: np.ndarray, values: np.ndarray, seqs: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Samples of many series sorted by (series, time, seq): keep the last of each (series, time)."""
+    if ids.size < 2:
+        return ids, t_ms, values, seqs
+    keep = np.ones(ids.size, dtype=bool)
+    keep[:-1] = (ids[1:] != ids[:-1]) | (t_ms[1:] != t_ms[:-1])
+    if keep.all():
+        return ids, t_ms, values, seqs
+    return ids[keep], t_ms[keep], values[keep], seqs[keep]
+
+
+def encode_many(ids: np.ndarray, t_ms: np.ndarray, values: np.ndarray, seqs: np.ndarray) -> list[ChunkRow]:
+    """`encode_series` of many series at once, the same rows: samples sorted by (series, time) without
+    duplicate timestamps; each series' rows get the highest of its samples' `seqs`.
+
+    Chunks of one length are encoded together as the rows of one array (codec.encode_*_rows), so the
+    cost is numpy calls per distinct length plus a zlib call per chunk, not Python work per series.
+    """
+    n = ids.size
+    if not n:
+        return []
+    ids = ids.astype(np.int64, copy=False)
+    t_ms = t_ms.astype(np.int64, copy=False)
+    new_series = ids[1:] != ids[:-1]
+    series_starts = np.r_[0, np.flatnonzero(new_series) + 1]
+    series_seq = np.maximum.reduceat(seqs.astype(np.int64, copy=False), series_starts)
+    windows = t_ms // WINDOW_MS
+    starts = np.r_[0, np.flatnonzero(new_series | (windows[1:] != windows[:-1])) + 1]
+    lens = np.diff(np.r_[starts, n])
+    seg_seq = series_seq[np.searchsorted(series_starts, starts, side="right") - 1]
+    out: list[ChunkRow | None] = [None] * starts.size
+    for length in np.unique(lens).tolist():
+        segs_all = np.flatnonzero(lens == length)
+        step = max(1, _BLOCK // length)
+        for lo in range(0, segs_all.size, step):
+            segs = segs_all[lo : lo + step]
+            idx = starts[segs][:, None] + np.arange(length)
+            t, v = t_ms[idx], values[idx]
+            rows = zip(
+                segs.tolist(),
+                ids[starts[segs]].tolist(),
+                t[:, 0].tolist(),
+                t[:, -1].tolist(),
+                seg_seq[segs].tolist(),
+                encode_times_rows(t),
+                encode_values_rows(v),
+                v[:, -1].tolist(),
+                strict=True,
+            )
+            for seg, sid, t_min, t_max, seq, tb, vb, last in rows:
+                out[seg] = ChunkRow(sid, t_min, t_max, length, seq, tb, vb, last)
+    return out  # type: ignore[return-value]  # every segment was filled
 
 
 def decode_row(n: int, ts: bytes, vs: bytes) -> tuple[np.ndarray, np.ndarray]:

@@ -170,7 +170,133 @@ def decode_values(blob: bytes | memoryview, n: int) -> np.ndarray:
     return values
 
 
-# -- many chunks at once -----------------------------------------------------------------------------
+# -- many chunks at once: encoding ------------------------------------------------------------------
+# Compaction encodes tens of thousands of short series at a time. These take many chunks of one length
+# as the rows of a 2-D array and do each step of `encode_times` / `encode_values` once for all rows;
+# only the zlib call and the header stay per chunk. The bytes are the same as chunk by chunk.
+
+
+def _pack_unsigned_rows(u: np.ndarray) -> list[bytes]:
+    """`_pack_unsigned` of each row of the 2-D uint64 array `u`."""
+    k, n = u.shape
+    out: list[bytes] = [b""] * k
+    if not k:
+        return out
+    top = u.max(axis=1) if n else np.zeros(k, np.uint64)
+    widths = np.where(top < 1 << 8, 1, np.where(top < 1 << 16, 2, np.where(top < 1 << 32, 4, 8)))
+    compress = zlib.compress
+    for width in np.unique(widths).tolist():
+        rows = np.flatnonzero(widths == width)
+        part = u if rows.size == k else u[rows]
+        narrow = part.astype(f"<u{width}")
+        shuffled = np.ascontiguousarray(narrow.view(np.uint8).reshape(rows.size, n, width).transpose(0, 2, 1))
+        joined = shuffled.tobytes()
+        size = width * n
+        head = bytes([width])
+        if size > _SMALL:
+            for i, row in enumerate(rows.tolist()):
+                out[row] = head + compress(joined[i * size : (i + 1) * size], _LEVEL)
+            continue
+        seen: dict[bytes, bytes] = {}  # short rows repeat (constant series): compress each content once
+        for i, row in enumerate(rows.tolist()):
+            raw = joined[i * size : (i + 1) * size]
+            blob = seen.get(raw)
+            if blob is None:
+                blob = seen[raw] = head + compress(raw, _LEVEL)
+            out[row] = blob
+    return out
+
+
+def encode_times_rows(t_ms: np.ndarray) -> list[bytes]:
+    """`encode_times` of each row of a 2-D int64 array (one chunk a row, all of one length)."""
+    t = np.ascontiguousarray(t_ms, dtype=np.int64)
+    k, n = t.shape
+    out: list[bytes] = [b""] * k
+    if not k or not n:
+        return [encode_times(row) for row in t]
+    with np.errstate(over="ignore"):
+        d = np.diff(t, axis=1)
+        step = d[:, 0] if n > 1 else np.zeros(k, np.int64)
+        regular = np.ones(k, bool) if n <= 2 else (d == step[:, None]).all(axis=1)
+        irregular = np.flatnonzero(~regular)
+        if irregular.size:
+            dd = np.diff(t[irregular], axis=1, prepend=np.int64(0))
+            dd = np.diff(dd, axis=1, prepend=np.int64(0))
+            for row, blob in zip(irregular.tolist(), _pack_unsigned_rows(_zigzag(dd)), strict=True):
+                out[row] = blob
+    pack = _REGULAR.pack
+    for row, t0, st in zip(
+        np.flatnonzero(regular).tolist(), t[regular, 0].tolist(), step[regular].tolist(), strict=True
+    ):
+        out[row] = pack(0, t0, st)
+    return out
+
+
+def encode_values_rows(v: np.ndarray) -> list[bytes]:
+    """`encode_values` of each row of a 2-D float64 array (one chunk a row, all of one length)."""
+    v = np.ascontiguousarray(v, dtype=np.float64)
+    k, n = v.shape
+    out: list[bytes] = [b""] * k
+    if not k or not n:
+        return [encode_values(row) for row in v]
+    bits = v.view(np.uint64)
+    decimals = np.full(k, -1, np.int64)
+    ints = np.zeros((k, n), np.int64)
+    ok = np.zeros((k, n), bool)
+    todo = np.arange(k)
+    need = (1.0 - _EXCEPTION_SHARE) * n
+    with np.errstate(invalid="ignore", over="ignore"):
+        for e in range(_MAX_DECIMALS + 1):  # as _decimal_fit, for the rows still without an exponent
+            if not todo.size:
+                break
+            scale = 10.0**e
+            part = v[todo]
+            scaled = np.rint(part * scale)
+            part_ints = np.where(np.abs(scaled) < _MAX_EXACT, scaled, 0.0).astype(np.int64)
+            part_ok = (part_ints.astype(np.float64) / scale).view(np.uint64) == bits[todo]
+            fits = part_ok.sum(axis=1) >= need
+            done = todo[fits]
+            decimals[done], ints[done], ok[done] = e, part_ints[fits], part_ok[fits]
+            todo = todo[~fits]
+    xor_rows = np.flatnonzero(decimals < 0)
+    if xor_rows.size:
+        b = v[xor_rows].view(np.int64)
+        xored = b.copy()
+        xored[:, 1:] ^= b[:, :-1]
+        head = _HEADER.pack(_XOR, 0, 0, 0)
+        for row, blob in zip(xor_rows.tolist(), _pack_unsigned_rows(xored.view(np.uint64)), strict=True):
+            out[row] = head + blob
+    dec_rows = np.flatnonzero(decimals >= 0)
+    if not dec_rows.size:
+        return out
+    x, good = ints[dec_rows], ok[dec_rows]
+    if not good.all():  # _fill_forward, row by row
+        idx = np.where(good, np.arange(n), 0)
+        np.maximum.accumulate(idx, axis=1, out=idx)
+        x = np.take_along_axis(x, idx, axis=1)
+    with np.errstate(over="ignore"):
+        d1 = np.diff(x, axis=1, prepend=np.int64(0))
+        d2 = np.diff(d1, axis=1, prepend=np.int64(0))
+    cost1 = np.log2(np.abs(d1[:, 1:].astype(np.float64)) + 1.0).sum(axis=1)
+    cost2 = np.log2(np.abs(d2[:, 1:].astype(np.float64)) + 1.0).sum(axis=1)
+    second = cost2 < cost1
+    packed = _pack_unsigned_rows(_zigzag(np.where(second[:, None], d2, d1)))
+    pack = _HEADER.pack
+    bad_rows = np.logical_not(good).any(axis=1)
+    has_bad: list[bool] = np.asarray(bad_rows).tolist()
+    for i, (row, e, two, blob, odd) in enumerate(
+        zip(dec_rows.tolist(), decimals[dec_rows].tolist(), second.tolist(), packed, has_bad, strict=True)
+    ):
+        if odd:
+            bad = np.flatnonzero(~good[i]).astype("<u4")
+            extra = bad.tobytes() + v[row, bad].astype("<f8").tobytes()
+            out[row] = pack(_DECIMAL, e, 2 if two else 1, bad.size) + extra + blob
+        else:
+            out[row] = pack(_DECIMAL, e, 2 if two else 1, 0) + blob
+    return out
+
+
+# -- many chunks at once: decoding -----------------------------------------------------------------------------
 
 
 def _starts(ns: np.ndarray) -> np.ndarray:

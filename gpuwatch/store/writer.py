@@ -24,7 +24,16 @@ from gpuwatch.clock import Clock
 from gpuwatch.errors import StoreError
 from gpuwatch.model import Batch, Labels, make_labels
 from gpuwatch.store.catalog import Catalog, Entry
-from gpuwatch.store.chunking import WINDOW_MS, ChunkRow, dedupe_last, encode_series, merge_rows
+from gpuwatch.store.chunking import (
+    WINDOW_MS,
+    ChunkRow,
+    dedupe_last,
+    dedupe_sorted,
+    encode_many,
+    encode_series,
+    merge_rows,
+)
+from gpuwatch.store.codec import decode_chunks
 from gpuwatch.store.headindex import HeadIndex
 from gpuwatch.store.latest import Latest
 
@@ -33,6 +42,8 @@ log = logging.getLogger(__name__)
 _BULK_MIN = 1024  # append_series calls at least this long skip the head and become chunks directly
 _MAX_PENDING = 20_000_000  # samples kept for retry while the database refuses writes
 _STOP = object()
+_MAX_LABEL_OBJECTS = 200_000  # label tuples remembered by identity (sources that make new ones each time)
+_MERGE_BLOCK = 1 << 18  # merging closed windows decodes and re-encodes about this many samples at a time
 
 
 class Writer:
@@ -63,6 +74,7 @@ class Writer:
         self._thread = threading.Thread(target=self._run, name="gpuwatch-store-writer", daemon=True)
         cur = self._cur
         self._ids: dict[tuple[str, Labels], int] = {}
+        self._by_labels_obj: dict[int, Any] = {}  # id(labels) -> see _add_batch
         for e in catalog.snapshot().by_id.values():
             self._ids[(e.name, e.labels)] = e.series_id
         self._next_id = _scalar(cur, "SELECT coalesce(max(series_id), 0) + 1 FROM series")
@@ -196,12 +208,41 @@ class Writer:
         return sid
 
     def _add_batch(self, batch: Batch) -> None:
+        """Buffer a batch. Sources hand in the same label tuple objects batch after batch (a scrape
+        target's cache, a GPU's labels), so a series id is found by the tuple's identity and the name,
+        hashing no label set; a tuple seen for the first time goes through `_series_id`."""
         n = len(batch.samples)
         if not n:
             return
-        ids = np.fromiter((self._series_id(s.name, s.labels) for s in batch.samples), np.int32, n)
-        values = np.fromiter((s.value for s in batch.samples), np.float64, n)
-        self._buffer(ids, np.full(n, batch.timestamp_ms, np.int64), values)
+        by_obj = self._by_labels_obj
+        if len(by_obj) > _MAX_LABEL_OBJECTS:
+            by_obj.clear()
+        get = by_obj.get
+        ids: list[int] = []
+        values: list[float] = []
+        id_append, value_append = ids.append, values.append
+        for name, labels, value in batch.samples:
+            # An entry holds the tuple itself, so no other object can have its id while it is here:
+            # (labels, name, id) for a tuple seen with one name (a scraped series), or
+            # (labels, {name: id}) for one shared by many names (a GPU's labels).
+            entry = get(id(labels))
+            if entry is not None and len(entry) == 3 and entry[1] == name:
+                sid = entry[2]
+            elif entry is not None and len(entry) == 2:
+                sid = entry[1].get(name)
+                if sid is None:
+                    sid = entry[1][name] = self._series_id(name, labels)
+            else:
+                sid = self._series_id(name, labels)
+                if entry is None:
+                    by_obj[id(labels)] = (labels, name, sid)
+                else:
+                    by_obj[id(labels)] = (labels, {entry[1]: entry[2], name: sid})
+            id_append(sid)
+            value_append(value)
+        self._buffer(
+            np.array(ids, np.int32), np.full(n, batch.timestamp_ms, np.int64), np.array(values, np.float64)
+        )
 
     def _add_series(self, name: str, labels: Labels, t_ms: np.ndarray, values: np.ndarray) -> None:
         n = t_ms.size
@@ -282,15 +323,14 @@ class Writer:
         head = cur.execute(
             "SELECT series_id, t_ms, v_bits, seq FROM head ORDER BY series_id, t_ms, seq"
         ).fetchnumpy()
-        ids = np.asarray(head["series_id"])
-        rows: list[ChunkRow] = []
-        if ids.size:
-            t_all, v_all = np.asarray(head["t_ms"]), np.asarray(head["v_bits"]).view(np.float64)
-            seq_all = np.asarray(head["seq"])
-            cuts = np.flatnonzero(ids[1:] != ids[:-1]) + 1
-            for lo, hi in zip(np.r_[0, cuts], np.r_[cuts, ids.size], strict=True):
-                t, v = dedupe_last(t_all[lo:hi], v_all[lo:hi], seq_all[lo:hi])
-                rows.extend(encode_series(int(ids[lo]), t, v, int(seq_all[lo:hi].max())))
+        rows = encode_many(
+            *dedupe_sorted(
+                np.asarray(head["series_id"]),
+                np.asarray(head["t_ms"]),
+                np.asarray(head["v_bits"]).view(np.float64),
+                np.asarray(head["seq"]),
+            )
+        )
         cur.execute("BEGIN TRANSACTION")
         try:
             _insert_chunks(cur, rows)
@@ -321,16 +361,17 @@ class Writer:
                 "GROUP BY series_id HAVING count(*) > 1) ORDER BY series_id, seq",
                 [lo, hi, lo, hi],
             ).fetchall()
-            by_series: dict[int, list[tuple[int, int, bytes, bytes]]] = {}
-            for sid, seq, n, ts, vs in found:
-                by_series.setdefault(sid, []).append((seq, n, ts, vs))
             merged: list[ChunkRow] = []
-            for sid, parts in by_series.items():
-                t, v = merge_rows(parts)
-                merged.extend(encode_series(sid, t, v, max(p[0] for p in parts)))
+            start, size = 0, 0
+            for i, row in enumerate(found):  # decode and re-encode about _MERGE_BLOCK samples at a time
+                size += row[2]
+                if i + 1 == len(found) or (size >= _MERGE_BLOCK and found[i + 1][0] != row[0]):
+                    merged.extend(_merge_block(found[start : i + 1]))
+                    start, size = i + 1, 0
+            sids = sorted({row[0] for row in found})
             cur.execute(
                 "DELETE FROM chunks WHERE t_min_ms >= ? AND t_min_ms < ? AND series_id IN "
-                f"({','.join(str(int(s)) for s in by_series)})",
+                f"({','.join(str(int(s)) for s in sids)})",
                 [lo, hi],
             )
             _insert_chunks(cur, merged)
@@ -371,9 +412,21 @@ class Writer:
         self._head_rows -= head_old
         gone = set(orphans)
         self._ids = {k: v for k, v in self._ids.items() if v not in gone}
+        if gone:
+            self._by_labels_obj.clear()
         self._catalog.remove(gone)
         self.latest.drop_before(cutoff_ms)
         return deleted + head_old
+
+
+def _merge_block(found: list[tuple[int, int, int, bytes, bytes]]) -> list[ChunkRow]:
+    """Merge the chunks (series_id, seq, n, ts, vs) of whole series into one row per series and window."""
+    ns = np.array([r[2] for r in found], np.int64)
+    t, v = decode_chunks(ns, [r[3] for r in found], [r[4] for r in found])
+    ids = np.repeat(np.array([r[0] for r in found], np.int64), ns)
+    seqs = np.repeat(np.array([r[1] for r in found], np.int64), ns)
+    order = np.lexsort((seqs, t, ids))
+    return encode_many(*dedupe_sorted(ids[order], t[order], v[order], seqs[order]))
 
 
 def _scalar(cur: duckdb.DuckDBPyConnection, sql: str, params: list[Any] | None = None) -> int:

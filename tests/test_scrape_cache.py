@@ -1,0 +1,181 @@
+"""The scrape cache: a reused parser and target give what a fresh parse gives, scrape after scrape."""
+
+from __future__ import annotations
+
+import math
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from gpuwatch.clock import FakeClock
+from gpuwatch.errors import ScrapeError
+from gpuwatch.model import is_stale
+from gpuwatch.textformat import Parser, parse
+from tests.test_scrape import FakeFetch, L, by_key, pool_for
+
+# Lines that share a series text with different values, and the lines that must not take a cached
+# reading: bad values, timestamps, tabs, CR, escapes, a TYPE that makes an `le` invalid, odd spacing.
+LINES = [
+    "# TYPE h histogram",
+    "# HELP h Latency.",
+    'h_bucket{le="0.5"} 1',
+    'h_bucket{le="0.5"} 2',
+    'h_bucket{le="x"} 2',
+    'h_bucket{le="+Inf"} 3',
+    "h_sum 1.5",
+    "h_count 3",
+    "# TYPE s summary",
+    's{quantile="0.5"} 1',
+    's{quantile="a"} 1',
+    "a 1",
+    "a 2",
+    "a 1_0",
+    "a 0x1p3",
+    "a 1e999",
+    "a -Inf",
+    "a nan",
+    "a NaN",
+    "a .5",
+    "a 5.",
+    "a 1e5",
+    "a +1",
+    "a 1 1700000000000",
+    "a 1 17e3",
+    "a\t1",
+    "a 1\r",
+    "a  1",
+    "a  2",
+    'b{x="1"} 1',
+    'b{x="1"} 3',
+    'b{x="1",} 3',
+    'b{x="1"}3',
+    'b{x="1", y="2"} 3',
+    'b{x="a b"} 4',
+    'b{x="a\\"b"} 4',
+    'b{x="1",x="2"} 4',
+    "b{} 5",
+    "c",
+    "c{",
+    " a 7",
+    "a 7 ",
+    "",
+    "# a comment",
+    "# TYPE a gauge",
+    "# TYPE a counter",
+    'a{__name__="z"} 1',
+]
+
+
+@settings(max_examples=200, deadline=None)
+@given(pages=st.lists(st.lists(st.sampled_from(LINES), max_size=14), min_size=2, max_size=5))
+def test_reused_parser_equals_a_fresh_parse(pages: list[list[str]]) -> None:
+    reused = Parser()
+    for lines in pages:
+        text = "\n".join(lines) + "\n"
+        got, want = reused.parse(text.encode(), openmetrics=False), parse(text.encode(), openmetrics=False)
+        assert _same(got.samples, want.samples)
+        assert got.errors == want.errors
+        assert got.metadata == want.metadata
+        assert len(got.keys) == len(got.samples)
+        for (name, labels, ts, _), key in zip(got.samples, got.keys, strict=True):
+            if key is not None:  # a key always names the same series, with no timestamp
+                assert ts is None
+                assert reused._series[key][:2] == (name, labels)
+
+
+def _same(a: list, b: list) -> bool:  # type: ignore[type-arg]
+    def norm(s: list) -> list:  # type: ignore[type-arg]
+        return [(n, lab, t, "nan" if math.isnan(v) else v) for n, lab, t, v in s]
+
+    return norm(a) == norm(b)
+
+
+def test_a_changed_value_a_changed_line_and_a_vanished_series(clock: FakeClock) -> None:
+    fetch = FakeFetch()
+    fetch.bodies["h:1"] = b'a 1\nb{x="1"} 2\nc 3\n'
+    pool, batches = pool_for([{"job_name": "j", "static_configs": [{"targets": ["h:1"]}]}], fetch, clock)
+    t = {"job": "j", "instance": "h:1"}
+    pool.scrape_all()
+    fetch.bodies["h:1"] = b'a 5\nb{x="2"} 2\n'
+    clock.advance(15)
+    del batches[:]
+    pool.scrape_all()
+    got = by_key(batches)
+    assert got[("a", L(**t))] == 5
+    assert got[("b", L(x="2", **t))] == 2
+    assert is_stale(got[("b", L(x="1", **t))]) and is_stale(got[("c", L(**t))])
+    assert got[("scrape_series_added", L(**t))] == 1
+    assert len(batches[0].samples) == 2 + 2 + 6  # two samples, two markers, the report series
+    fetch.bodies["h:1"] = b'a 6\nb{x="2"} 2\nc 4\n'
+    clock.advance(15)
+    del batches[:]
+    pool.scrape_all()
+    got = by_key(batches)
+    assert got[("c", L(**t))] == 4, "a series that comes back is a series again"
+    assert got[("scrape_series_added", L(**t))] == 1
+    assert not any(is_stale(v) for v in got.values())
+
+
+def test_sample_limit_and_failures_reset_what_counts_as_added(clock: FakeClock) -> None:
+    fetch = FakeFetch()
+    fetch.bodies["h:1"] = b"a 1\nb 2\n"
+    pool, batches = pool_for(
+        [{"job_name": "j", "sample_limit": 2, "static_configs": [{"targets": ["h:1"]}]}], fetch, clock
+    )
+    t = L(job="j", instance="h:1")
+    pool.scrape_all()
+    assert by_key(batches)[("scrape_series_added", t)] == 2
+    for body in (b"a 1\nb 2\nc 3\n", ScrapeError("connection refused")):
+        fetch.bodies["h:1"] = body
+        clock.advance(15)
+        del batches[:]
+        pool.scrape_all()
+        got = by_key(batches)
+        assert got[("up", t)] == 0 and got[("scrape_series_added", t)] == 0
+        if isinstance(body, bytes):
+            assert is_stale(got[("a", t)]) and is_stale(got[("b", t)]) and ("c", t) not in got
+        else:
+            assert ("a", t) not in got, "markers were written once, by the first failed scrape"
+    fetch.bodies["h:1"] = b"a 1\nb 2\n"
+    clock.advance(15)
+    del batches[:]
+    pool.scrape_all()
+    got = by_key(batches)
+    assert got[("up", t)] == 1 and got[("a", t)] == 1
+    assert got[("scrape_series_added", t)] == 2, "after a failed scrape every series is added again"
+
+
+def test_lines_that_relabel_to_one_series_share_it(clock: FakeClock) -> None:
+    fetch = FakeFetch()
+    fetch.bodies["h:1"] = b'a{pod="1"} 1\na{pod="2"} 2\n'
+    job = {
+        "job_name": "j",
+        "static_configs": [{"targets": ["h:1"]}],
+        "metric_relabel_configs": [{"action": "labeldrop", "regex": "pod"}],
+    }
+    pool, batches = pool_for([job], fetch, clock)
+    t = L(job="j", instance="h:1")
+    pool.scrape_all()
+    assert by_key(batches)[("scrape_series_added", t)] == 1
+    fetch.bodies["h:1"] = b'a{pod="2"} 3\n'
+    clock.advance(15)
+    del batches[:]
+    pool.scrape_all()
+    got = by_key(batches)
+    assert got[("a", t)] == 3, "one line left: the series goes on, no staleness marker"
+    assert [s.value for s in batches[0].samples if s.name == "a"] == [3]
+
+
+def test_new_relabel_rules_start_with_an_empty_cache(clock: FakeClock) -> None:
+    fetch = FakeFetch()
+    fetch.bodies["h:1"] = b'a{pod="1"} 1\n'
+    job: dict[str, object] = {"job_name": "j", "static_configs": [{"targets": ["h:1"]}]}
+    pool, batches = pool_for([job], fetch, clock)
+    pool.scrape_all()
+    assert ("a", L(job="j", instance="h:1", pod="1")) in by_key(batches)
+    job["metric_relabel_configs"] = [{"action": "labeldrop", "regex": "pod"}]
+    reloaded, batches2 = pool_for([job], fetch, clock)
+    reloaded.scrape_all()
+    got = by_key(batches2)
+    assert got[("a", L(job="j", instance="h:1"))] == 1
+    assert ("a", L(job="j", instance="h:1", pod="1")) not in got

@@ -1,0 +1,48 @@
+"""Series ids by label-tuple identity in the writer: shared tuples, new tuples, and after retention."""
+
+from __future__ import annotations
+
+from gpuwatch.clock import FakeClock
+from gpuwatch.model import Batch, Sample
+from gpuwatch.store.core import Store
+
+ALL = (-(2**62), 2**62)
+
+
+def series(store: Store) -> dict[tuple[str, tuple[tuple[str, str], ...]], list[tuple[int, float]]]:
+    return {
+        (s.name, s.labels): list(zip(s.timestamps_ms.tolist(), s.values.tolist(), strict=True))
+        for s in store.select([], *ALL)
+    }
+
+
+def test_one_label_tuple_many_names_and_equal_tuples_from_elsewhere(clock: FakeClock) -> None:
+    store = Store.open(None, clock=clock)
+    try:
+        gpu = (("gpu", "0"), ("host", "h"))
+        store.append(Batch(1000, [Sample("a", gpu, 1.0), Sample("b", gpu, 2.0)]))
+        # an equal tuple built anew, and one with its pairs out of order, are the same series
+        store.append(Batch(2000, [Sample("a", (("gpu", "0"), ("host", "h")), 3.0)]))
+        store.append(Batch(3000, [Sample("a", (("host", "h"), ("gpu", "0")), 4.0), Sample("b", gpu, 5.0)]))
+        store.flush()
+        assert series(store) == {
+            ("a", gpu): [(1000, 1.0), (2000, 3.0), (3000, 4.0)],
+            ("b", gpu): [(1000, 2.0), (3000, 5.0)],
+        }
+    finally:
+        store.close()
+
+
+def test_a_series_deleted_by_retention_is_created_again_for_the_same_tuple(clock: FakeClock) -> None:
+    store = Store.open(None, clock=clock, retention_s=3600)
+    try:
+        labels = (("job", "j"),)
+        store.append(Batch(1000, [Sample("gone", labels, 1.0)]))
+        store.flush()
+        store.apply_retention(1000 + 2 * 3600 * 1000)  # deletes the sample and the series
+        assert series(store) == {}
+        store.append(Batch(9_000_000, [Sample("gone", labels, 2.0)]))  # the very same tuple object
+        store.flush()
+        assert series(store) == {("gone", labels): [(9_000_000, 2.0)]}
+    finally:
+        store.close()
