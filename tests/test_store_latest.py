@@ -191,3 +191,18 @@ def test_written_since_gives_what_later_flushes_wrote_until_the_log_no_longer_re
     assert latest.written_since(3, np.array([2]), 0) is None
     got = latest.written_since(4, np.array([2]), 0)
     assert got is not None and got[:2] == (4, {}) and got[2].size == 0
+
+
+def test_the_write_log_lets_go_of_flushes_older_than_ten_minutes(monkeypatch: pytest.MonkeyPatch) -> None:
+    now = [1000.0]
+    monkeypatch.setattr(latest_module, "monotonic", lambda: now[0])
+    latest = Latest()
+    latest.note([], np.array([1]), np.array([10]), np.array([1.0]))  # version 1
+    now[0] += 300
+    latest.note([], np.array([1]), np.array([20]), np.array([2.0]))  # version 2
+    assert latest.written_since(0, np.array([1]), 0) is not None
+    now[0] += 301  # version 1 is now 601 s old: a small workstation keeps minutes of rows, not 24 MB
+    latest.note([], np.array([1]), np.array([30]), np.array([3.0]))  # version 3
+    assert latest.written_since(0, np.array([1]), 0) is None
+    got = latest.written_since(1, np.array([1]), 0)
+    assert got is not None and got[1][1][0].tolist() == [20, 30]

@@ -26,6 +26,7 @@ from __future__ import annotations
 import collections
 import threading
 from collections.abc import Sequence
+from time import monotonic
 
 import duckdb
 import numpy as np
@@ -33,7 +34,8 @@ import numpy as np
 from gpuwatch.store.chunking import ChunkRow, decode_row
 
 _NONE_T, _NONE_V = np.zeros(0, np.int64), np.zeros(0)
-ROW_LOG_MAX = 1_000_000  # head rows kept for `written_since` (24 MB; over 10 minutes of 64 GPUs)
+ROW_LOG_MAX = 1_000_000  # head rows kept for `written_since` (24 MB; over 7 minutes of 64 GPUs)
+ROW_LOG_SECONDS = 600.0  # and no flush older than this: readers come back every evaluation interval
 
 
 class Latest:
@@ -55,6 +57,7 @@ class Latest:
         self._rows: collections.deque[tuple[int, np.ndarray | None, np.ndarray, np.ndarray]] = (
             collections.deque()
         )
+        self._rows_at: collections.deque[float] = collections.deque()  # monotonic time of each entry
         self._rows_n = 0
         self._rows_from = 0  # the log holds every flush after this version
 
@@ -130,9 +133,14 @@ class Latest:
             self._log_rows_locked(*logged)
 
     def _log_rows_locked(self, ids: np.ndarray | None, t_ms: np.ndarray, values: np.ndarray) -> None:
+        now = monotonic()
         self._rows.append((self.version, ids, t_ms, values))
+        self._rows_at.append(now)
         self._rows_n += 0 if ids is None else ids.size
-        while self._rows and (self._rows_n > ROW_LOG_MAX or len(self._rows) > 4096):
+        while self._rows and (
+            self._rows_n > ROW_LOG_MAX or len(self._rows) > 4096 or self._rows_at[0] < now - ROW_LOG_SECONDS
+        ):
+            self._rows_at.popleft()
             version, old, _, _ = self._rows.popleft()
             self._rows_n -= 0 if old is None else old.size
             self._rows_from = version
