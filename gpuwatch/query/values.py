@@ -11,6 +11,11 @@ from typing import Any
 
 import numpy as np
 
+try:  # formats floats ~5x faster than `repr` (shortest round-trip digits, the same text where both are plain)
+    import orjson as _orjson
+except ImportError:  # pragma: no cover - a declared dependency; without it values go through `repr`
+    _orjson = None
+
 
 @dataclass(frozen=True)
 class Scalar:
@@ -107,8 +112,7 @@ def format_values(values: np.ndarray) -> list[str]:
         nan = np.isnan(v)
     if integral.all():
         return list(map(str, v.astype(np.int64).tolist()))
-    listed = v.tolist()
-    out = list(map(float.__repr__, listed))
+    out = _reprs(v)
     if integral.any():
         for i in np.flatnonzero(integral).tolist():
             out[i] = out[i][:-2]
@@ -118,8 +122,18 @@ def format_values(values: np.ndarray) -> list[str]:
     other = ~(plain | zero | nan)
     if other.any():
         for i in np.flatnonzero(other).tolist():
-            out[i] = _format_one(listed[i])
+            out[i] = _format_one(float(v[i]))
     return out
+
+
+def _reprs(v: np.ndarray) -> list[str]:
+    """`repr` of each float64 in `v`, exact wherever `repr` writes no exponent (1e-3 <= |v| < 1e15, or
+    0): orjson's shortest round-trip digits are the same there (it writes other values differently:
+    `1e-5`, `null`; `format_values` replaces those)."""
+    if _orjson is None or not len(v):
+        return list(map(float.__repr__, v.tolist()))
+    text = _orjson.dumps(np.ascontiguousarray(v), option=_orjson.OPT_SERIALIZE_NUMPY).decode("ascii")
+    return text[1:-1].split(",")
 
 
 def format_times(times_ms: np.ndarray) -> list[str]:
@@ -172,17 +186,22 @@ def to_prometheus_json(result: Result) -> dict[str, Any]:
 def to_prometheus_json_text(result: Result) -> str:
     """`json.dumps(to_prometheus_json(result), separators=(",", ":"))`, built faster for matrices.
 
-    Each distinct value (by bit pattern) of all series is formatted once: range results repeat
-    values a lot (averages of integers, rates of counters that move by whole numbers), and `repr`
-    of a float (~0.45 us) is most of the cost. Timestamps are formatted once per time grid, as the
-    text before each value (`"],[t,"`), and each series' points are one `join` of the two lists."""
+    The values of all series are formatted in one `format_values` call (with orjson ~0.1 us a value;
+    without it each distinct value, by bit pattern, is formatted once: range results repeat values a
+    lot, and `repr` of a float, ~0.45 us, is then most of the cost). Timestamps are formatted once per
+    time grid, as the text before each value (`"],[t,"`), and each series' points are one `join` of
+    the two lists."""
     if not isinstance(result, Matrix):
         return json.dumps(to_prometheus_json(result), separators=(",", ":"))
     if not result.series:
         return '{"resultType":"matrix","result":[]}'
     values = np.concatenate([np.asarray(s.values, dtype=np.float64) for s in result.series])
-    distinct, inverse = np.unique(values.view(np.int64), return_inverse=True)
-    texts = np.array(format_values(distinct.view(np.float64)), dtype=object)
+    if _orjson is not None:
+        texts: Any = format_values(values)
+        inverse: Any = None
+    else:
+        distinct, inverse = np.unique(values.view(np.int64), return_inverse=True)
+        texts = np.array(format_values(distinct.view(np.float64)), dtype=object)
     parts = []
     last: tuple[np.ndarray, list[str]] | None = None
     pos = 0
@@ -197,7 +216,7 @@ def to_prometheus_json_text(result: Result) -> str:
         n = len(before)
         points = [""] * (2 * n)
         points[0::2] = before
-        points[1::2] = texts[inverse[pos : pos + n]].tolist()
+        points[1::2] = texts[pos : pos + n] if inverse is None else texts[inverse[pos : pos + n]].tolist()
         pos += n
         metric = json.dumps(dict(s.labels), separators=(",", ":"))
         close = '"]' if n else ""
