@@ -23,6 +23,7 @@ from gpuwatch.query.values import (
     format_value,
     format_values,
     to_prometheus_json,
+    to_prometheus_json_bytes,
     to_prometheus_json_text,
 )
 
@@ -117,11 +118,13 @@ def test_matrix_json_text_equals_json_dumps(m: Matrix) -> None:
 @given(matrices(repeats=True))
 def test_matrix_json_text_with_repeated_values_equals_json_dumps(m: Matrix) -> None:
     assert to_prometheus_json_text(m) == json.dumps(to_prometheus_json(m), separators=(",", ":"))
+    assert to_prometheus_json_bytes(m, "<", ">\n") == ("<" + to_prometheus_json_text(m) + ">\n").encode()
 
 
 def test_other_results_json_text() -> None:
     for r in (Scalar(1500, 2.0), Vector([Sample({"a": "b"}, 1000, -0.0)])):
         assert to_prometheus_json_text(r) == json.dumps(to_prometheus_json(r), separators=(",", ":"))
+        assert to_prometheus_json_bytes(r, "<", ">") == ("<" + to_prometheus_json_text(r) + ">").encode()
 
 
 def test_values_formatted_by_orjson_equal_repr() -> None:
