@@ -113,8 +113,10 @@ def format_values(values: np.ndarray) -> list[str]:
         nan = np.isnan(v)
     if integral.all():
         return list(map(str, v.astype(np.int64).tolist()))
-    out = _reprs(v)
-    if integral.any():
+    if _orjson is not None:
+        out = _fast_reprs(v)
+    else:  # pragma: no cover - orjson is a declared dependency
+        out = list(map(float.__repr__, v.tolist()))
         for i in np.flatnonzero(integral).tolist():
             out[i] = out[i][:-2]
     if nan.any():
@@ -127,14 +129,13 @@ def format_values(values: np.ndarray) -> list[str]:
     return out
 
 
-def _reprs(v: np.ndarray) -> list[str]:
-    """`repr` of each float64 in `v`, exact wherever `repr` writes no exponent (1e-3 <= |v| < 1e15, or
-    0): orjson's shortest round-trip digits are the same there (it writes other values differently:
-    `1e-5`, `null`; `format_values` replaces those)."""
-    if _orjson is None or not len(v):
-        return list(map(float.__repr__, v.tolist()))
+def _fast_reprs(v: np.ndarray) -> list[str]:
+    """`repr` of each float64 in `v` without the ".0" of whole numbers, exact wherever `repr` writes no
+    exponent (1e-3 <= |v| < 1e15, or 0): orjson's shortest round-trip digits are the same there (it
+    writes other values differently: `1e-5`, `null`; `format_values` replaces those). Shortest digits
+    never end in a 0 after the point, so ".0," only ever ends a whole number."""
     text = _orjson.dumps(np.ascontiguousarray(v), option=_orjson.OPT_SERIALIZE_NUMPY).decode("ascii")
-    return text[1:-1].split(",")
+    return (text[1:-1] + ",").replace(".0,", ",")[:-1].split(",")
 
 
 def format_times(times_ms: np.ndarray) -> list[str]:
