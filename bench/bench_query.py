@@ -274,13 +274,12 @@ def serve(data_dir: str, port: int) -> None:
     """Child process: gpuwatch's Prometheus API over a read-only store, served by waitress as `gpuwatch serve`."""
     from types import SimpleNamespace
 
-    from waitress.server import create_server
-
     from gpuwatch.web import create_app
+    from gpuwatch.web.serving import make_server
 
     store = Store.open(Path(data_dir), clock=SystemClock(), read_only=True)
     runtime = SimpleNamespace(store=store, clock=SystemClock(), settings=SimpleNamespace())
-    server = create_server(create_app(runtime), host="127.0.0.1", port=port, threads=8, ident="gpuwatch")
+    server = make_server(create_app(runtime), "127.0.0.1", port)
     server.run()
 
 

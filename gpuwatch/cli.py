@@ -105,11 +105,10 @@ def _hostname(settings: Settings) -> str:
 
 
 def _serve(settings: Settings) -> int:
-    from waitress.server import create_server
-
     from gpuwatch.app import build_runtime
     from gpuwatch.gctune import tune_for_serving
     from gpuwatch.web import create_app
+    from gpuwatch.web.serving import make_server
 
     _setup_logging(settings.log_level)
     try:
@@ -120,14 +119,7 @@ def _serve(settings: Settings) -> int:
     try:
         app = create_app(runtime)
         try:
-            server = create_server(
-                app,
-                host=settings.host,
-                port=settings.port,
-                threads=8,
-                ident="gpuwatch",
-                asyncore_loop_timeout=5,  # waitress wakes its loop by a trigger; no need to poll each second
-            )
+            server = make_server(app, settings.host, settings.port)
         except OSError as e:
             print(
                 f"gpuwatch: cannot listen on {settings.host}:{settings.port}: {e.strerror or e}; "

@@ -7,6 +7,7 @@ import math
 import struct
 
 import numpy as np
+import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
@@ -22,6 +23,7 @@ from gpuwatch.query.values import (
     format_value,
     format_values,
     to_prometheus_json,
+    to_prometheus_json_bytes,
     to_prometheus_json_text,
 )
 
@@ -116,8 +118,50 @@ def test_matrix_json_text_equals_json_dumps(m: Matrix) -> None:
 @given(matrices(repeats=True))
 def test_matrix_json_text_with_repeated_values_equals_json_dumps(m: Matrix) -> None:
     assert to_prometheus_json_text(m) == json.dumps(to_prometheus_json(m), separators=(",", ":"))
+    assert to_prometheus_json_bytes(m, "<", ">\n") == ("<" + to_prometheus_json_text(m) + ">\n").encode()
 
 
 def test_other_results_json_text() -> None:
     for r in (Scalar(1500, 2.0), Vector([Sample({"a": "b"}, 1000, -0.0)])):
         assert to_prometheus_json_text(r) == json.dumps(to_prometheus_json(r), separators=(",", ":"))
+        assert to_prometheus_json_bytes(r, "<", ">") == ("<" + to_prometheus_json_text(r) + ">").encode()
+
+
+def test_values_formatted_by_orjson_equal_repr() -> None:
+    # 1e-3 <= |v| < 1e15 (and 0), where `format_values` takes orjson's digits as they are: random bit
+    # patterns over that range, plus the decimals and quotients that queries produce.
+    from gpuwatch.query import values
+
+    assert values._orjson is not None  # a declared dependency: the fast path is the one that runs
+    rng = np.random.default_rng(7)
+    bits = rng.integers(np.float64(1e-3).view(np.int64), np.float64(1e15).view(np.int64), 200_000)
+    v = np.concatenate(
+        [
+            bits.view(np.float64),
+            rng.integers(0, 10**9, 50_000) / 1000,
+            rng.integers(1, 10**6, 50_000) / rng.integers(1, 3600, 50_000),
+            [0.0, 1e-3, 1e15 - 0.125, 0.1, 1 / 3, 2 / 3],
+        ]
+    )
+    v = np.concatenate([v, -v])
+    v = np.concatenate([v, np.trunc(v[:1000]), [0.0]])
+    reprs = [r[:-2] if r.endswith(".0") else r for r in map(float.__repr__, v.tolist())]
+    assert values._fast_reprs(v) == reprs
+
+
+def test_matrix_json_text_the_same_without_orjson(monkeypatch: pytest.MonkeyPatch) -> None:
+    from gpuwatch.query import values
+
+    rng = np.random.default_rng(3)
+    ts = np.arange(0, 600_000, 15_000, dtype=np.int64)
+    m = Matrix(
+        [
+            Series(
+                {"a": str(i)}, ts, np.where(rng.random(len(ts)) < 0.3, np.nan, rng.random(len(ts)) * 10**i)
+            )
+            for i in range(-5, 17)
+        ]
+    )
+    fast = to_prometheus_json_text(m)
+    monkeypatch.setattr(values, "_orjson", None)
+    assert to_prometheus_json_text(m) == fast == json.dumps(to_prometheus_json(m), separators=(",", ":"))

@@ -30,7 +30,7 @@ from gpuwatch.query import (
 )
 from gpuwatch.query.engine import MAX_POINTS
 from gpuwatch.query.parse import selector_matchers
-from gpuwatch.query.values import Matrix, Result, to_prometheus_json_text
+from gpuwatch.query.values import Matrix, Result, to_prometheus_json_bytes
 
 bp = Blueprint("promapi", __name__)
 
@@ -120,10 +120,8 @@ def _success_result(result: Result) -> ResponseReturnValue:
         or not getattr(provider, "ensure_ascii", False)
     ):
         return _success(to_prometheus_json(result))
-    text = to_prometheus_json_text(result)
-    return current_app.response_class(
-        f'{{"status":"success","data":{text}}}\n', mimetype=getattr(provider, "mimetype", "application/json")
-    )
+    body = to_prometheus_json_bytes(result, '{"status":"success","data":', "}\n")
+    return current_app.response_class(body, mimetype=getattr(provider, "mimetype", "application/json"))
 
 
 def _error(error_type: str, message: str, status: int) -> ResponseReturnValue:

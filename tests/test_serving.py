@@ -1,0 +1,84 @@
+"""The waitress server `gpuwatch serve` runs (gpuwatch/web/serving.py), over real HTTP on 127.0.0.1."""
+
+from __future__ import annotations
+
+import socket
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import pytest
+import requests
+
+from gpuwatch.web.serving import THREADS, make_server
+
+App = Callable[[dict[str, Any], Callable[..., Any]], list[bytes]]
+
+
+@contextmanager
+def running(app: App) -> Iterator[str]:
+    server = make_server(app, "127.0.0.1", 0)
+    server.adj.asyncore_loop_timeout = 0.1  # so that the loop sees the close at once
+    closing = threading.Event()
+
+    def run() -> None:
+        try:
+            server.run()
+        except (OSError, ValueError):  # the sockets closed under the loop (as `gpuwatch serve` shuts down)
+            if not closing.is_set():
+                raise
+
+    loop = threading.Thread(target=run, daemon=True)
+    loop.start()
+    try:
+        yield f"http://127.0.0.1:{server.effective_port}"
+    finally:
+        closing.set()
+        server.task_dispatcher.shutdown()
+        server.close()
+        loop.join(5)
+
+
+def thread_app(environ: dict[str, Any], start_response: Callable[..., Any]) -> list[bytes]:
+    body = str(threading.get_ident()).encode()
+    start_response("200 OK", [("Content-Type", "text/plain"), ("Content-Length", str(len(body)))])
+    return [body]
+
+
+def test_requests_one_after_another_stay_on_one_worker() -> None:
+    # waitress's own dispatcher would hand these to each of its THREADS workers in turn.
+    with running(thread_app) as base, requests.Session() as session:
+        served_by = {session.get(base).text for _ in range(3 * THREADS)}
+    assert len(served_by) < THREADS // 2
+
+
+def test_concurrent_requests_still_use_several_workers() -> None:
+    first_in = threading.Event()
+    release = threading.Event()
+
+    def app(environ: dict[str, Any], start_response: Callable[..., Any]) -> list[bytes]:
+        if environ["PATH_INFO"] == "/slow":
+            first_in.set()
+            release.wait(10)
+        return thread_app(environ, start_response)
+
+    with running(app) as base:
+        slow: list[str] = []
+        t = threading.Thread(target=lambda: slow.append(requests.get(f"{base}/slow", timeout=10).text))
+        t.start()
+        assert first_in.wait(10)
+        quick = requests.get(f"{base}/quick", timeout=10).text  # answered while /slow still holds a worker
+        release.set()
+        t.join(10)
+    assert slow and slow[0] != quick
+
+
+def test_port_in_use_raises_and_leaves_no_workers() -> None:
+    before = threading.active_count()
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        with pytest.raises(OSError):
+            make_server(thread_app, "127.0.0.1", taken.getsockname()[1])
+    assert threading.active_count() <= before  # (an earlier test's workers may still be exiting)
