@@ -69,9 +69,30 @@ class LifoDispatcher(ThreadedTaskDispatcher):  # type: ignore[misc]
                 self.queue_logger.warning("Task queue depth is %d", queue_size - idle_threads)
 
 
+_INTERNALS = (
+    "lock",
+    "queue",
+    "threads",
+    "stop_count",
+    "active_count",
+    "thread_exit_cv",
+    "logger",
+    "queue_logger",
+)
+
+
+def _dispatcher() -> ThreadedTaskDispatcher:
+    """A LifoDispatcher where waitress's dispatcher has the parts it builds on, else waitress's own (a
+    waitress whose internals changed still serves, only without the hot thread)."""
+    plain = ThreadedTaskDispatcher()
+    if all(hasattr(plain, name) for name in _INTERNALS) and callable(getattr(plain, "handler_thread", None)):
+        return LifoDispatcher()
+    return plain
+
+
 def make_server(app: Any, host: str, port: int) -> Any:
     """The waitress server for `app` on host:port, as `gpuwatch serve` runs it (not yet running)."""
-    dispatcher = LifoDispatcher()
+    dispatcher = _dispatcher()
     dispatcher.set_thread_count(THREADS)
     sockets: dict[int, Any] = {}  # waitress's socket map: the trigger it opens first, then the listener
     try:
