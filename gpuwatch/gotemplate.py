@@ -1,4 +1,5 @@
-"""Go's text/template, interpreted, for Alertmanager's notification templates (no code is evaluated).
+"""Go's text/template, interpreted (no code is evaluated): the language of Prometheus's rule templates
+(`rules/template.py`) and of Alertmanager's notification templates (`notify/templates.py`).
 
 Supported: text and `{{ }}` actions with `{{-`/`-}}` trimming and `{{/* comments */}}`; `if`/`else if`/
 `else`, `range` (lists, maps in key order, `$i, $e :=`, `else`, `break`, `continue`), `with`/`else`,
