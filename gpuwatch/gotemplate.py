@@ -15,70 +15,18 @@ exported fields), so a template sees nothing of the Python objects but the data 
 
 from __future__ import annotations
 
-import html as _html
-import math
 import re
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from decimal import Decimal
 from typing import Any
-from urllib.parse import quote_plus
 
+from gpuwatch.gofuncs import BUILTINS, MISSING, TemplateError, call_value, field_of, sprint, truth
 
-def go_float(v: float) -> str:
-    """Format a float as Go's `%v` does: shortest digits, an exponent below 1e-4 and from 1e6."""
-    if math.isnan(v):
-        return "NaN"
-    if math.isinf(v):
-        return "+Inf" if v > 0 else "-Inf"
-    if v == 0:
-        return "-0" if math.copysign(1, v) < 0 else "0"
-    sign, digits, exponent = Decimal(repr(v)).normalize().as_tuple()
-    ds = "".join(str(d) for d in digits)
-    exp = len(ds) + int(exponent) - 1
-    neg = "-" if sign else ""
-    if exp < -4 or exp >= 6:  # Go's shortest %v switches to %e at 6 digits before the point
-        mant = ds[0] + ("." + ds[1:] if len(ds) > 1 else "")
-        return f"{neg}{mant}e{'-' if exp < 0 else '+'}{abs(exp):02d}"
-    text = format(Decimal(repr(abs(v))), "f")
-    if "." in text:
-        text = text.rstrip("0").rstrip(".")
-    return neg + text
-
-
-def regex_match(pattern: str, text: str) -> bool:
-    """Go's regexp.MatchString (unanchored), as `match` in Prometheus's and Alertmanager's templates."""
-    return _regex(pattern).search(text) is not None
-
-
-def re_replace_all(pattern: str, repl: str, text: str) -> str:
-    """Go's Regexp.ReplaceAllString: `$1`, `${1}`, `${name}` in the replacement; `$$` is a dollar."""
-
-    def expand(m: re.Match[str]) -> str:
-        return "$" if m.group(1) == "$" else f"\\g<{m.group(2) or m.group(3)}>"
-
-    py = re.sub(r"\$(\$|\{(\w+)\}|(\w+))", expand, repl.replace("\\", "\\\\"))
-    try:
-        return _regex(pattern).sub(py, text)
-    except (re.error, IndexError) as e:
-        raise TemplateError(f"reReplaceAll: {e}") from None
-
-
-def _regex(pattern: str) -> re.Pattern[str]:
-    from gpuwatch.matchers import compile_quietly
-
-    try:
-        return compile_quietly(pattern)
-    except re.error as e:
-        raise TemplateError(f"invalid regular expression {pattern!r}: {e}") from None
+__all__ = ["TemplateError", "TemplateSet"]
 
 
 MAX_DEPTH = 200
 MAX_STEPS = 200_000  # actions executed in one rendering: a runaway `range` fails instead of hanging
-
-
-class TemplateError(Exception):
-    """A template could not be parsed or executed; the message says where and why."""
 
 
 # -- syntax tree -------------------------------------------------------------------------------------
@@ -369,200 +317,6 @@ class _Parser:
         return arg, pos
 
 
-# -- values -------------------------------------------------------------------------------------------
-
-_MISSING = object()
-
-
-def truth(v: Any) -> bool:
-    """Go's template truth: false, 0, nil and empty strings, lists and maps are false."""
-    if v is None or v is _MISSING:
-        return False
-    if isinstance(v, (bool, int, float, str, list, tuple, dict)):
-        return bool(v)
-    return True
-
-
-def sprint(v: Any) -> str:
-    """Print a value as Go's fmt.Sprint does."""
-    if isinstance(v, str):
-        return v
-    if isinstance(v, bool):
-        return "true" if v else "false"
-    if isinstance(v, int):
-        return str(v)
-    if isinstance(v, float):
-        return go_float(v)
-    if v is None or v is _MISSING:
-        return "<no value>"
-    if isinstance(v, dict):
-        return "map[" + " ".join(f"{sprint(k)}:{sprint(x)}" for k, x in sorted(v.items())) + "]"
-    if isinstance(v, (list, tuple)):
-        return "[" + " ".join(sprint(x) for x in v) + "]"
-    return str(v)
-
-
-def _field(v: Any, name: str) -> Any:
-    if isinstance(v, dict):
-        if name[:1].isupper() and type(v) is not dict and hasattr(type(v), name):
-            return getattr(v, name)  # a method of a map type comes before its keys, as in Go
-        return v.get(name, getattr(v, "missing", None))
-    if v is None or not name[:1].isupper():
-        raise TemplateError(f"can't evaluate field {name} in type {_type(v)}")
-    try:
-        return getattr(v, name)
-    except AttributeError:
-        raise TemplateError(f"can't evaluate field {name} in type {_type(v)}") from None
-
-
-def _type(v: Any) -> str:
-    if v is None:
-        return "<nil>"
-    return {str: "string", int: "int", float: "float64", bool: "bool", list: "[]interface {}"}.get(
-        type(v), type(v).__name__
-    )
-
-
-def _call(v: Any, args: Sequence[Any]) -> Any:
-    if callable(v):
-        try:
-            return v(*args)
-        except TypeError as e:
-            raise TemplateError(f"wrong arguments: {e}") from None
-    if args:
-        raise TemplateError(f"can't give argument to non-function {sprint(v)}")
-    return v
-
-
-def _compare(name: str, a: Any, b: Any) -> int:
-    if isinstance(a, bool) or isinstance(b, bool) or type(a) is not type(b):
-        numbers = (int, float)
-        if (
-            not (isinstance(a, numbers) and isinstance(b, numbers))
-            or isinstance(a, bool)
-            or isinstance(b, bool)
-        ):
-            raise TemplateError(f"error calling {name}: incompatible types for comparison")
-    if not isinstance(a, (int, float, str)):
-        raise TemplateError(f"error calling {name}: invalid type for comparison")
-    return (a > b) - (a < b)
-
-
-def _eq(a: Any, *bs: Any) -> bool:
-    if not bs:
-        raise TemplateError("error calling eq: missing argument for comparison")
-    for b in bs:
-        if isinstance(a, (int, float, str)) and isinstance(b, (int, float, str)):
-            if _compare("eq", a, b) == 0:
-                return True
-        elif a == b:
-            return True
-    return False
-
-
-def _len(v: Any) -> int:
-    if isinstance(v, (str, list, tuple, dict)):
-        return len(v)
-    raise TemplateError(f"error calling len: len of type {_type(v)}")
-
-
-def _index(v: Any, *keys: Any) -> Any:
-    for k in keys:
-        try:
-            v = v.get(k, getattr(v, "missing", None)) if isinstance(v, dict) else v[k]
-        except (IndexError, TypeError, KeyError):
-            raise TemplateError(f"error calling index: cannot index {_type(v)} with {sprint(k)}") from None
-    return v
-
-
-_VERB = re.compile(r"%([-+ #0]*)(\d+)?(?:\.(\d+))?([a-zA-Z%])")
-
-
-def printf(fmt: str, *args: Any) -> str:
-    """Go's fmt.Sprintf for the common verbs: %s %v %d %f %e %g %q %t %x %%."""
-    out, pos, i = [], 0, 0
-    for m in _VERB.finditer(fmt):
-        out.append(fmt[pos : m.start()])
-        pos = m.end()
-        flags, width, prec, verb = m.groups()
-        if verb == "%":
-            out.append("%")
-            continue
-        if i >= len(args):
-            out.append(f"%!{verb}(MISSING)")
-            continue
-        arg = args[i]
-        i += 1
-        spec = "%" + flags + (width or "") + (f".{prec}" if prec is not None else "")
-        try:
-            if verb in "sv":
-                out.append((spec + "s") % sprint(arg))
-            elif verb == "q":
-                out.append('"' + sprint(arg).replace("\\", "\\\\").replace('"', '\\"') + '"')
-            elif verb == "t" and isinstance(arg, bool):
-                out.append(sprint(arg))
-            elif verb in "dxXo" and isinstance(arg, int) and not isinstance(arg, bool):
-                out.append((spec + verb) % arg)
-            elif verb in "fFeEgG" and isinstance(arg, (int, float)) and not isinstance(arg, bool):
-                out.append((spec + verb) % float(arg))
-            else:
-                out.append(f"%!{verb}({_type(arg)}={sprint(arg)})")
-        except (TypeError, ValueError):
-            out.append(f"%!{verb}({_type(arg)}={sprint(arg)})")
-    out.append(fmt[pos:])
-    if i < len(args):
-        out.append("%!(EXTRA " + ", ".join(f"{_type(a)}={sprint(a)}" for a in args[i:]) + ")")
-    return "".join(out)
-
-
-def _sprint_args(*args: Any) -> str:
-    out = []
-    for i, a in enumerate(args):
-        if i and not isinstance(a, str) and not isinstance(args[i - 1], str):
-            out.append(" ")
-        out.append(sprint(a))
-    return "".join(out)
-
-
-def _js(s: Any) -> str:
-    text = sprint(s)
-    table = {
-        "\\": "\\\\",
-        "'": "\\'",
-        '"': '\\"',
-        "<": "\\u003C",
-        ">": "\\u003E",
-        "&": "\\u0026",
-        "=": "\\u003D",
-    }
-    return "".join(table.get(c, c if c >= " " else f"\\u{ord(c):04X}") for c in text)
-
-
-def _html_escape(*args: Any) -> str:
-    return _html.escape(_sprint_args(*args), quote=True).replace("&#x27;", "&#39;").replace("&quot;", "&#34;")
-
-
-BUILTINS: dict[str, Callable[..., Any]] = {
-    "not": lambda v: not truth(v),
-    "len": _len,
-    "index": _index,
-    "print": _sprint_args,
-    "printf": printf,
-    "println": lambda *a: " ".join(sprint(x) for x in a) + "\n",
-    "eq": _eq,
-    "ne": lambda a, b: not _eq(a, b),
-    "lt": lambda a, b: _compare("lt", a, b) < 0,
-    "le": lambda a, b: _compare("le", a, b) <= 0,
-    "gt": lambda a, b: _compare("gt", a, b) > 0,
-    "ge": lambda a, b: _compare("ge", a, b) >= 0,
-    "html": _html_escape,
-    "js": _js,
-    "urlquery": lambda *a: quote_plus(_sprint_args(*a), safe="~"),
-    "and": lambda *a: a,  # evaluated lazily in _command
-    "or": lambda *a: a,
-}
-
-
 class _Break(Exception):
     pass
 
@@ -693,7 +447,7 @@ class _Run:
         del scope[mark:]
 
     def pipeline(self, p: Pipeline, dot: Any, scope: list[tuple[str, Any]]) -> Any:
-        value: Any = _MISSING
+        value: Any = MISSING
         for cmd in p.commands:
             value = self._command(cmd, dot, scope, value)
         if p.decl:
@@ -710,7 +464,7 @@ class _Run:
 
     def _command(self, cmd: list[Arg], dot: Any, scope: list[tuple[str, Any]], final: Any) -> Any:
         first = cmd[0]
-        extra = [final] if final is not _MISSING else []
+        extra = [final] if final is not MISSING else []
         if first.kind == "func":
             name = first.value
             if name in ("and", "or"):
@@ -739,9 +493,9 @@ class _Run:
             # A method called with arguments: `.Labels.Remove (stringSlice "a")`.
             head = Arg(first.kind, first.value, first.fields[:-1])
             receiver = self._arg(head, dot, scope)
-            method = _field(receiver, first.fields[-1])
+            method = field_of(receiver, first.fields[-1])
             args = [self._arg(a, dot, scope) for a in cmd[1:]] + extra
-            return _call(method, args)
+            return call_value(method, args)
         return self._arg(first, dot, scope)
 
     def _arg(self, a: Arg, dot: Any, scope: list[tuple[str, Any]]) -> Any:
@@ -759,9 +513,9 @@ class _Run:
         elif a.kind == "pipe":
             v = self.pipeline(a.value, dot, scope)
         else:  # a function used as an argument: call it without arguments, as Go does
-            return self._command([a], dot, scope, _MISSING)
+            return self._command([a], dot, scope, MISSING)
         for name in a.fields:
-            v = _field(v, name)
+            v = field_of(v, name)
             if callable(v):
-                v = _call(v, ())
+                v = call_value(v, ())
         return v

@@ -16,7 +16,8 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from gpuwatch.gotemplate import TemplateError, TemplateSet, re_replace_all, regex_match
+from gpuwatch.gofuncs import TemplateError, re_replace_all, regex_match
+from gpuwatch.gotemplate import TemplateSet
 
 DEFAULT_FILES = (Path(__file__).with_name("default.tmpl"), Path(__file__).with_name("email.tmpl"))
 

@@ -165,6 +165,11 @@ def _range_call(ev: Any, name: str, node: Any, ts: np.ndarray) -> VectorFrame:
         labels.append(rs.labels if name in KEEP_NAME else drop_name(rs.labels))
         values.append(val)
         present.append(ok)
+    return _unique_frame(n, labels, values, present)
+
+
+def _unique_frame(n: int, labels: list[Any], values: list[Any], present: list[Any]) -> VectorFrame:
+    """The rows built by a range function, as one frame; an error if two rows have the same labels."""
     if not labels:
         return VectorFrame.empty(n)
     out = VectorFrame(labels, np.array(values), np.array(present))
@@ -243,11 +248,7 @@ def _rates(ev: Any, name: str, frame: RangeFrame, n: int) -> VectorFrame:
             labels.append(drop_name(rs.labels))
             values.append(val)
             present.append(ok)
-    if not labels:
-        return VectorFrame.empty(n)
-    out = VectorFrame(labels, np.array(values), np.array(present))
-    check_unique_labels(out)
-    return out
+    return _unique_frame(n, labels, values, present)
 
 
 def _string_arg(ev: Any, node: Any, ts: np.ndarray) -> str:

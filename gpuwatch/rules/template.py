@@ -17,15 +17,8 @@ import math
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from gpuwatch.gotemplate import (
-    TemplateError,
-    TemplateSet,
-    go_float,
-    printf,
-    re_replace_all,
-    regex_match,
-    sprint,
-)
+from gpuwatch.gofuncs import TemplateError, go_float, printf, re_replace_all, regex_match, sprint
+from gpuwatch.gotemplate import TemplateSet
 
 __all__ = ["TemplateError", "check_template", "go_float", "humanize", "printf", "render"]
 
