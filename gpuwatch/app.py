@@ -20,7 +20,7 @@ from gpuwatch.demotraining import training_log_file
 from gpuwatch.errors import ConfigError, NvmlUnavailable
 from gpuwatch.exposition import format_text
 from gpuwatch.jobs import JobRegistry
-from gpuwatch.model import Batch, MetricInfo, Sample, make_labels
+from gpuwatch.model import Batch, MetricInfo, Sample, stable_labels
 from gpuwatch.notify.notifier import NOTIFY_METRICS, Notifier, build_notifier
 from gpuwatch.push import PUSH_METRICS, REEMIT_INTERVAL_S, PushGroups
 from gpuwatch.received import ReceivedAlerts
@@ -114,7 +114,7 @@ class Runtime:
     def _self_samples(self) -> list[Sample]:
         stats = self.store.counters()
         out = [
-            Sample("gpuwatch_build_info", make_labels({"version": __version__}), 1.0),
+            Sample("gpuwatch_build_info", stable_labels({"version": __version__}), 1.0),
             Sample("gpuwatch_gpus", (), float(len(self.gpu.gpus) if self.gpu is not None else 0)),
             Sample("gpuwatch_nvml_up", (), 1.0 if self.gpu is not None else 0.0),
             Sample("gpuwatch_store_series", (), float(stats.get("series", 0))),
@@ -125,17 +125,17 @@ class Runtime:
             for key, n in self.rules.failure_counts().items():
                 out.append(
                     Sample(
-                        "gpuwatch_rule_evaluation_failures_total", make_labels({"rule_group": key}), float(n)
+                        "gpuwatch_rule_evaluation_failures_total",
+                        stable_labels({"rule_group": key}),
+                        float(n),
                     )
                 )
-        for job in self.jobs.states():
-            labels = make_labels({"job": str(job["name"])})
-            out.append(Sample("gpuwatch_job_runs_total", labels, float(job["runs"])))
-            out.append(Sample("gpuwatch_job_failures_total", labels, float(job["failures"])))
-            if job["last_duration_s"] is not None:
-                out.append(
-                    Sample("gpuwatch_job_last_duration_seconds", labels, float(job["last_duration_s"]))
-                )
+        for name, runs, failures, last_duration_s in self.jobs.counters():
+            labels = stable_labels({"job": name})
+            out.append(Sample("gpuwatch_job_runs_total", labels, float(runs)))
+            out.append(Sample("gpuwatch_job_failures_total", labels, float(failures)))
+            if last_duration_s is not None:
+                out.append(Sample("gpuwatch_job_last_duration_seconds", labels, last_duration_s))
         if self.notifier is not None:
             out.extend(self.notifier.samples())
         return out

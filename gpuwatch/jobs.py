@@ -72,6 +72,10 @@ class JobRegistry:
         finally:
             lock.release()
 
+    def counters(self) -> list[tuple[str, int, int, float | None]]:
+        """Return (name, runs, failures, last duration in seconds) of every job, for /metrics."""
+        return [(s.name, s.runs, s.failures, s.last_duration_s) for _, s in self._jobs.values()]
+
     def states(self) -> list[dict[str, Any]]:
         """Return every job's state as plain dicts."""
         return [asdict(state) for _, state in self._jobs.values()]

@@ -32,6 +32,30 @@ def make_labels(labels: Mapping[str, str]) -> Labels:
     return tuple(sorted((k, v) for k, v in labels.items() if k != "__name__" and v != ""))
 
 
+_INTERNED_MAX = 65_536
+_interned: dict[Labels, Labels] = {}
+
+
+def intern_labels(labels: Labels) -> Labels:
+    """Return one shared tuple for each label set (bounded; the table starts over when full).
+
+    The store's writer finds a series by the identity of its label tuple before it hashes anything,
+    and remembers each tuple it meets; a source that builds an equal tuple afresh on every tick
+    (self-monitoring counters, rule outputs) would add one entry per tick and always take the slow path.
+    """
+    shared = _interned.get(labels)
+    if shared is None:
+        if len(_interned) >= _INTERNED_MAX:
+            _interned.clear()
+        shared = _interned.setdefault(labels, labels)
+    return shared
+
+
+def stable_labels(labels: Mapping[str, str]) -> Labels:
+    """`make_labels`, interned: the same tuple object for the same label set on every call."""
+    return intern_labels(make_labels(labels))
+
+
 class Sample(NamedTuple):
     """One value of one series, timestamped by the batch that carries it."""
 

@@ -16,7 +16,7 @@ from gpuwatch.model import (
     Sample,
     SeriesData,
     is_stale,
-    make_labels,
+    stable_labels,
 )
 from gpuwatch.push import MAX_NAME, PushError
 
@@ -254,7 +254,7 @@ def run_status_samples(records: list[RunRecord], now_ms: int) -> list[Sample]:
             continue
         if not running and now_ms - (r.end_ms or seen_ms) > RUN_STATUS_FINISHED_MS:
             continue
-        labels = make_labels({"run": r.name})
+        labels = stable_labels({"run": r.name})
         out.append(Sample("gpuwatch_training_run_running", labels, 1.0 if running else 0.0))
         out.append(Sample("gpuwatch_training_run_last_seen_timestamp_seconds", labels, seen_ms / 1000))
     return out

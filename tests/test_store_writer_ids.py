@@ -46,3 +46,24 @@ def test_a_series_deleted_by_retention_is_created_again_for_the_same_tuple(clock
         assert series(store) == {("gone", labels): [(9_000_000, 2.0)]}
     finally:
         store.close()
+
+
+def test_sources_that_rebuild_labels_every_tick_hand_the_writer_one_tuple(clock: FakeClock) -> None:
+    """Self-monitoring counters and rule outputs build their labels afresh each tick; interned, the
+    writer meets one tuple per series (found by identity) instead of one new tuple per tick."""
+    from gpuwatch.jobs import JobRegistry
+    from gpuwatch.model import stable_labels
+    from gpuwatch.rules.evaluate import record_samples
+    from gpuwatch.rules.load import Rule
+
+    a = stable_labels({"job": "sample", "__name__": "x", "empty": ""})
+    b = stable_labels({"job": "sample"})
+    assert a is b and a == (("job", "sample"),)
+    rule = Rule(kind="record", name="r:sum", expr="sum(x)", labels=(("team", "ml"),))
+    first = record_samples(rule, [({"gpu": "0", "__name__": "x"}, 1.0)])
+    again = record_samples(rule, [({"gpu": "0"}, 2.0)])
+    assert first[0].labels is again[0].labels == (("gpu", "0"), ("team", "ml"))
+    jobs = JobRegistry(clock)
+    jobs.add("sample", lambda: None, 1.0)
+    jobs.run("sample")
+    assert jobs.counters() == [("sample", 1, 0, 0.0)]

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import BinaryIO, NamedTuple, Protocol
 
 from gpuwatch.logconfig import LogFileConfig
-from gpuwatch.model import Batch, LogLine, LogOffset, MetricInfo, Sample, make_labels
+from gpuwatch.model import Batch, LogLine, LogOffset, MetricInfo, Sample, stable_labels
 
 MAX_BYTES_PER_ROUND = 4 * 1024 * 1024
 MAX_LINE_CHARS = 4096
@@ -281,7 +281,7 @@ class LogTailer:
 
     def _figures(self, f: _File, text: str) -> list[Sample]:
         out: list[Sample] = []
-        labels = make_labels({"run": f.source.run, "job": f.source.job})
+        labels = stable_labels({"run": f.source.run, "job": f.source.job})
         for pattern in f.source.patterns:
             m = pattern.search(text)
             if m is None:
@@ -301,8 +301,10 @@ class LogTailer:
         out: list[Sample] = []
         for f in self._files.values():
             who = {"run": f.source.run, "file": f.path}
-            out.append(Sample("gpuwatch_log_lines_total", make_labels(who), float(f.lines)))
-            out.append(Sample("gpuwatch_log_parse_errors_total", make_labels(who), float(f.parse_errors)))
+            out.append(Sample("gpuwatch_log_lines_total", stable_labels(who), float(f.lines)))
+            out.append(Sample("gpuwatch_log_parse_errors_total", stable_labels(who), float(f.parse_errors)))
             for kind, n in sorted(f.events.items()):
-                out.append(Sample("gpuwatch_log_events_total", make_labels({"kind": kind, **who}), float(n)))
+                out.append(
+                    Sample("gpuwatch_log_events_total", stable_labels({"kind": kind, **who}), float(n))
+                )
         return out

@@ -28,7 +28,7 @@ from urllib.parse import quote
 from gpuwatch.clock import Clock
 from gpuwatch.config import Settings
 from gpuwatch.errors import StoreError
-from gpuwatch.model import Labels, MetricInfo, Sample, make_labels
+from gpuwatch.model import Labels, MetricInfo, Sample, make_labels, stable_labels
 from gpuwatch.notify.alert import NotifyAlert, webhook_payload
 from gpuwatch.notify.alerting import AlertingConfig
 from gpuwatch.notify.config import Integration, NotifyConfig, load_templates
@@ -425,7 +425,7 @@ class Notifier:
                 out.append(
                     Sample(
                         "gpuwatch_notifications_total",
-                        make_labels({"receiver": who, "result": result}),
+                        stable_labels({"receiver": who, "result": result}),
                         float(n),
                     )
                 )
@@ -433,7 +433,7 @@ class Notifier:
                 out.append(
                     Sample(
                         "gpuwatch_alertmanager_posts_total",
-                        make_labels({"alertmanager": who, "result": result}),
+                        stable_labels({"alertmanager": who, "result": result}),
                         float(n),
                     )
                 )

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
-from gpuwatch.model import Labels, Sample, make_labels
+from gpuwatch.model import Labels, Sample, make_labels, stable_labels
 from gpuwatch.rules.load import Rule
 from gpuwatch.rules.template import render
 
@@ -132,7 +132,7 @@ def alert_series(alerts: AlertState) -> list[Sample]:
     for a in alerts.values():
         if a.state == INACTIVE:
             continue
-        out.append(Sample("ALERTS", make_labels({**dict(a.labels), "alertstate": a.state}), 1.0))
+        out.append(Sample("ALERTS", stable_labels({**dict(a.labels), "alertstate": a.state}), 1.0))
         out.append(Sample("ALERTS_FOR_STATE", a.labels, a.active_at_ms / 1000))
     return out
 
@@ -143,7 +143,7 @@ def record_samples(rule: Rule, samples: Sequence[tuple[Mapping[str, str], float]
     seen: set[Labels] = set()
     extra = dict(rule.labels)
     for sample_labels, value in samples:
-        labels = make_labels({**{k: v for k, v in sample_labels.items() if k != "__name__"}, **extra})
+        labels = stable_labels({**{k: v for k, v in sample_labels.items() if k != "__name__"}, **extra})
         if labels in seen:
             raise EvaluationError("vector contains metrics with the same labelset after applying rule labels")
         seen.add(labels)
