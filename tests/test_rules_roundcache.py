@@ -144,6 +144,50 @@ def test_rounds_reading_only_new_samples_answer_as_the_store_does(tmp_path: Path
         store.close()
 
 
+def test_a_group_that_runs_every_other_round_is_served_from_what_was_kept(tmp_path: Path) -> None:
+    # The rules job runs every 15 s; a 30 s group (the inference quantiles) reads its names every other
+    # round, so they are never in the plan of the round it runs in. It must still read only what was
+    # written since, not all of its 5-minute windows from the store again.
+    clock = FakeClock(1_800_000_000)
+    store = Store.open(tmp_path / "d", clock=clock)
+    cache = RoundCache(store)
+    every_round = "max_over_time(DCGM_FI_DEV_GPU_UTIL[5m])"
+    every_other = "sum by (le) (rate(latency_bucket[5m]))"
+
+    def write(k: int) -> None:
+        samples = [
+            Sample("DCGM_FI_DEV_GPU_UTIL", make_labels({"gpu": str(g)}), float((k * 7 + g) % 100))
+            for g in range(3)
+        ]
+        samples += [
+            Sample("latency_bucket", make_labels({"le": le}), float(k * (i + 1))) for i, le in enumerate("12")
+        ]
+        store.append(Batch(clock.now_ms(), samples))
+
+    try:
+        for k in range(60):
+            write(k)
+            clock.advance(5)
+        store.flush()
+        reads = []
+        for rnd in range(8):
+            now = clock.now_ms()
+            cache.begin(now)
+            before = cache.reads
+            queries = [every_round, every_other] if rnd % 2 == 0 else [every_round]
+            for q in queries:
+                assert _vec(Engine(cache).instant(q, now)) == _vec(Engine(store).instant(q, now)), (rnd, q)
+            reads.append(cache.reads - before)
+            for j in range(3):
+                write(60 + rnd * 3 + j)
+                clock.advance(5)
+            store.flush()
+        assert reads[:2] == [2, 0]  # each name read whole once; then prefetched
+        assert reads[2:] == [0] * 6  # including the rounds that read `latency_bucket` unplanned
+    finally:
+        store.close()
+
+
 T0 = 1_800_000_000_000
 _value = st.one_of(st.floats(-5, 5, allow_nan=False), st.just(STALE_NAN))
 # a live batch at some second (may be before the last round: late samples, a backfill; or after the
@@ -193,6 +237,7 @@ def test_a_cache_over_many_rounds_with_writes_between_answers_as_no_cache(
     with tempfile.TemporaryDirectory() as tmp:
         store = Store.open(Path(tmp), clock=clock, flush_interval_s=3600, retention_s=0)
         cache = RoundCache(store)
+        rounds = 0
         try:
             for op, seconds in [*ops, (("compact",), 1), (("compact",), 1)]:
                 now = clock.now_ms()
@@ -215,8 +260,11 @@ def test_a_cache_over_many_rounds_with_writes_between_answers_as_no_cache(
                 store.flush()
                 now = clock.now_ms()
                 cache.begin(now)
-                for q in WINDOW_QUERIES:
-                    assert _bits(Engine(cache).instant(q, now)) == _bits(Engine(store).instant(q, now)), q
+                rounds += 1
+                # each query skips every third round (groups of longer intervals): read unplanned after
+                for i, q in enumerate(WINDOW_QUERIES):
+                    if (rounds + i) % 3:
+                        assert _bits(Engine(cache).instant(q, now)) == _bits(Engine(store).instant(q, now)), q
         finally:
             store.close()
 
