@@ -24,7 +24,9 @@ from pathlib import Path
 CPU = re.compile(r"serve cpu: ([0-9.]+)% of one core; peak rss ([0-9.]+) MiB")
 
 
-def run_pair(dirs: list[Path], bench: str, extra: list[str]) -> list[tuple[float, float] | None]:
+def run_pair(
+    dirs: list[Path], bench: str, extra: list[str], save: Path | None = None, tag: str = ""
+) -> list[tuple[float, float] | None]:
     procs = [
         subprocess.Popen(
             [sys.executable, str(d / "bench" / bench), *extra],
@@ -37,8 +39,11 @@ def run_pair(dirs: list[Path], bench: str, extra: list[str]) -> list[tuple[float
         for d in dirs
     ]
     out: list[tuple[float, float] | None] = []
-    for p in procs:
+    for d, p in zip(dirs, procs, strict=True):
         text, _ = p.communicate()
+        if save is not None:
+            save.mkdir(parents=True, exist_ok=True)
+            (save / f"{d.name}-{tag}.txt").write_text(text)
         m = CPU.search(text)
         if m is None:
             print(text[-2000:], file=sys.stderr)
@@ -52,6 +57,7 @@ def main() -> int:
     ap.add_argument("after", type=Path)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--bench", default="bench_scrape.py")
+    ap.add_argument("--save", type=Path, help="write each bench's whole output into this folder")
     argv = sys.argv[1:]
     cut = argv.index("--") if "--" in argv else len(argv)
     args = ap.parse_args(argv[:cut])
@@ -60,7 +66,7 @@ def main() -> int:
     for i in range(1, args.rounds + 1):
         load = Path("/proc/loadavg").read_text().split()[:3]
         started = time.strftime("%H:%M:%S", time.gmtime())
-        before, after = run_pair([args.before, args.after], args.bench, extra)
+        before, after = run_pair([args.before, args.after], args.bench, extra, args.save, str(i))
         if before is None or after is None:
             print(f"round {i}: a bench failed (its output is above)")
             return 1
