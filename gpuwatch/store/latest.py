@@ -162,11 +162,18 @@ class Latest:
         if not parts:
             return now, {}, np.zeros(0, np.int64)
         all_ids = np.concatenate([p[0] for p in parts])  # type: ignore[misc]
-        written = np.unique(all_ids)
         all_t = np.concatenate([p[1] for p in parts])
-        all_v = np.concatenate([p[2] for p in parts])
-        pick = np.isin(all_ids, ids) & (all_t >= start_ms)
-        all_ids, all_t, all_v = all_ids[pick], all_t[pick], all_v[pick]
+        # Ids are small dense integers: flag arrays instead of sorting (np.unique, np.isin) the
+        # log's rows, ~250 k for a 30 s group on a busy node (27 -> ~3 ms a call).
+        top = int(max(all_ids.max(), ids.max() if ids.size else 0)) + 1
+        flags = np.zeros(top, bool)
+        flags[all_ids] = True
+        written = np.flatnonzero(flags)
+        flags[:] = False
+        flags[ids] = True
+        pick = np.flatnonzero(flags[all_ids] & (all_t >= start_ms))
+        all_v = np.concatenate([p[2] for p in parts])[pick]
+        all_ids, all_t = all_ids[pick], all_t[pick]
         # By series, then time, then write order (lexsort is stable); the last of equal (id, t) wins.
         order = np.lexsort((all_t, all_ids))
         all_ids, all_t, all_v = all_ids[order], all_t[order], all_v[order]
