@@ -10,6 +10,7 @@ from typing import Any
 import duckdb
 import numpy as np
 
+from gpuwatch.store.chunkcache import ChunkCache
 from gpuwatch.store.chunking import dedupe_last
 from gpuwatch.store.codec import decode_chunks, decode_times
 from gpuwatch.store.headindex import HeadIndex
@@ -74,6 +75,87 @@ def read_samples(
     chunks, head = _fetch(cur, where, start_ms, end_ms, with_head=marks is None)
     if marks is not None and head_index is not None and not head_index.unmarked_since(marks):
         chunks, head = _fetch(cur, where, start_ms, end_ms, with_head=True)
+    head_parts = _head_parts(head)
+    parts: dict[int, list[tuple[np.ndarray, np.ndarray, np.ndarray | int]]] = {}
+    if len(chunks["n"]):
+        n = np.asarray(chunks["n"], np.int64)
+        t, v = decode_chunks(n, list(chunks["ts"]), list(chunks["vs"]))
+        _chunk_parts(
+            n,
+            t,
+            v,
+            np.asarray(chunks["seq"], np.int64),
+            np.asarray(chunks["series_id"], np.int64),
+            np.asarray(chunks["t_min_ms"], np.int64),
+            np.asarray(chunks["t_max_ms"], np.int64),
+            start_ms,
+            end_ms,
+            parts,
+            head_parts.keys(),
+        )
+    for sid, part in head_parts.items():
+        parts.setdefault(sid, []).append(part)
+    return {sid: _combine(p) for sid, p in parts.items()}
+
+
+def read_samples_cached(
+    cur: duckdb.DuckDBPyConnection,
+    ids: Sequence[int],
+    start_ms: int,
+    end_ms: int,
+    head_index: HeadIndex | None,
+    cache: ChunkCache,
+) -> dict[int, tuple[np.ndarray, np.ndarray]] | None:
+    """`read_samples` with chunks from memory (chunkcache.py): the chunk index says which chunks hold
+    the range, the cache holds them decoded, and only the ones it lacks are read from the database.
+    Return None where the writer changed chunks during the read: then `read_samples` reads it."""
+    if not ids:
+        return {}
+    generation = cache.generation.stable()
+    if generation is None:
+        return None
+    index = cache.index(cur, generation)
+    if index is None:
+        return None
+    id_arr = np.unique(np.asarray(ids, np.int64))
+    marks = None if head_index is None else head_index.clear_of(id_arr, end_ms)
+    head = _NO_HEAD if marks is not None else _fetch_head(cur, _id_filter(ids), start_ms, end_ms)
+    rows = index.rows_of(id_arr, start_ms, end_ms)
+    found, missing = cache.get(index.keys(rows))
+    if missing:
+        fetched = cache.fetch(cur, index, rows[missing])
+        if fetched is None:
+            return None
+        for i, chunk in zip(missing, fetched, strict=True):
+            found[i] = chunk
+    if marks is not None and head_index is not None and not head_index.unmarked_since(marks):
+        head = _fetch_head(cur, _id_filter(ids), start_ms, end_ms)
+    if cache.generation.value != generation:
+        return None
+    head_parts = _head_parts(head)
+    parts: dict[int, list[tuple[np.ndarray, np.ndarray, np.ndarray | int]]] = {}
+    if rows.size:
+        chunks = [c for c in found if c is not None]
+        _chunk_parts(
+            index.n[rows].copy(),
+            np.concatenate([c[0] for c in chunks]),
+            np.concatenate([c[1] for c in chunks]),
+            index.seq[rows],
+            index.sid[rows],
+            index.t_min[rows],
+            index.t_max[rows],
+            start_ms,
+            end_ms,
+            parts,
+            head_parts.keys(),
+        )
+    for sid, part in head_parts.items():
+        parts.setdefault(sid, []).append(part)
+    return {sid: _combine(p) for sid, p in parts.items()}
+
+
+def _head_parts(head: dict[str, np.ndarray]) -> dict[int, tuple[np.ndarray, np.ndarray, np.ndarray | int]]:
+    """Each series' head samples (sorted, the newest write of each timestamp), with their highest seq."""
     head_parts: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray | int]] = {}
     h_ids = np.asarray(head["series_id"])
     if h_ids.size:
@@ -83,30 +165,48 @@ def read_samples(
         for lo, hi in zip(np.r_[0, cuts], np.r_[cuts, h_ids.size], strict=True):
             t, v = dedupe_last(h_t[lo:hi], h_v[lo:hi], h_seq[lo:hi])
             head_parts[int(h_ids[lo])] = (t, v, int(h_seq[lo:hi].max()))
-    parts: dict[int, list[tuple[np.ndarray, np.ndarray, np.ndarray | int]]] = {}
-    if len(chunks["n"]):
-        _chunk_parts(chunks, start_ms, end_ms, parts, head_parts.keys())
-    for sid, part in head_parts.items():
-        parts.setdefault(sid, []).append(part)
-    return {sid: _combine(p) for sid, p in parts.items()}
+    return head_parts
+
+
+def _fetch_head(
+    cur: duckdb.DuckDBPyConnection, where: str, start_ms: int, end_ms: int
+) -> dict[str, np.ndarray]:
+    """Head rows in range, ordered by series then time then write order."""
+    rows = _execute(
+        cur,
+        f"SELECT series_id, t_ms, v_bits, seq FROM head WHERE {where} AND t_ms >= $1 AND t_ms <= $2",
+        [start_ms, end_ms],
+    ).fetchnumpy()
+    ids, t, seq = np.asarray(rows["series_id"]), np.asarray(rows["t_ms"]), np.asarray(rows["seq"])
+    order = np.lexsort((seq, t, ids))
+    return {
+        "series_id": ids[order],
+        "t_ms": t[order],
+        "v_bits": np.asarray(rows["v_bits"])[order],
+        "seq": seq[order],
+    }
 
 
 def _chunk_parts(
-    chunks: dict[str, np.ndarray],
+    n: np.ndarray,
+    t: np.ndarray,
+    v: np.ndarray,
+    seq: np.ndarray,
+    sid: np.ndarray,
+    lo_t: np.ndarray,
+    hi_t: np.ndarray,
     start_ms: int,
     end_ms: int,
     parts: dict[int, list[tuple[np.ndarray, np.ndarray, np.ndarray | int]]],
     in_head: Collection[int],
 ) -> None:
-    """Decode all fetched chunk rows at once and add each series' samples in range to `parts`.
+    """Add each series' samples in range to `parts`, from decoded chunks (`n` samples each, their
+    timestamps and values concatenated in `t` and `v`), ordered by series then time then write order.
 
     Each part carries the write order of its samples (`seq`: one number, or one per sample where a
-    series' chunks differ and the head has samples of it too), so that the newest write wins."""
-    n = np.asarray(chunks["n"], np.int64)
+    series' chunks differ and the head has samples of it too), so that the newest write wins.
+    `n` is changed in place."""
     k = n.size
-    t, v = decode_chunks(n, list(chunks["ts"]), list(chunks["vs"]))
-    seq, sid = np.asarray(chunks["seq"], np.int64), np.asarray(chunks["series_id"], np.int64)
-    lo_t, hi_t = np.asarray(chunks["t_min_ms"], np.int64), np.asarray(chunks["t_max_ms"], np.int64)
     first = np.zeros(k + 1, np.int64)
     np.cumsum(n, out=first[1:])
     # Chunks reaching outside the range (at most a few per series): drop their samples outside it.
@@ -186,7 +286,7 @@ def _fetch(
     return chunks, head
 
 
-_NO_HEAD = {
+_NO_HEAD: dict[str, np.ndarray] = {
     "series_id": np.zeros(0, np.int32),
     "t_ms": np.zeros(0, np.int64),
     "v_bits": np.zeros(0, np.int64),
