@@ -112,15 +112,36 @@ class ChunkIndex:
         )
 
 
+class _Block:
+    """Decoded chunks stored one after another (a series' chunks in time order), read-only."""
+
+    __slots__ = ("keys", "nbytes", "refs", "t", "v")
+
+    def __init__(self, t: np.ndarray, v: np.ndarray, keys: list[Key]) -> None:
+        t.flags.writeable = False  # handed out as views: nobody may change what the cache holds
+        v.flags.writeable = False
+        self.t, self.v, self.keys = t, v, keys
+        self.refs = 0  # keys that point into it
+        self.nbytes = t.nbytes + v.nbytes + _ENTRY_OVERHEAD * len(keys)
+
+
+Piece = tuple[_Block, int, int]  # a chunk's samples: block.t[a:b], block.v[a:b]
+
+
 class ChunkCache:
-    """The chunk index of the current generation and decoded chunks, at most `max_bytes` of them."""
+    """The chunk index of the current generation and decoded chunks, at most `max_bytes` of them.
+
+    Decoded chunks live in blocks, least recently used first out; a series' chunks that were decoded
+    together lie one after another in one block, so a read hands out a view of them without copying.
+    Chunks of one series found in several blocks are joined into a new block on first use."""
 
     def __init__(self, generation: Generation, max_bytes: int) -> None:
         self.generation = generation
         self.max_bytes = max_bytes
         self._lock = threading.Lock()
         self._index: ChunkIndex | None = None
-        self._entries: collections.OrderedDict[Key, tuple[np.ndarray, np.ndarray]] = collections.OrderedDict()
+        self._where: dict[Key, Piece] = {}
+        self._blocks: collections.OrderedDict[int, _Block] = collections.OrderedDict()
         self.bytes = 0
         self.hits = 0
         self.misses = 0
@@ -137,29 +158,32 @@ class ChunkCache:
         self._index = built
         return built
 
-    def get(self, keys: list[Key]) -> tuple[list[tuple[np.ndarray, np.ndarray] | None], list[int]]:
-        """Return the decoded chunk of each key (None where not cached) and the positions not cached."""
-        found: list[tuple[np.ndarray, np.ndarray] | None] = []
+    def lookup(self, keys: list[Key]) -> tuple[list[Piece | None], list[int]]:
+        """Return where each key's chunk is (None where not cached) and the positions not cached."""
+        found: list[Piece | None] = []
         missing: list[int] = []
-        entries = self._entries
+        where, blocks = self._where, self._blocks
         with self._lock:
+            touched = set()
             for i, key in enumerate(keys):
-                hit = entries.get(key)
-                if hit is None:
+                piece = where.get(key)
+                if piece is None:
                     missing.append(i)
                 else:
-                    entries.move_to_end(key)
-                found.append(hit)
+                    touched.add(id(piece[0]))
+                found.append(piece)
+            for b in touched:
+                blocks.move_to_end(b)
             self.hits += len(keys) - len(missing)
             self.misses += len(missing)
         return found, missing
 
     def fetch(
         self, cur: duckdb.DuckDBPyConnection, index: ChunkIndex, rows: np.ndarray
-    ) -> list[tuple[np.ndarray, np.ndarray]] | None:
-        """Read and decode the chunks at index positions `rows` (one statement), keep them if they fit,
-        and return them in the order of `rows`; None if one is gone (rewritten since the index was read).
-        The caller checks the generation afterwards."""
+    ) -> list[Piece] | None:
+        """Read and decode the chunks at index positions `rows` (one statement; in index order, so a
+        series' chunks come out one after another), keep them if they fit, and return where each is;
+        None if one is gone (rewritten since the index was read). The caller checks the generation."""
         keys = index.keys(rows)
         ids = sorted(set(index.sid[rows].tolist()))
         got = cur.execute(
@@ -167,36 +191,69 @@ class ChunkCache:
             f"WHERE series_id IN ({','.join(map(str, ids))}) AND t_min_ms >= $1 AND t_min_ms <= $2",
             [int(index.t_min[rows].min()), int(index.t_min[rows].max())],
         ).fetchnumpy()
-        wanted = set(keys)
-        found_keys = list(
-            zip(
-                np.asarray(got["series_id"], np.int64).tolist(),
-                np.asarray(got["t_min_ms"], np.int64).tolist(),
-                np.asarray(got["n"], np.int64).tolist(),
-                np.asarray(got["h"], np.uint64).tolist(),
-                strict=True,
+        at = {
+            key: i
+            for i, key in enumerate(
+                zip(
+                    np.asarray(got["series_id"], np.int64).tolist(),
+                    np.asarray(got["t_min_ms"], np.int64).tolist(),
+                    np.asarray(got["n"], np.int64).tolist(),
+                    np.asarray(got["h"], np.uint64).tolist(),
+                    strict=True,
+                )
             )
-        )
-        take = [i for i, k in enumerate(found_keys) if k in wanted]
+        }
+        take = [at.get(key, -1) for key in keys]
+        if -1 in take:
+            return None
         ns = np.asarray(got["n"], np.int64)[take]
         t, v = decode_chunks(ns, [got["ts"][i] for i in take], [got["vs"][i] for i in take])
+        return self._store(t, v, keys, ns)
+
+    def join(self, keys: list[Key], pieces: list[Piece]) -> tuple[np.ndarray, np.ndarray]:
+        """Return the samples of consecutive chunks of one series as one array pair: a view where they
+        lie one after another in one block, else joined (and kept so, if they fit)."""
+        block, a, b = pieces[0]
+        for nxt, na, nb in pieces[1:]:
+            if nxt is not block or na != b:
+                break
+            b = nb
+        else:
+            return block.t[a:b], block.v[a:b]
+        t = np.concatenate([p[0].t[p[1] : p[2]] for p in pieces])
+        v = np.concatenate([p[0].v[p[1] : p[2]] for p in pieces])
+        ns = np.array([p[2] - p[1] for p in pieces], np.int64)
+        self._store(t, v, keys, ns)
+        return t, v
+
+    def _store(self, t: np.ndarray, v: np.ndarray, keys: list[Key], ns: np.ndarray) -> list[Piece]:
+        block = _Block(t, v, keys)
         first = np.zeros(ns.size + 1, np.int64)
         np.cumsum(ns, out=first[1:])
-        decoded: dict[Key, tuple[np.ndarray, np.ndarray]] = {}
-        for j, i in enumerate(take):
-            a, b = int(first[j]), int(first[j + 1])
-            decoded[found_keys[i]] = (t[a:b], v[a:b])
-        if not wanted.issubset(decoded.keys()):
-            return None
-        out = [decoded[k] for k in keys]
-        size = 16 * int(ns.sum()) + _ENTRY_OVERHEAD * ns.size
-        if size <= self.max_bytes // 2:  # a read bigger than that would only push out everything else
-            with self._lock:
-                for key, (kt, kv) in decoded.items():
-                    if key not in self._entries:
-                        self._entries[key] = (kt.copy(), kv.copy())
-                        self.bytes += 16 * kt.size + _ENTRY_OVERHEAD
-                while self.bytes > self.max_bytes and self._entries:
-                    _, (et, _ev) = self._entries.popitem(last=False)
-                    self.bytes -= 16 * et.size + _ENTRY_OVERHEAD
-        return out
+        pieces = [(block, a, b) for a, b in zip(first[:-1].tolist(), first[1:].tolist(), strict=True)]
+        if block.nbytes > self.max_bytes // 2:  # a read bigger than that would only push out everything else
+            return pieces
+        with self._lock:
+            for key, piece in zip(keys, pieces, strict=True):
+                old = self._where.get(key)
+                if old is not None and old[0] is block:
+                    continue  # the same chunk twice in one read
+                if old is not None:
+                    self._release(old[0])
+                self._where[key] = piece
+                block.refs += 1
+            self._blocks[id(block)] = block
+            self.bytes += block.nbytes
+            while self.bytes > self.max_bytes and self._blocks:
+                _, gone = self._blocks.popitem(last=False)
+                self.bytes -= gone.nbytes
+                for key in gone.keys:
+                    held = self._where.get(key)
+                    if held is not None and held[0] is gone:
+                        del self._where[key]
+        return pieces
+
+    def _release(self, block: _Block) -> None:
+        block.refs -= 1
+        if block.refs == 0 and self._blocks.pop(id(block), None) is not None:
+            self.bytes -= block.nbytes

@@ -5,12 +5,12 @@ from __future__ import annotations
 import contextlib
 import threading
 from collections.abc import Collection, Iterator, Sequence
-from typing import Any
+from typing import Any, cast
 
 import duckdb
 import numpy as np
 
-from gpuwatch.store.chunkcache import ChunkCache
+from gpuwatch.store.chunkcache import ChunkCache, Piece
 from gpuwatch.store.chunking import dedupe_last
 from gpuwatch.store.codec import decode_chunks, decode_times
 from gpuwatch.store.headindex import HeadIndex
@@ -121,37 +121,57 @@ def read_samples_cached(
     marks = None if head_index is None else head_index.clear_of(id_arr, end_ms)
     head = _NO_HEAD if marks is not None else _fetch_head(cur, _id_filter(ids), start_ms, end_ms)
     rows = index.rows_of(id_arr, start_ms, end_ms)
-    found, missing = cache.get(index.keys(rows))
+    keys = index.keys(rows)
+    found, missing = cache.lookup(keys)
     if missing:
         fetched = cache.fetch(cur, index, rows[missing])
         if fetched is None:
             return None
-        for i, chunk in zip(missing, fetched, strict=True):
-            found[i] = chunk
+        for i, piece in zip(missing, fetched, strict=True):
+            found[i] = piece
     if marks is not None and head_index is not None and not head_index.unmarked_since(marks):
         head = _fetch_head(cur, _id_filter(ids), start_ms, end_ms)
     if cache.generation.value != generation:
         return None
     head_parts = _head_parts(head)
+    in_head = head_parts.keys()
     parts: dict[int, list[tuple[np.ndarray, np.ndarray, np.ndarray | int]]] = {}
-    if rows.size:
-        chunks = [c for c in found if c is not None]
-        _chunk_parts(
-            index.n[rows].copy(),
-            np.concatenate([c[0] for c in chunks]),
-            np.concatenate([c[1] for c in chunks]),
-            index.seq[rows],
-            index.sid[rows],
-            index.t_min[rows],
-            index.t_max[rows],
-            start_ms,
-            end_ms,
-            parts,
-            head_parts.keys(),
-        )
-    for sid, part in head_parts.items():
-        parts.setdefault(sid, []).append(part)
-    return {sid: _combine(p) for sid, p in parts.items()}
+    sid, n, seq = index.sid[rows], index.n[rows], index.seq[rows]
+    lo_t, hi_t = index.t_min[rows], index.t_max[rows]
+    bounds = np.r_[0, np.flatnonzero(sid[1:] != sid[:-1]) + 1, rows.size].tolist() if rows.size else [0]
+    pieces = cast("list[Piece]", found)
+    for a, b in zip(bounds[:-1], bounds[1:], strict=True):
+        t, v = cache.join(keys[a:b], pieces[a:b])
+        s_id = int(sid[a])
+        if b - a > 1 and not (lo_t[a + 1 : b] > hi_t[a : b - 1]).all():  # chunks overlap: newest wins
+            _chunk_parts(
+                n[a:b].copy(),
+                t,
+                v,
+                seq[a:b],
+                sid[a:b],
+                lo_t[a:b],
+                hi_t[a:b],
+                start_ms,
+                end_ms,
+                parts,
+                in_head,
+            )
+            continue
+        # The chunks follow one another in time: the samples in range are one slice (a view).
+        lo, hi = 0, t.size
+        if lo_t[a] < start_ms or hi_t[b - 1] > end_ms:
+            lo, hi = np.searchsorted(t, [start_ms, end_ms + 1]).tolist()
+        if hi == lo:
+            continue
+        s_seq = seq[a:b]
+        order: np.ndarray | int = int(s_seq[0])
+        if s_id in in_head and not (s_seq == s_seq[0]).all():
+            order = np.repeat(s_seq, n[a:b])[lo:hi]
+        parts[s_id] = [(t[lo:hi], v[lo:hi], order)]
+    for s_id, part in head_parts.items():
+        parts.setdefault(s_id, []).append(part)
+    return {s_id: _combine(p) for s_id, p in parts.items()}
 
 
 def _head_parts(head: dict[str, np.ndarray]) -> dict[int, tuple[np.ndarray, np.ndarray, np.ndarray | int]]:
