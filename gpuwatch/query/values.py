@@ -143,7 +143,9 @@ def format_times(times_ms: np.ndarray) -> list[str]:
     t = np.asarray(times_ms, dtype=np.int64)
     if (t % 1000 == 0).all():
         if _orjson is not None and t.size:
-            return _orjson.dumps(t // 1000, option=_orjson.OPT_SERIALIZE_NUMPY).decode("ascii")[1:-1].split(",")
+            return (
+                _orjson.dumps(t // 1000, option=_orjson.OPT_SERIALIZE_NUMPY).decode("ascii")[1:-1].split(",")
+            )
         return list(map(str, (t // 1000).tolist()))
     return [json.dumps(format_time(x)) for x in t.tolist()]
 

@@ -158,6 +158,11 @@ class ChunkCache:
         self._index = built
         return built
 
+    def fits(self, samples: int) -> bool:
+        """Whether a read that decodes this many samples should keep them (at most half the cache: a
+        bigger one would only push out everything else)."""
+        return 16 * samples <= self.max_bytes // 2
+
     def lookup(self, keys: list[Key]) -> tuple[list[Piece | None], list[int]]:
         """Return where each key's chunk is (None where not cached) and the positions not cached."""
         found: list[Piece | None] = []
@@ -231,7 +236,7 @@ class ChunkCache:
         first = np.zeros(ns.size + 1, np.int64)
         np.cumsum(ns, out=first[1:])
         pieces = [(block, a, b) for a, b in zip(first[:-1].tolist(), first[1:].tolist(), strict=True)]
-        if block.nbytes > self.max_bytes // 2:  # a read bigger than that would only push out everything else
+        if not self.fits(t.size):
             return pieces
         with self._lock:
             for key, piece in zip(keys, pieces, strict=True):

@@ -123,6 +123,8 @@ def read_samples_cached(
     rows = index.rows_of(id_arr, start_ms, end_ms)
     keys = index.keys(rows)
     found, missing = cache.lookup(keys)
+    if missing and not cache.fits(int(index.n[rows[missing]].sum())):
+        return None  # too big to keep: the plain read decodes it as fast, without the bookkeeping
     if missing:
         fetched = cache.fetch(cur, index, rows[missing])
         if fetched is None:
