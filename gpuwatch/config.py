@@ -182,7 +182,7 @@ OPTIONS: tuple[Option, ...] = (
     Option(
         "chunk_cache_mb",
         _parse_int(0, 1_000_000),
-        64,
+        128,
         "Memory (MB) for stored chunks kept decoded for queries (0: none); reused by every query that reads them.",
     ),
     Option(
@@ -291,7 +291,7 @@ class Settings:
     notify: NotifyConfig = NotifyConfig()
     alerting: AlertingConfig = AlertingConfig()
     demo_sources: bool = True
-    chunk_cache_mb: int = 64
+    chunk_cache_mb: int = 128
     config_file: Path | None = None
 
     @property

@@ -214,6 +214,12 @@ def test_chunks_rewritten_after_they_were_cached_are_read_anew() -> None:
         _agree(store, model)
         _apply(store, model, ("retention", 7))
         _agree(store, model)
+        # What the cache holds is what is stored now: the chunks before the merge and the trim are gone.
+        cache = store._chunks
+        assert cache is not None and cache._index is not None
+        live = set(cache._index.keys(np.arange(cache._index.sid.size)))
+        assert cache._where and set(cache._where) <= live
+        assert cache.bytes == sum(b.nbytes for b in cache._blocks.values())
 
 
 def test_the_cache_keeps_within_its_size_and_skips_reads_bigger_than_half_of_it() -> None:

@@ -156,7 +156,19 @@ class ChunkCache:
         if self.generation.stable() != generation:
             return None
         self._index = built
+        self._drop_gone(built)
         return built
+
+    def _drop_gone(self, index: ChunkIndex) -> None:
+        """Forget decoded chunks that are no longer stored (merged by compaction, trimmed or deleted
+        by retention): nothing will ask for them again, and a live store rewrites chunks every few
+        minutes, so they would otherwise fill the cache until pushed out."""
+        if not self._where:
+            return
+        live = set(index.keys(np.arange(index.sid.size)))
+        with self._lock:
+            for key in [k for k in self._where if k not in live]:
+                self._release(self._where.pop(key)[0])
 
     def fits(self, samples: int) -> bool:
         """Whether a read that decodes this many samples should keep them (at most half the cache: a

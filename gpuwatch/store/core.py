@@ -42,7 +42,7 @@ _BACKPRESSURE_ITEMS = 64
 
 
 MEMORY_LIMIT_MB = 64
-CHUNK_CACHE_MB = 64  # decoded chunks kept for reads (chunkcache.py); the `chunk_cache_mb` setting
+CHUNK_CACHE_MB = 128  # decoded chunks kept for reads (chunkcache.py); the `chunk_cache_mb` setting
 
 
 class Store:
