@@ -276,3 +276,43 @@ def test_the_setting_sizes_the_cache_of_gpuwatch_serve(tmp_path: Path, clock: Fa
         runtime.close()
     with pytest.raises(ConfigError, match="chunk_cache_mb"):
         load(None, {"GPUWATCH_CHUNK_CACHE_MB": "-1"}, {})
+
+
+def test_reads_racing_flushes_and_compactions_see_every_flushed_sample() -> None:
+    """A reader thread reads while the writer flushes and compacts (windows closing and merging): every
+    read holds all samples flushed before it began, without holes. Not timing-based: it holds for any
+    interleaving; the threads just make many of them happen."""
+    import threading
+
+    store = Store.open(None, clock=FakeClock(T0 / 1000), flush_interval_s=3600, chunk_cache_mb=1)
+    step = WINDOW_MS // 8  # a window closes every 8 batches, so compaction keeps merging
+    flushed = [0]  # batches flushed so far
+    errors: list[str] = []
+    stop = threading.Event()
+
+    def read() -> None:
+        while not stop.is_set():
+            before = flushed[0]
+            for sd in store.select([NAME], T0, T0 + 400 * step):
+                k = (sd.timestamps_ms - T0) // step
+                if k.tolist() != list(range(k.size)) or sd.values.tolist() != [float(x) for x in k.tolist()]:
+                    errors.append(f"hole or wrong value in {dict(sd.labels)}: {k.tolist()[:20]}...")
+                if k.size < before:
+                    errors.append(f"{k.size} samples, {before} were flushed before the read")
+
+    reader = threading.Thread(target=read)
+    with store:
+        reader.start()
+        try:
+            for k in range(200):
+                store.append(
+                    Batch(T0 + k * step, [Sample("m", make_labels({"s": s}), float(k)) for s in "abc"])
+                )
+                store.flush()
+                flushed[0] = k + 1
+                if k % 3 == 2:
+                    store.compact()
+        finally:
+            stop.set()
+            reader.join()
+    assert not errors, errors[:3]
