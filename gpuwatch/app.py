@@ -331,6 +331,7 @@ def build_runtime(settings: Settings, hostname: str, clock: Clock | None = None,
         clock=clock,
         flush_interval_s=settings.flush_interval,
         retention_s=settings.retention,
+        chunk_cache_mb=settings.chunk_cache_mb,
     )
     try:
         if nvml is None:

@@ -180,6 +180,12 @@ OPTIONS: tuple[Option, ...] = (
     Option("query_timeout", _parse_positive_duration(0.1, 3600), 120.0, "Longest time one query may run."),
     Option("query_max_samples", _parse_int(1000, 10**10), 50_000_000, "Most samples one query may load."),
     Option(
+        "chunk_cache_mb",
+        _parse_int(0, 1_000_000),
+        128,
+        "Memory (MB) for stored chunks kept decoded for queries (0: none); reused by every query that reads them.",
+    ),
+    Option(
         "lookback", _parse_positive_duration(1, 86400), 300.0, "PromQL lookback delta for instant vectors."
     ),
     Option("log_level", _parse_level, "info", "Log level: debug, info, warning or error."),
@@ -285,6 +291,7 @@ class Settings:
     notify: NotifyConfig = NotifyConfig()
     alerting: AlertingConfig = AlertingConfig()
     demo_sources: bool = True
+    chunk_cache_mb: int = 128
     config_file: Path | None = None
 
     @property

@@ -105,3 +105,30 @@ def test_strided_column_copy_equals_gather(prefix: int, stride: int, n: int, sta
     idx = np.r_[np.zeros(prefix, np.int64), start + stride * np.arange(n - prefix, dtype=np.int64)]
     rows = np.arange(3 * (int(idx[-1]) + 1), dtype=np.float64).reshape(3, -1)
     assert np.array_equal(_take_cols(rows, idx), rows[:, idx])
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    n=st.integers(0, 300),
+    t0=st.integers(-(2**62), 2**62),
+    step=st.integers(1, 10**7),
+    starts=st.integers(-(10**9), 10**9),
+    count=st.integers(1, 200),
+    every=st.integers(1, 10**6),
+    range_ms=st.integers(1, 10**9),
+    jitter=st.booleans(),
+)
+def test_window_bounds_by_arithmetic_equal_searchsorted(
+    n: int, t0: int, step: int, starts: int, count: int, every: int, range_ms: int, jitter: bool
+) -> None:
+    """Evenly spaced samples get their window bounds by arithmetic, others by binary search: the same."""
+    if abs(t0) + n * step >= 2**62:
+        t0 = 0
+    times = t0 + np.arange(n, dtype=np.int64) * step
+    if jitter and n > 2:
+        times[n // 2] += 1 if step > 2 else 0
+    ends = t0 + starts + np.arange(count, dtype=np.int64) * every
+    w = Window(times, np.zeros(n), ends, range_ms)
+    assert w.lo.tolist() == np.searchsorted(times, ends - range_ms, side="right").tolist()
+    assert w.hi.tolist() == np.searchsorted(times, ends, side="right").tolist()
+    assert w.count.tolist() == (w.hi - w.lo).tolist()

@@ -45,8 +45,14 @@ class Window:
         ):
             self.lo, self.hi, self.count = like.lo, like.hi, like.count  # the same windows: reuse them
             return
-        self.lo = np.searchsorted(times, ends - range_ms, side="right")
-        self.hi = np.searchsorted(times, ends, side="right")
+        step = _regular_step(times, ends, range_ms)
+        if step:  # evenly spaced samples (every scrape on time): the bounds by arithmetic
+            t0, n = int(times[0]), len(times)
+            self.lo = np.clip((ends - (range_ms + t0)) // step + 1, 0, n)
+            self.hi = np.clip((ends - t0) // step + 1, 0, n)
+        else:
+            self.lo = np.searchsorted(times, ends - range_ms, side="right")
+            self.hi = np.searchsorted(times, ends, side="right")
         self.count = self.hi - self.lo
 
     def gather(self, lo: np.ndarray, hi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -70,6 +76,24 @@ class Window:
             g, m = self.gather(self.lo[sl], self.hi[sl])
             out[sl] = fn(g, m, np.arange(sl.start, sl.stop))
         return out
+
+
+_SAFE = 2**61  # bounds of timestamps and ends for which the arithmetic below cannot overflow
+
+
+def _regular_step(times: np.ndarray, ends: np.ndarray, range_ms: int) -> int:
+    """The step of `times` if they are evenly spaced int64 (t0, t0 + step, ...), else 0: then
+    `searchsorted(times, x, side="right")`, the number of samples at or before x, is
+    `clip((x - t0) // step + 1, 0, n)` (floor division), ~4x cheaper for thousands of steps."""
+    n = len(times)
+    if n < 64 or times.dtype != np.int64 or ends.dtype != np.int64 or not len(ends):
+        return 0
+    t0, step = int(times[0]), int(times[1]) - int(times[0])
+    if step <= 0 or int(times[-1]) - t0 != step * (n - 1):
+        return 0
+    if max(abs(t0), abs(int(times[-1])), abs(int(ends.min())), abs(int(ends.max())), range_ms) >= _SAFE:
+        return 0
+    return step if bool((np.diff(times) == step).all()) else 0
 
 
 def same_times(a: np.ndarray, b: np.ndarray) -> bool:

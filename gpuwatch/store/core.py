@@ -29,9 +29,10 @@ from gpuwatch.store import runs as runs_table
 from gpuwatch.store import schema
 from gpuwatch.store import silences as silences_table
 from gpuwatch.store.catalog import Catalog, Entry, Snapshot, match
+from gpuwatch.store.chunkcache import ChunkCache, Generation
 from gpuwatch.store.headindex import HeadIndex
 from gpuwatch.store.lock import DirLock
-from gpuwatch.store.read import ids_with_samples, read_samples
+from gpuwatch.store.read import ids_with_samples, read_samples, read_samples_cached
 from gpuwatch.store.writer import _STOP, Writer
 
 log = logging.getLogger(__name__)
@@ -41,6 +42,7 @@ _BACKPRESSURE_ITEMS = 64
 
 
 MEMORY_LIMIT_MB = 64
+CHUNK_CACHE_MB = 128  # decoded chunks kept for reads (chunkcache.py); the `chunk_cache_mb` setting
 
 
 class Store:
@@ -56,6 +58,7 @@ class Store:
         lock: DirLock | None,
         writer: Writer | None,
         catalog: Catalog,
+        chunk_cache_mb: float = CHUNK_CACHE_MB,
     ) -> None:
         self._con = con
         self._clock = clock
@@ -70,6 +73,11 @@ class Store:
         self._closed = False
         self._dropped = 0
         self._head_index: HeadIndex | None = None if writer is None else writer.head_index
+        # Chunks in memory for reads; a read-only store's generation never moves (nothing writes).
+        generation = Generation() if writer is None else writer.chunk_generation
+        self._chunks: ChunkCache | None = (
+            ChunkCache(generation, int(chunk_cache_mb * 2**20)) if chunk_cache_mb > 0 else None
+        )
 
     @classmethod
     def open(
@@ -82,6 +90,7 @@ class Store:
         read_only: bool = False,
         compact_interval_s: float = 300.0,
         compact_rows: int = 1_000_000,
+        chunk_cache_mb: float = CHUNK_CACHE_MB,
     ) -> Store:
         """Open (creating if needed) the store in `data_dir`, or an in-memory one for None."""
         lock = None
@@ -155,6 +164,7 @@ class Store:
             lock=lock,
             writer=writer,
             catalog=catalog,
+            chunk_cache_mb=chunk_cache_mb,
         )
 
     # -- writing --------------------------------------------------------------------------------------
@@ -351,13 +361,21 @@ class Store:
             raise StoreError("the store is closed")
         return self._catalog.snapshot()
 
+    def _read(
+        self, ids: Sequence[int], start_ms: int, end_ms: int
+    ) -> dict[int, tuple[np.ndarray, np.ndarray]]:
+        cur, heads = self._cursor(), self._heads()
+        if self._chunks is not None:
+            found = read_samples_cached(cur, ids, start_ms, end_ms, heads, self._chunks)
+            if found is not None:
+                return found
+        return read_samples(cur, ids, start_ms, end_ms, heads)
+
     def select(self, matchers: Sequence[Matcher], start_ms: int, end_ms: int) -> list[SeriesData]:
         """Return the series matching all matchers with their samples in [start_ms, end_ms]."""
         entries = match(self._snapshot(), matchers)
         try:
-            found = read_samples(
-                self._cursor(), [e.series_id for e in entries], start_ms, end_ms, self._heads()
-            )
+            found = self._read([e.series_id for e in entries], start_ms, end_ms)
         except duckdb.Error as exc:
             raise StoreError(f"store read failed: {exc}") from None
         return [SeriesData(e.name, e.labels, *found[e.series_id]) for e in entries if e.series_id in found]
@@ -380,7 +398,7 @@ class Store:
         rest = ids[~vouched].tolist()
         if rest:
             try:
-                found = read_samples(self._cursor(), rest, start_ms, end_ms, self._heads())
+                found = self._read(rest, start_ms, end_ms)
             except duckdb.Error as exc:
                 raise StoreError(f"store read failed: {exc}") from None
         out = []

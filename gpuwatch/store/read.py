@@ -5,11 +5,12 @@ from __future__ import annotations
 import contextlib
 import threading
 from collections.abc import Collection, Iterator, Sequence
-from typing import Any
+from typing import Any, cast
 
 import duckdb
 import numpy as np
 
+from gpuwatch.store.chunkcache import ChunkCache, Piece
 from gpuwatch.store.chunking import dedupe_last
 from gpuwatch.store.codec import decode_chunks, decode_times
 from gpuwatch.store.headindex import HeadIndex
@@ -74,6 +75,109 @@ def read_samples(
     chunks, head = _fetch(cur, where, start_ms, end_ms, with_head=marks is None)
     if marks is not None and head_index is not None and not head_index.unmarked_since(marks):
         chunks, head = _fetch(cur, where, start_ms, end_ms, with_head=True)
+    head_parts = _head_parts(head)
+    parts: dict[int, list[tuple[np.ndarray, np.ndarray, np.ndarray | int]]] = {}
+    if len(chunks["n"]):
+        n = np.asarray(chunks["n"], np.int64)
+        t, v = decode_chunks(n, list(chunks["ts"]), list(chunks["vs"]))
+        _chunk_parts(
+            n,
+            t,
+            v,
+            np.asarray(chunks["seq"], np.int64),
+            np.asarray(chunks["series_id"], np.int64),
+            np.asarray(chunks["t_min_ms"], np.int64),
+            np.asarray(chunks["t_max_ms"], np.int64),
+            start_ms,
+            end_ms,
+            parts,
+            head_parts.keys(),
+        )
+    for sid, part in head_parts.items():
+        parts.setdefault(sid, []).append(part)
+    return {sid: _combine(p) for sid, p in parts.items()}
+
+
+def read_samples_cached(
+    cur: duckdb.DuckDBPyConnection,
+    ids: Sequence[int],
+    start_ms: int,
+    end_ms: int,
+    head_index: HeadIndex | None,
+    cache: ChunkCache,
+) -> dict[int, tuple[np.ndarray, np.ndarray]] | None:
+    """`read_samples` with chunks from memory (chunkcache.py): the chunk index says which chunks hold
+    the range, the cache holds them decoded, and only the ones it lacks are read from the database.
+    Return None where the writer changed chunks during the read: then `read_samples` reads it."""
+    if not ids:
+        return {}
+    generation = cache.generation.stable()
+    if generation is None:
+        return None
+    index = cache.index(cur, generation)
+    if index is None:
+        return None
+    id_arr = np.unique(np.asarray(ids, np.int64))
+    marks = None if head_index is None else head_index.clear_of(id_arr, end_ms)
+    head = _NO_HEAD if marks is not None else _fetch_head(cur, _id_filter(ids), start_ms, end_ms)
+    rows = index.rows_of(id_arr, start_ms, end_ms)
+    keys = index.keys(rows)
+    found, missing = cache.lookup(keys)
+    if missing and not cache.fits(int(index.n[rows[missing]].sum())):
+        return None  # too big to keep: the plain read decodes it as fast, without the bookkeeping
+    if missing:
+        fetched = cache.fetch(cur, index, rows[missing])
+        if fetched is None:
+            return None
+        for i, piece in zip(missing, fetched, strict=True):
+            found[i] = piece
+    if marks is not None and head_index is not None and not head_index.unmarked_since(marks):
+        head = _fetch_head(cur, _id_filter(ids), start_ms, end_ms)
+    if cache.generation.value != generation:
+        return None
+    head_parts = _head_parts(head)
+    in_head = head_parts.keys()
+    parts: dict[int, list[tuple[np.ndarray, np.ndarray, np.ndarray | int]]] = {}
+    sid, n, seq = index.sid[rows], index.n[rows], index.seq[rows]
+    lo_t, hi_t = index.t_min[rows], index.t_max[rows]
+    bounds = np.r_[0, np.flatnonzero(sid[1:] != sid[:-1]) + 1, rows.size].tolist() if rows.size else [0]
+    pieces = cast("list[Piece]", found)
+    for a, b in zip(bounds[:-1], bounds[1:], strict=True):
+        t, v = cache.join(keys[a:b], pieces[a:b])
+        s_id = int(sid[a])
+        if b - a > 1 and not (lo_t[a + 1 : b] > hi_t[a : b - 1]).all():  # chunks overlap: newest wins
+            _chunk_parts(
+                n[a:b].copy(),
+                t,
+                v,
+                seq[a:b],
+                sid[a:b],
+                lo_t[a:b],
+                hi_t[a:b],
+                start_ms,
+                end_ms,
+                parts,
+                in_head,
+            )
+            continue
+        # The chunks follow one another in time: the samples in range are one slice (a view).
+        lo, hi = 0, t.size
+        if lo_t[a] < start_ms or hi_t[b - 1] > end_ms:
+            lo, hi = np.searchsorted(t, [start_ms, end_ms + 1]).tolist()
+        if hi == lo:
+            continue
+        s_seq = seq[a:b]
+        order: np.ndarray | int = int(s_seq[0])
+        if s_id in in_head and not (s_seq == s_seq[0]).all():
+            order = np.repeat(s_seq, n[a:b])[lo:hi]
+        parts[s_id] = [(t[lo:hi], v[lo:hi], order)]
+    for s_id, part in head_parts.items():
+        parts.setdefault(s_id, []).append(part)
+    return {s_id: _combine(p) for s_id, p in parts.items()}
+
+
+def _head_parts(head: dict[str, np.ndarray]) -> dict[int, tuple[np.ndarray, np.ndarray, np.ndarray | int]]:
+    """Each series' head samples (sorted, the newest write of each timestamp), with their highest seq."""
     head_parts: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray | int]] = {}
     h_ids = np.asarray(head["series_id"])
     if h_ids.size:
@@ -83,30 +187,48 @@ def read_samples(
         for lo, hi in zip(np.r_[0, cuts], np.r_[cuts, h_ids.size], strict=True):
             t, v = dedupe_last(h_t[lo:hi], h_v[lo:hi], h_seq[lo:hi])
             head_parts[int(h_ids[lo])] = (t, v, int(h_seq[lo:hi].max()))
-    parts: dict[int, list[tuple[np.ndarray, np.ndarray, np.ndarray | int]]] = {}
-    if len(chunks["n"]):
-        _chunk_parts(chunks, start_ms, end_ms, parts, head_parts.keys())
-    for sid, part in head_parts.items():
-        parts.setdefault(sid, []).append(part)
-    return {sid: _combine(p) for sid, p in parts.items()}
+    return head_parts
+
+
+def _fetch_head(
+    cur: duckdb.DuckDBPyConnection, where: str, start_ms: int, end_ms: int
+) -> dict[str, np.ndarray]:
+    """Head rows in range, ordered by series then time then write order."""
+    rows = _execute(
+        cur,
+        f"SELECT series_id, t_ms, v_bits, seq FROM head WHERE {where} AND t_ms >= $1 AND t_ms <= $2",
+        [start_ms, end_ms],
+    ).fetchnumpy()
+    ids, t, seq = np.asarray(rows["series_id"]), np.asarray(rows["t_ms"]), np.asarray(rows["seq"])
+    order = np.lexsort((seq, t, ids))
+    return {
+        "series_id": ids[order],
+        "t_ms": t[order],
+        "v_bits": np.asarray(rows["v_bits"])[order],
+        "seq": seq[order],
+    }
 
 
 def _chunk_parts(
-    chunks: dict[str, np.ndarray],
+    n: np.ndarray,
+    t: np.ndarray,
+    v: np.ndarray,
+    seq: np.ndarray,
+    sid: np.ndarray,
+    lo_t: np.ndarray,
+    hi_t: np.ndarray,
     start_ms: int,
     end_ms: int,
     parts: dict[int, list[tuple[np.ndarray, np.ndarray, np.ndarray | int]]],
     in_head: Collection[int],
 ) -> None:
-    """Decode all fetched chunk rows at once and add each series' samples in range to `parts`.
+    """Add each series' samples in range to `parts`, from decoded chunks (`n` samples each, their
+    timestamps and values concatenated in `t` and `v`), ordered by series then time then write order.
 
     Each part carries the write order of its samples (`seq`: one number, or one per sample where a
-    series' chunks differ and the head has samples of it too), so that the newest write wins."""
-    n = np.asarray(chunks["n"], np.int64)
+    series' chunks differ and the head has samples of it too), so that the newest write wins.
+    `n` is changed in place."""
     k = n.size
-    t, v = decode_chunks(n, list(chunks["ts"]), list(chunks["vs"]))
-    seq, sid = np.asarray(chunks["seq"], np.int64), np.asarray(chunks["series_id"], np.int64)
-    lo_t, hi_t = np.asarray(chunks["t_min_ms"], np.int64), np.asarray(chunks["t_max_ms"], np.int64)
     first = np.zeros(k + 1, np.int64)
     np.cumsum(n, out=first[1:])
     # Chunks reaching outside the range (at most a few per series): drop their samples outside it.
@@ -186,7 +308,7 @@ def _fetch(
     return chunks, head
 
 
-_NO_HEAD = {
+_NO_HEAD: dict[str, np.ndarray] = {
     "series_id": np.zeros(0, np.int32),
     "t_ms": np.zeros(0, np.int64),
     "v_bits": np.zeros(0, np.int64),

@@ -9,6 +9,7 @@ the data it concerned stays buffered and is retried on the next flush, and the t
 from __future__ import annotations
 
 import collections
+import functools
 import json
 import logging
 import queue
@@ -24,6 +25,7 @@ from gpuwatch.clock import Clock
 from gpuwatch.errors import StoreError
 from gpuwatch.model import Batch, Labels, make_labels
 from gpuwatch.store.catalog import Catalog, Entry
+from gpuwatch.store.chunkcache import Generation
 from gpuwatch.store.chunking import (
     WINDOW_MS,
     ChunkRow,
@@ -44,6 +46,20 @@ _MAX_PENDING = 20_000_000  # samples kept for retry while the database refuses w
 _STOP = object()
 _MAX_LABEL_OBJECTS = 200_000  # label tuples remembered by identity (sources that make new ones each time)
 _MERGE_BLOCK = 1 << 18  # merging closed windows decodes and re-encodes about this many samples at a time
+
+
+def _changes_chunks(method: Callable[..., Any]) -> Callable[..., Any]:
+    """Run a write that may change the `chunks` table inside `chunk_generation.changing()`, so that
+    readers of chunks kept in memory notice (chunkcache.py); a flush changes chunks only with bulk ones."""
+
+    @functools.wraps(method)
+    def wrapped(self: Writer, *args: Any) -> Any:
+        if method.__name__ == "flush" and not self._pending_chunks:
+            return method(self, *args)
+        with self.chunk_generation.changing():
+            return method(self, *args)
+
+    return wrapped
 
 
 class Writer:
@@ -85,6 +101,7 @@ class Writer:
         self._head_rows = _scalar(cur, "SELECT count(*) FROM head")
         self.latest = Latest.load(cur)  # each series' newest stored sample (Store.select_last)
         self.head_index = HeadIndex.load(cur)  # which series the head may hold (reads leave it out)
+        self.chunk_generation = Generation()  # counts the writes that change chunks (chunkcache.py)
         self._new: list[Entry] = []
         self._pending: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
         self._pending_chunks: list[ChunkRow] = []
@@ -272,6 +289,7 @@ class Writer:
 
     # -- writing ------------------------------------------------------------------------------------
 
+    @_changes_chunks
     def flush(self) -> None:
         """Write everything buffered in one transaction; on failure keep it for the next try."""
         self._last_flush = self._clock.monotonic()
@@ -315,6 +333,7 @@ class Writer:
         self._new, self._pending, self._pending_chunks, self._pending_rows = [], [], [], 0
         self.last_flush_ms = self._clock.now_ms()
 
+    @_changes_chunks
     def compact(self) -> None:
         """Move the head into chunks, then merge the chunks of closed windows into one per series."""
         self.flush()
@@ -376,6 +395,7 @@ class Writer:
             )
             _insert_chunks(cur, merged)
 
+    @_changes_chunks
     def apply_retention(self, cutoff_ms: int) -> int:
         """Delete samples before `cutoff_ms` and series left without samples; return samples deleted."""
         cur = self._cur

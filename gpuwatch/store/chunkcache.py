@@ -1,0 +1,276 @@
+"""Chunks kept in memory for reads: where each series' chunks are, and a bounded cache of decoded ones.
+
+A range read costs a DuckDB statement (~0.6 ms at least) and decoding every chunk it touches, each
+time the same dashboard panel or query runs. Prometheus and VictoriaMetrics keep their block indexes
+and hot data in memory; so does this, below the query layer (answers are computed afresh each time):
+
+- `ChunkIndex`: per series, every chunk's time range, sample count, write order and a content hash
+  (DuckDB's `hash(ts, vs)`), read in one statement without the blobs;
+- `ChunkCache`: decoded chunks (timestamps and values), keyed by (series, first timestamp, samples,
+  content hash), least recently used first out once over `max_bytes`. Keyed by content, an entry is
+  never stale: a rewritten chunk (compaction merging a window, retention trimming one) has another key.
+
+What must hold for the index to be used, with the writer moving chunks underneath (`Generation`):
+the writer brackets every transaction that changes the `chunks` table with `changing()`, which
+counts up once before the transaction and once after it (commit or not), and keeps `active` set in
+between. An index is built for a generation only where that generation was current and nothing was
+active both before and after its statement; a read uses it only if the generation is still the same
+after the read (the head rows it read, the blobs it fetched) is done, and otherwise reads the old way
+(`read.read_samples` without the cache). A store opened read-only has no writer: its generation never
+moves, and the index is built once.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import duckdb
+import numpy as np
+
+from gpuwatch.store.codec import decode_chunks
+
+Key = tuple[int, int, int, int]  # series id, first timestamp, samples, content hash
+_ENTRY_OVERHEAD = 200  # bytes of Python objects per cached chunk besides its arrays
+
+
+class Generation:
+    """Counts the writer's transactions that change chunks (module docstring)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.value = 0  # +1 when such a transaction starts, +1 when it ends
+        self.active = 0  # such transactions under way
+
+    @contextlib.contextmanager
+    def changing(self) -> Iterator[None]:
+        """Bracket a transaction that inserts, deletes or rewrites chunks."""
+        with self._lock:
+            self.value += 1
+            self.active += 1
+        try:
+            yield
+        finally:
+            with self._lock:
+                self.active -= 1
+                self.value += 1
+
+    def stable(self) -> int | None:
+        """Return the generation now, or None while a transaction that changes chunks is under way."""
+        with self._lock:
+            return None if self.active else self.value
+
+
+class ChunkIndex:
+    """Every chunk's place, for one generation: arrays sorted by (series, first timestamp, write order)."""
+
+    def __init__(self, rows: dict[str, Any], generation: int) -> None:
+        self.generation = generation
+        sid = np.asarray(rows["series_id"], np.int64)
+        t_min = np.asarray(rows["t_min_ms"], np.int64)
+        seq = np.asarray(rows["seq"], np.int64)
+        order = np.lexsort((seq, t_min, sid))
+        self.sid = sid[order]
+        self.t_min = t_min[order]
+        self.t_max = np.asarray(rows["t_max_ms"], np.int64)[order]
+        self.n = np.asarray(rows["n"], np.int64)[order]
+        self.seq = seq[order]
+        self.hash = np.asarray(rows["h"], np.uint64)[order]
+        top = int(self.sid[-1]) + 1 if self.sid.size else 0
+        self._bounds = np.searchsorted(self.sid, np.arange(top + 1))  # series s: rows bounds[s]:bounds[s+1]
+
+    @classmethod
+    def load(cls, cur: duckdb.DuckDBPyConnection, generation: int) -> ChunkIndex:
+        rows = cur.execute(
+            "SELECT series_id, seq, n, t_min_ms, t_max_ms, hash(ts, vs) AS h FROM chunks"
+        ).fetchnumpy()
+        return cls(rows, generation)
+
+    def rows_of(self, ids: np.ndarray, start_ms: int, end_ms: int) -> np.ndarray:
+        """Positions of the chunks of series `ids` (sorted, unique) that reach into [start_ms, end_ms]."""
+        ids = ids[ids < self._bounds.size - 1]
+        lo, hi = self._bounds[ids], self._bounds[ids + 1]
+        counts = hi - lo
+        total = int(counts.sum())
+        if not total:
+            return np.zeros(0, np.int64)
+        rows = np.repeat(lo - np.cumsum(counts) + counts, counts) + np.arange(total)
+        return rows[(self.t_max[rows] >= start_ms) & (self.t_min[rows] <= end_ms)]
+
+    def keys(self, rows: np.ndarray) -> list[Key]:
+        return list(
+            zip(
+                self.sid[rows].tolist(),
+                self.t_min[rows].tolist(),
+                self.n[rows].tolist(),
+                self.hash[rows].tolist(),
+                strict=True,
+            )
+        )
+
+
+class _Block:
+    """Decoded chunks stored one after another (a series' chunks in time order), read-only."""
+
+    __slots__ = ("keys", "nbytes", "refs", "t", "v")
+
+    def __init__(self, t: np.ndarray, v: np.ndarray, keys: list[Key]) -> None:
+        t.flags.writeable = False  # handed out as views: nobody may change what the cache holds
+        v.flags.writeable = False
+        self.t, self.v, self.keys = t, v, keys
+        self.refs = 0  # keys that point into it
+        self.nbytes = t.nbytes + v.nbytes + _ENTRY_OVERHEAD * len(keys)
+
+
+Piece = tuple[_Block, int, int]  # a chunk's samples: block.t[a:b], block.v[a:b]
+
+
+class ChunkCache:
+    """The chunk index of the current generation and decoded chunks, at most `max_bytes` of them.
+
+    Decoded chunks live in blocks, least recently used first out; a series' chunks that were decoded
+    together lie one after another in one block, so a read hands out a view of them without copying.
+    Chunks of one series found in several blocks are joined into a new block on first use."""
+
+    def __init__(self, generation: Generation, max_bytes: int) -> None:
+        self.generation = generation
+        self.max_bytes = max_bytes
+        self._lock = threading.Lock()
+        self._index: ChunkIndex | None = None
+        self._where: dict[Key, Piece] = {}
+        self._blocks: collections.OrderedDict[int, _Block] = collections.OrderedDict()
+        self.bytes = 0
+        self.hits = 0
+        self.misses = 0
+
+    def index(self, cur: duckdb.DuckDBPyConnection, generation: int) -> ChunkIndex | None:
+        """Return the index of `generation` (building it if need be), or None where it cannot be built
+        consistently now (the writer changed chunks meanwhile)."""
+        index = self._index
+        if index is not None and index.generation == generation:
+            return index
+        built = ChunkIndex.load(cur, generation)
+        if self.generation.stable() != generation:
+            return None
+        self._index = built
+        self._drop_gone(built)
+        return built
+
+    def _drop_gone(self, index: ChunkIndex) -> None:
+        """Forget decoded chunks that are no longer stored (merged by compaction, trimmed or deleted
+        by retention): nothing will ask for them again, and a live store rewrites chunks every few
+        minutes, so they would otherwise fill the cache until pushed out."""
+        if not self._where:
+            return
+        live = set(index.keys(np.arange(index.sid.size)))
+        with self._lock:
+            for key in [k for k in self._where if k not in live]:
+                self._release(self._where.pop(key)[0])
+
+    def fits(self, samples: int) -> bool:
+        """Whether a read that decodes this many samples should keep them (at most half the cache: a
+        bigger one would only push out everything else)."""
+        return 16 * samples <= self.max_bytes // 2
+
+    def lookup(self, keys: list[Key]) -> tuple[list[Piece | None], list[int]]:
+        """Return where each key's chunk is (None where not cached) and the positions not cached."""
+        found: list[Piece | None] = []
+        missing: list[int] = []
+        where, blocks = self._where, self._blocks
+        with self._lock:
+            touched = set()
+            for i, key in enumerate(keys):
+                piece = where.get(key)
+                if piece is None:
+                    missing.append(i)
+                else:
+                    touched.add(id(piece[0]))
+                found.append(piece)
+            for b in touched:
+                blocks.move_to_end(b)
+            self.hits += len(keys) - len(missing)
+            self.misses += len(missing)
+        return found, missing
+
+    def fetch(
+        self, cur: duckdb.DuckDBPyConnection, index: ChunkIndex, rows: np.ndarray
+    ) -> list[Piece] | None:
+        """Read and decode the chunks at index positions `rows` (one statement; in index order, so a
+        series' chunks come out one after another), keep them if they fit, and return where each is;
+        None if one is gone (rewritten since the index was read). The caller checks the generation."""
+        keys = index.keys(rows)
+        ids = sorted(set(index.sid[rows].tolist()))
+        got = cur.execute(
+            f"SELECT series_id, t_min_ms, n, hash(ts, vs) AS h, ts, vs FROM chunks "
+            f"WHERE series_id IN ({','.join(map(str, ids))}) AND t_min_ms >= $1 AND t_min_ms <= $2",
+            [int(index.t_min[rows].min()), int(index.t_min[rows].max())],
+        ).fetchnumpy()
+        at = {
+            key: i
+            for i, key in enumerate(
+                zip(
+                    np.asarray(got["series_id"], np.int64).tolist(),
+                    np.asarray(got["t_min_ms"], np.int64).tolist(),
+                    np.asarray(got["n"], np.int64).tolist(),
+                    np.asarray(got["h"], np.uint64).tolist(),
+                    strict=True,
+                )
+            )
+        }
+        take = [at.get(key, -1) for key in keys]
+        if -1 in take:
+            return None
+        ns = np.asarray(got["n"], np.int64)[take]
+        t, v = decode_chunks(ns, [got["ts"][i] for i in take], [got["vs"][i] for i in take])
+        return self._store(t, v, keys, ns)
+
+    def join(self, keys: list[Key], pieces: list[Piece]) -> tuple[np.ndarray, np.ndarray]:
+        """Return the samples of consecutive chunks of one series as one array pair: a view where they
+        lie one after another in one block, else joined (and kept so, if they fit)."""
+        block, a, b = pieces[0]
+        for nxt, na, nb in pieces[1:]:
+            if nxt is not block or na != b:
+                break
+            b = nb
+        else:
+            return block.t[a:b], block.v[a:b]
+        t = np.concatenate([p[0].t[p[1] : p[2]] for p in pieces])
+        v = np.concatenate([p[0].v[p[1] : p[2]] for p in pieces])
+        ns = np.array([p[2] - p[1] for p in pieces], np.int64)
+        self._store(t, v, keys, ns)
+        return t, v
+
+    def _store(self, t: np.ndarray, v: np.ndarray, keys: list[Key], ns: np.ndarray) -> list[Piece]:
+        block = _Block(t, v, keys)
+        first = np.zeros(ns.size + 1, np.int64)
+        np.cumsum(ns, out=first[1:])
+        pieces = [(block, a, b) for a, b in zip(first[:-1].tolist(), first[1:].tolist(), strict=True)]
+        if not self.fits(t.size):
+            return pieces
+        with self._lock:
+            for key, piece in zip(keys, pieces, strict=True):
+                old = self._where.get(key)
+                if old is not None and old[0] is block:
+                    continue  # the same chunk twice in one read
+                if old is not None:
+                    self._release(old[0])
+                self._where[key] = piece
+                block.refs += 1
+            self._blocks[id(block)] = block
+            self.bytes += block.nbytes
+            while self.bytes > self.max_bytes and self._blocks:
+                _, gone = self._blocks.popitem(last=False)
+                self.bytes -= gone.nbytes
+                for key in gone.keys:
+                    held = self._where.get(key)
+                    if held is not None and held[0] is gone:
+                        del self._where[key]
+        return pieces
+
+    def _release(self, block: _Block) -> None:
+        block.refs -= 1
+        if block.refs == 0 and self._blocks.pop(id(block), None) is not None:
+            self.bytes -= block.nbytes

@@ -1,0 +1,318 @@
+"""Reads from chunks kept in memory (store/chunkcache.py) return what is stored, while the writer moves it."""
+
+from __future__ import annotations
+
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from gpuwatch.clock import FakeClock
+from gpuwatch.model import STALE_NAN, Batch, Matcher, Sample, make_labels
+from gpuwatch.store import Store
+from gpuwatch.store import writer as writer_module
+from gpuwatch.store.chunkcache import ChunkCache, ChunkIndex
+from gpuwatch.store.chunking import WINDOW_MS
+
+NAME = Matcher("__name__", "=", "m")
+T0 = 1_800_000_000_000 // WINDOW_MS * WINDOW_MS
+STEP = 600_000  # 10 minutes: a window holds 12 samples, so ops cross windows and compaction merges them
+RANGES = [(T0, T0 + 30 * STEP), (T0 + 5 * STEP, T0 + 14 * STEP), (T0 + 13 * STEP + 1, T0 + 13 * STEP + 1)]
+Model = dict[str, dict[int, float]]
+
+
+def _bits(v: float) -> int:
+    return int(np.float64(v).view(np.uint64))
+
+
+def _expected(model: Model, start: int, end: int) -> list[tuple[str, list[int], list[int]]]:
+    out = []
+    for s, pts in sorted(model.items()):
+        ts = sorted(t for t in pts if start <= t <= end)
+        if ts:
+            out.append((s, ts, [_bits(pts[t]) for t in ts]))
+    return out
+
+
+def _got(store: Store, start: int, end: int) -> list[tuple[str, list[int], list[int]]]:
+    return sorted(
+        (dict(sd.labels)["s"], sd.timestamps_ms.tolist(), sd.values.view(np.uint64).tolist())
+        for sd in store.select([NAME], start, end)
+    )
+
+
+def _agree(store: Store, model: Model) -> None:
+    for start, end in RANGES:
+        assert _got(store, start, end) == _expected(model, start, end), (start, end)
+    last = {s for s, _, _ in _expected(model, T0, T0 + 40 * STEP)}
+    assert {dict(sd.labels)["s"] for sd in store.select_last([NAME], T0, T0 + 40 * STEP)} == last
+
+
+_value = st.one_of(st.floats(-5, 5, allow_nan=False), st.just(STALE_NAN))
+_op = st.one_of(
+    st.tuples(
+        st.just("batch"), st.integers(0, 30), st.lists(st.tuples(st.sampled_from("ab"), _value), max_size=3)
+    ),
+    st.tuples(
+        st.just("series"),
+        st.sampled_from("abc"),
+        st.lists(st.tuples(st.integers(0, 30), _value), min_size=1, max_size=12),
+    ),
+    st.tuples(st.just("compact")),
+    st.tuples(st.just("retention"), st.integers(0, 20)),
+    st.tuples(st.just("reopen")),
+)
+
+
+def _apply(store: Store, model: Model, op: tuple[Any, ...]) -> None:
+    kind = op[0]
+    if kind == "batch":
+        t = T0 + op[1] * STEP
+        store.append(Batch(t, [Sample("m", make_labels({"s": s}), v) for s, v in op[2]]))
+        for s, v in op[2]:
+            model.setdefault(s, {})[t] = v
+    elif kind == "series":
+        t = np.array([T0 + x * STEP for x, _ in op[2]], np.int64)
+        v = np.array([v for _, v in op[2]], np.float64)
+        store.append_series("m", make_labels({"s": op[1]}), t, v)
+        for ti, vi in zip(t.tolist(), v.tolist(), strict=True):
+            model.setdefault(op[1], {})[ti] = vi
+    elif kind == "compact":
+        store.compact()
+    elif kind == "retention":
+        cutoff = T0 + op[1] * STEP
+        store.apply_retention(cutoff)
+        for pts in model.values():
+            for t in [t for t in pts if t < cutoff]:
+                del pts[t]
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(ops=st.lists(_op, min_size=1, max_size=14), cache_kb=st.sampled_from([1, 4, 1024]))
+def test_reads_return_what_was_written_through_compaction_retention_and_reopening(
+    ops: list[tuple[Any, ...]], cache_kb: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(writer_module, "_BULK_MIN", 6)  # imports of 6+ samples become chunks directly
+    clock = FakeClock(T0 / 1000)
+
+    def open_store(tmp: str, **kw: Any) -> Store:
+        return Store.open(Path(tmp), clock=clock, chunk_cache_mb=cache_kb / 1024, **kw)
+
+    model: Model = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        store = open_store(tmp, flush_interval_s=3600, retention_s=0)
+        try:
+            for op in ops:
+                if op[0] == "reopen":
+                    store.close()
+                    store = open_store(tmp, flush_interval_s=3600, retention_s=0)
+                else:
+                    _apply(store, model, op)
+                store.flush()
+                _agree(store, model)
+                _agree(store, model)  # again: now from the cache where it kept them
+                cache = store._chunks
+                assert cache is not None and cache.bytes <= cache.max_bytes
+            store.close()
+            store = open_store(tmp, read_only=True)
+            _agree(store, model)
+            _agree(store, model)
+        finally:
+            store.close()
+
+
+def _store_with_chunks_and_head() -> tuple[Store, Model]:
+    """Two compacted windows of series a and b, and a head row of each in the third."""
+    store = Store.open(None, clock=FakeClock(T0 / 1000), flush_interval_s=3600)
+    model: Model = {}
+    for k in range(24):
+        _apply(store, model, ("batch", k, [("a", float(k)), ("b", -float(k))]))
+    store.compact()
+    _apply(store, model, ("batch", 24, [("a", 24.0), ("b", -24.0)]))
+    store.flush()
+    return store, model
+
+
+def _once(action: Callable[[], None]) -> Callable[[], None]:
+    done: list[bool] = []
+
+    def run() -> None:
+        if not done:
+            done.append(True)
+            action()
+
+    return run
+
+
+def test_a_compaction_between_the_index_and_the_head_read_loses_nothing(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The head rows move into new chunks after the reader took the chunk index and before it reads the
+    head: the index misses the new chunks and the head is empty, so the read must notice and read again."""
+    store, model = _store_with_chunks_and_head()
+    with store:
+        _agree(store, model)  # the index is built and the chunks cached
+        compact = _once(store.compact)
+        original = ChunkCache.index
+
+        def index_then_compact(self: ChunkCache, cur: Any, generation: int) -> ChunkIndex | None:
+            found = original(self, cur, generation)
+            compact()
+            return found
+
+        monkeypatch.setattr(ChunkCache, "index", index_then_compact)
+        assert _got(store, T0, T0 + 30 * STEP) == _expected(model, T0, T0 + 30 * STEP)
+        assert store.stats()["head_samples"] == 0  # the compaction did happen inside the read
+        _agree(store, model)
+
+
+def test_an_index_built_while_the_writer_rewrites_chunks_is_not_kept(monkeypatch: pytest.MonkeyPatch) -> None:
+    store, model = _store_with_chunks_and_head()
+    with store:
+        before = _expected(model, T0, T0 + 30 * STEP)
+        _apply(store, model, ("batch", 25, [("a", 25.0)]))
+
+        def rewrite() -> None:
+            store.compact()  # moves the head rows (t 24 and 25) into chunks
+            store.apply_retention(T0 + 5 * STEP)  # retention_s=30d: deletes nothing
+
+        rewrite_once = _once(rewrite)
+        original = ChunkIndex.load.__func__  # type: ignore[attr-defined]
+
+        def load_then_rewrite(cls: type[ChunkIndex], cur: Any, generation: int) -> ChunkIndex:
+            found = original(cls, cur, generation)
+            rewrite_once()
+            return found
+
+        monkeypatch.setattr(ChunkIndex, "load", classmethod(load_then_rewrite))
+        store.flush()
+        assert _got(store, T0, T0 + 30 * STEP) in (before, _expected(model, T0, T0 + 30 * STEP))
+        cache = store._chunks
+        assert cache is not None and cache._index is None  # built during a write: not kept
+        _agree(store, model)  # the next reads build it again and see the new chunks
+
+
+def test_chunks_rewritten_after_they_were_cached_are_read_anew() -> None:
+    """Compaction merges a window's chunks into one and retention trims them: cached chunks of before are
+    not what is stored any more, and reads must show what is."""
+    store = Store.open(None, clock=FakeClock(T0 / 1000), flush_interval_s=3600, retention_s=0)
+    model: Model = {}
+    with store:
+        for k in range(0, 12, 2):
+            _apply(store, model, ("batch", k, [("a", float(k))]))
+        store.compact()
+        _agree(store, model)
+        for k in range(1, 12, 2):  # the same window again: compaction merges the two chunks into one
+            _apply(store, model, ("batch", k, [("a", 100.0 + k)]))
+        _apply(store, model, ("batch", 4, [("a", -4.0)]))  # and overwrites a sample
+        store.compact()
+        _agree(store, model)
+        _apply(store, model, ("retention", 7))
+        _agree(store, model)
+        # What the cache holds is what is stored now: the chunks before the merge and the trim are gone.
+        cache = store._chunks
+        assert cache is not None and cache._index is not None
+        live = set(cache._index.keys(np.arange(cache._index.sid.size)))
+        assert cache._where and set(cache._where) <= live
+        assert cache.bytes == sum(b.nbytes for b in cache._blocks.values())
+
+
+def test_the_cache_keeps_within_its_size_and_skips_reads_bigger_than_half_of_it() -> None:
+    store = Store.open(None, clock=FakeClock(T0 / 1000), chunk_cache_mb=0.1)  # 104,857 bytes
+    t = T0 + np.arange(2_000, dtype=np.int64) * 15_000  # 7 windows of 480 samples, the last of 80
+    with store:
+        for s in range(6):
+            store.append_series("m", make_labels({"s": str(s)}), t, np.sin(t / 1e6 + s))
+        store.flush()
+        cache = store._chunks
+        assert cache is not None
+        small = [Matcher("__name__", "=", "m"), Matcher("s", "=", "0")]
+        first = store.select(small, int(t[0]), int(t[-1]))
+        assert cache.bytes > 2_000 * 16
+        misses = cache.misses
+        assert [s.values.tolist() for s in store.select(small, int(t[0]), int(t[-1]))] == [
+            s.values.tolist() for s in first
+        ]
+        assert cache.misses == misses  # answered from memory
+        everything = store.select([NAME], int(t[0]), int(t[-1]))  # 12,000 samples: 192 kB > half
+        assert len(everything) == 6 and all(s.values.size == 2_000 for s in everything)
+        assert cache.bytes <= cache.max_bytes
+        for s in range(6):  # series by series, each fits: older ones go first
+            one = store.select([NAME, Matcher("s", "=", str(s))], int(t[0]), int(t[-1]))
+            assert one[0].values.tolist() == np.sin(t / 1e6 + s).tolist()
+            assert cache.bytes <= cache.max_bytes
+
+
+def test_a_store_without_a_cache_reads_the_same() -> None:
+    t = T0 + np.arange(1_500, dtype=np.int64) * 15_000
+    answers = []
+    for mb in (0, 64):
+        with Store.open(None, clock=FakeClock(T0 / 1000), chunk_cache_mb=mb) as store:
+            store.append_series("m", make_labels({"s": "a"}), t, np.cos(t / 1e7))
+            store.append(Batch(int(t[-1]) + 15_000, [Sample("m", make_labels({"s": "a"}), 7.0)]))
+            store.flush()
+            assert (store._chunks is None) == (mb == 0)
+            answers.append(_got(store, int(t[100]), int(t[-1]) + 15_000))
+    assert answers[0] == answers[1]
+    assert answers[0][0][1][-1] == int(t[-1]) + 15_000  # the head row
+
+
+def test_the_setting_sizes_the_cache_of_gpuwatch_serve(tmp_path: Path, clock: FakeClock, nvml: Any) -> None:
+    from gpuwatch.app import build_runtime
+    from gpuwatch.config import load
+    from gpuwatch.errors import ConfigError
+
+    settings = load(None, {"GPUWATCH_CHUNK_CACHE_MB": "16"}, {"data_dir": str(tmp_path / "d"), "demo": True})
+    runtime = build_runtime(settings, "node-1", clock=clock, nvml=nvml)
+    try:
+        cache = runtime.store._chunks
+        assert cache is not None and cache.max_bytes == 16 * 2**20
+    finally:
+        runtime.close()
+    with pytest.raises(ConfigError, match="chunk_cache_mb"):
+        load(None, {"GPUWATCH_CHUNK_CACHE_MB": "-1"}, {})
+
+
+def test_reads_racing_flushes_and_compactions_see_every_flushed_sample() -> None:
+    """A reader thread reads while the writer flushes and compacts (windows closing and merging): every
+    read holds all samples flushed before it began, without holes. Not timing-based: it holds for any
+    interleaving; the threads just make many of them happen."""
+    import threading
+
+    store = Store.open(None, clock=FakeClock(T0 / 1000), flush_interval_s=3600, chunk_cache_mb=1)
+    step = WINDOW_MS // 8  # a window closes every 8 batches, so compaction keeps merging
+    flushed = [0]  # batches flushed so far
+    errors: list[str] = []
+    stop = threading.Event()
+
+    def read() -> None:
+        while not stop.is_set():
+            before = flushed[0]
+            for sd in store.select([NAME], T0, T0 + 400 * step):
+                k = (sd.timestamps_ms - T0) // step
+                if k.tolist() != list(range(k.size)) or sd.values.tolist() != [float(x) for x in k.tolist()]:
+                    errors.append(f"hole or wrong value in {dict(sd.labels)}: {k.tolist()[:20]}...")
+                if k.size < before:
+                    errors.append(f"{k.size} samples, {before} were flushed before the read")
+
+    reader = threading.Thread(target=read)
+    with store:
+        reader.start()
+        try:
+            for k in range(200):
+                store.append(
+                    Batch(T0 + k * step, [Sample("m", make_labels({"s": s}), float(k)) for s in "abc"])
+                )
+                store.flush()
+                flushed[0] = k + 1
+                if k % 3 == 2:
+                    store.compact()
+        finally:
+            stop.set()
+            reader.join()
+    assert not errors, errors[:3]
