@@ -243,7 +243,7 @@ class HttpFetcher:
                     conn = self._connect(spec, timeout_s)
                 try:
                     response, sock = _request(conn, path, headers)
-                except (ConnectionResetError, BrokenPipeError):  # http.client.RemoteDisconnected too
+                except (ConnectionResetError, BrokenPipeError, ssl.SSLEOFError):  # RemoteDisconnected too
                     if not reused:
                         raise
                     conn.close()  # the server closed the kept connection: once more, on a new one
