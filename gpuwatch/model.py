@@ -72,6 +72,61 @@ class Batch:
     samples: Sequence[Sample]
 
 
+class SeriesTable:
+    """A source's series numbered densely from 0, for batches that carry numbers instead of labels.
+
+    A source that writes the same series again and again (a scrape target) adds each series once and
+    hands the store `TableSamples`: an array of these numbers and an array of values. The store keeps
+    its own number -> series id array per table (by the table's identity, weakly), so a batch costs it
+    one numpy take instead of a label lookup per sample. Series are only ever appended; a source that
+    wants to forget series starts a new table. The same (name, labels) may appear under two numbers.
+    """
+
+    __slots__ = ("names", "labels", "__weakref__")
+
+    def __init__(self) -> None:
+        self.names: list[str] = []
+        self.labels: list[Labels] = []
+
+    def __len__(self) -> int:
+        return len(self.names)
+
+    def add(self, name: str, labels: Labels) -> int:
+        """Append a series; return its number."""
+        self.labels.append(labels)
+        self.names.append(name)  # last: a reader that sees the new length sees both lists filled
+        return len(self.names) - 1
+
+
+class TableSamples(Sequence[Sample]):
+    """Samples as numbers into a `SeriesTable` (`numbers`, intp) and `values` (float64), in order.
+
+    Reads as a sequence of `Sample`s for anyone who iterates it; the store takes the arrays directly.
+    Both arrays belong to the batch: nobody changes them after it is made.
+    """
+
+    __slots__ = ("table", "numbers", "values")
+
+    def __init__(self, table: SeriesTable, numbers: np.ndarray, values: np.ndarray) -> None:
+        self.table = table
+        self.numbers = numbers
+        self.values = values
+
+    def __len__(self) -> int:
+        return int(self.numbers.size)
+
+    def __getitem__(self, i: Any) -> Any:
+        if isinstance(i, slice):
+            return [self[j] for j in range(*i.indices(len(self)))]
+        k = int(self.numbers[i])
+        return Sample(self.table.names[k], self.table.labels[k], float(self.values[i]))
+
+    def __iter__(self) -> Any:
+        names, labels = self.table.names, self.table.labels
+        for k, v in zip(self.numbers.tolist(), self.values.tolist(), strict=True):
+            yield Sample(names[k], labels[k], v)
+
+
 class Matcher(NamedTuple):
     """A label matcher as in PromQL: op is one of '=', '!=', '=~', '!~'.
 

@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import gzip
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
-import requests
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 
 from gpuwatch.clock import FakeClock, SystemClock
@@ -272,11 +271,14 @@ def test_openmetrics_answer_is_parsed_as_such(site: Site) -> None:
     assert pool.states()[0]["invalidLines"] == 0
 
 
-def test_no_requests_warnings_for_unused_session() -> None:
-    # The fetcher's sessions live per thread; creating one must not touch the environment's proxies.
-    fetcher = HttpFetcher(SystemClock())
-    session: Callable[[], requests.Session] = fetcher._session
-    assert session().trust_env is False
+def test_proxies_from_the_environment_are_not_used(site: Site, monkeypatch: pytest.MonkeyPatch) -> None:
+    dead = f"http://127.0.0.1:{free_port()}"
+    for name in ("HTTP_PROXY", "http_proxy", "HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy"):
+        monkeypatch.setenv(name, dead)
+    site.routes["/metrics"] = Route(body=b"a 1\n")
+    pool, batches = make_pool([job(site.address)], FakeClock())
+    pool.scrape_all()
+    assert by_key(batches)[("a", (("instance", site.address), ("job", "j")))] == 1
 
 
 def test_a_trickling_body_is_cut_at_the_timeout(site: Site) -> None:

@@ -11,31 +11,36 @@ Fetching is separate (`fetch(spec, timeout_s) -> FetchResult`), so tests can han
 from __future__ import annotations
 
 import base64
+import http.client
+import ssl
 import threading
+import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timezone
+from itertools import repeat
+from operator import itemgetter
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, cast
 from urllib.parse import urlencode
 
-import requests
-import urllib3
+import numpy as np
 
 from gpuwatch import __version__
 from gpuwatch.clock import Clock
 from gpuwatch.collect.relabel import relabel
 from gpuwatch.config import format_duration
 from gpuwatch.errors import ScrapeError
-from gpuwatch.model import STALE_NAN, Batch, Labels, Sample, make_labels
+from gpuwatch.model import STALE_NAN, Batch, Labels, Sample, SeriesTable, TableSamples, make_labels
 from gpuwatch.scrapeconfig import Auth, Relabel, ScrapeConfig, StaticGroup, Tls
-from gpuwatch.textformat import FamilyMeta, Parser, is_openmetrics_content_type
+from gpuwatch.textformat import FamilyMeta, Parser, ParseResult, is_openmetrics_content_type
 
 # Text 0.0.4 only. prometheus_client 0.23-0.26 mangles `vllm:` names when it answers in OpenMetrics, and
 # its choose_encoder() ignores q-values: any mention of application/openmetrics-text gets OpenMetrics.
 # An OpenMetrics answer (from a server that sends it anyway) is still parsed as OpenMetrics.
 ACCEPT = "text/plain;version=0.0.4;q=1,*/*;q=0.1"
 MAX_BODY_BYTES = 32 * 1024 * 1024
+_READ = 256 * 1024  # bytes asked of the socket at a time
 REPORT_NAMES = (
     "up",
     "scrape_duration_seconds",
@@ -46,7 +51,9 @@ REPORT_NAMES = (
 )
 _MAX_CACHE = 500_000
 _NEVER = "0001-01-01T00:00:00Z"
-_MISSING: Any = object()
+_NO_NUMBERS = np.zeros(0, np.intp)
+_NO_VALUES = np.zeros(0, np.float64)
+_VALUE = itemgetter(3)  # a parsed sample's value
 
 SeriesKey = tuple[str, Labels]
 
@@ -158,19 +165,55 @@ def _secret(auth: Auth) -> str:
 
 
 class HttpFetcher:
-    """Fetch with `requests`: no redirects, no proxies from the environment, a body cap, a deadline."""
+    """Fetch with the standard library's `http.client`: http and https only, no redirects, no proxies,
+    gzip, a body cap (decompressed, so a gzip bomb stops at the cap), a deadline for the whole fetch.
+
+    A connection is kept for the next scrape where the server allows it (per scheme, address and TLS
+    options; prometheus_client's server closes it after each answer). A kept connection that the
+    server has closed meanwhile is replaced once, before anything was read. `close()` closes the kept
+    ones. This does per scrape what `requests` did in several layers (a session, a prepared request,
+    cookies, urllib3's response), for about a third of its CPU (bench/README.md, Scrape).
+    """
 
     def __init__(self, clock: Clock, max_body_bytes: int = MAX_BODY_BYTES) -> None:
         self._clock = clock
         self.max_body_bytes = max_body_bytes
-        self._local = threading.local()  # requests.Session is not thread-safe: one per pool thread
+        self._lock = threading.Lock()
+        self._idle: dict[tuple[str, str, Tls], list[http.client.HTTPConnection]] = {}
+        self._contexts: dict[Tls, ssl.SSLContext] = {}
+        self._closed = False
 
-    def _session(self) -> requests.Session:
-        session = getattr(self._local, "session", None)
-        if session is None:
-            session = self._local.session = requests.Session()
-            session.trust_env = False  # no proxy or .netrc surprises for a local scrape
-        return session
+    def close(self) -> None:
+        """Close the kept connections; later fetches still work, and close what they open."""
+        with self._lock:
+            conns = [c for idle in self._idle.values() for c in idle]
+            self._idle.clear()
+            self._closed = True
+        for conn in conns:
+            conn.close()
+
+    def _context(self, tls: Tls) -> ssl.SSLContext:
+        context = self._contexts.get(tls)
+        if context is None:
+            if tls.insecure_skip_verify:
+                context = ssl.create_default_context()
+                context.check_hostname = False
+                context.verify_mode = ssl.CERT_NONE
+            else:
+                context = ssl.create_default_context(cafile=tls.ca_file or None)
+            if tls.cert_file:
+                context.load_cert_chain(tls.cert_file, tls.key_file or None)
+            self._contexts[tls] = context
+        return context
+
+    def _connect(self, spec: TargetSpec, timeout_s: float) -> http.client.HTTPConnection:
+        if spec.scheme == "http":
+            return http.client.HTTPConnection(spec.address, timeout=timeout_s)
+        if spec.scheme == "https":
+            return http.client.HTTPSConnection(
+                spec.address, timeout=timeout_s, context=self._context(spec.tls)
+            )
+        raise ScrapeError(f"unsupported scheme {spec.scheme!r}; use http or https")
 
     def __call__(self, spec: TargetSpec, timeout_s: float) -> FetchResult:
         headers = {
@@ -186,57 +229,114 @@ class HttpFetcher:
                 headers["Authorization"] = f"Basic {token}"
             else:
                 headers["Authorization"] = f"{spec.auth.kind} {secret}"
-        verify: bool | str = not spec.tls.insecure_skip_verify
-        if spec.tls.ca_file and verify:
-            verify = spec.tls.ca_file
-        cert = (spec.tls.cert_file, spec.tls.key_file) if spec.tls.cert_file else None
+        query = f"?{urlencode(spec.params)}" if spec.params else ""
+        path = f"{spec.metrics_path}{query}"
         deadline = self._clock.monotonic() + timeout_s
+        key = (spec.scheme, spec.address, spec.tls)
+        with self._lock:
+            idle = self._idle.get(key)
+            conn = idle.pop() if idle else None
+        reused = conn is not None
         try:
-            response = self._session().get(
-                spec.url,
-                headers=headers,
-                timeout=timeout_s,
-                stream=True,
-                allow_redirects=False,
-                verify=verify,
-                cert=cert,
-            )
-        except requests.Timeout:
-            raise ScrapeError(f"timed out after {timeout_s:g}s (scrape_timeout)") from None
-        except (requests.RequestException, OSError, ValueError) as e:  # OSError: e.g. a missing ca_file
-            raise ScrapeError(_short(e)) from None
-        with response:
-            if response.status_code != 200:
-                hint = " (redirects are not followed)" if 300 <= response.status_code < 400 else ""
-                raise ScrapeError(
-                    f"server returned HTTP status {response.status_code} {response.reason}{hint}"
-                )
-            chunks, size = [], 0
-            raw = response.raw
-            # read1 returns after each network read, so a server that trickles bytes cannot hold the
-            # scrape past its deadline (read() would wait until 64 KiB had arrived).
-            read = getattr(raw, "read1", None) or raw.read
             try:
-                while True:
-                    chunk = read(65536, decode_content=True)
-                    if not chunk:
-                        break
-                    size += len(chunk)
-                    if size > self.max_body_bytes:
-                        raise ScrapeError(f"body larger than {self.max_body_bytes} bytes; scrape abandoned")
-                    if self._clock.monotonic() > deadline:
-                        raise ScrapeError(f"timed out after {timeout_s:g}s (scrape_timeout) reading the body")
-                    chunks.append(chunk)
-            except (urllib3.exceptions.HTTPError, requests.RequestException, OSError) as e:
-                if "timed out" in str(e).lower():
-                    raise ScrapeError(
-                        f"timed out after {timeout_s:g}s (scrape_timeout) reading the body"
-                    ) from None
-                raise ScrapeError(f"reading the body failed: {_short(e)}") from None
-            return FetchResult(b"".join(chunks), response.headers.get("Content-Type"))
+                if conn is None:
+                    conn = self._connect(spec, timeout_s)
+                try:
+                    response, sock = _request(conn, path, headers)
+                except (ConnectionResetError, BrokenPipeError, ssl.SSLEOFError):  # RemoteDisconnected too
+                    if not reused:
+                        raise
+                    conn.close()  # the server closed the kept connection: once more, on a new one
+                    conn = self._connect(spec, timeout_s)
+                    response, sock = _request(conn, path, headers)
+            except TimeoutError:
+                raise ScrapeError(f"timed out after {timeout_s:g}s (scrape_timeout)") from None
+            except http.client.RemoteDisconnected as e:
+                raise ScrapeError(str(e)) from None
+            except http.client.BadStatusLine as e:
+                raise ScrapeError(
+                    f"not an HTTP answer: status line {_short(repr(str(e.args[0] if e.args else '').strip()))}"
+                ) from None
+            except (
+                OSError,
+                http.client.HTTPException,
+                ValueError,
+            ) as e:  # OSError: also ssl, a missing ca_file
+                raise ScrapeError(_short(e)) from None
+            if response.status != 200:
+                hint = " (redirects are not followed)" if 300 <= response.status < 400 else ""
+                raise ScrapeError(f"server returned HTTP status {response.status} {response.reason}{hint}")
+            body = self._body(response, sock, deadline, timeout_s)
+            response.close()  # read to its end; a kept connection needs its response closed
+        except BaseException:
+            if conn is not None:
+                conn.close()
+            raise
+        if response.will_close:
+            conn.close()
+        else:
+            with self._lock:
+                if not self._closed:
+                    self._idle.setdefault(key, []).append(conn)
+                    conn = None
+            if conn is not None:
+                conn.close()
+        return FetchResult(body, response.getheader("Content-Type"))
+
+    def _body(
+        self, response: http.client.HTTPResponse, sock: Any, deadline: float, timeout_s: float
+    ) -> bytes:
+        """Read the body to the end, decompressed, within the deadline and the size cap."""
+        encoding = (response.getheader("Content-Encoding") or "").strip().lower()
+        if encoding in ("gzip", "x-gzip"):
+            decoder: Any = zlib.decompressobj(16 + zlib.MAX_WBITS)
+        elif encoding == "deflate":
+            decoder = zlib.decompressobj()
+        elif encoding in ("", "identity"):
+            decoder = None
+        else:
+            raise ScrapeError(f"unsupported Content-Encoding {encoding!r}")
+        cap, clock = self.max_body_bytes, self._clock
+        chunks, size = [], 0
+        try:
+            while True:
+                left = deadline - clock.monotonic()
+                if left <= 0:
+                    raise TimeoutError
+                # read1 returns after each network read, so a server that trickles bytes cannot hold
+                # the scrape past its deadline; each read waits at most for what is left of it.
+                sock.settimeout(left)
+                chunk = response.read1(_READ)
+                if decoder is not None:
+                    chunk = decoder.decompress(chunk, cap + 1 - size) if chunk else decoder.flush()
+                if not chunk:
+                    break
+                size += len(chunk)
+                if size > cap:
+                    raise ScrapeError(f"body larger than {cap} bytes; scrape abandoned")
+                chunks.append(chunk)
+            if response.length:  # http.client ends a Content-Length body that stops short quietly
+                raise ScrapeError(
+                    f"reading the body failed: the connection closed {response.length} bytes early"
+                )
+        except TimeoutError:
+            raise ScrapeError(f"timed out after {timeout_s:g}s (scrape_timeout) reading the body") from None
+        except (OSError, http.client.HTTPException, zlib.error) as e:
+            raise ScrapeError(f"reading the body failed: {_short(e)}") from None
+        return b"".join(chunks)
 
 
-def _short(e: BaseException) -> str:
+def _request(
+    conn: http.client.HTTPConnection, path: str, headers: dict[str, str]
+) -> tuple[http.client.HTTPResponse, Any]:
+    """Send the GET and read the status and headers; also return the socket (a response that closes
+    the connection keeps reading from it after `conn` has let go of it)."""
+    conn.request("GET", path, headers=headers)
+    sock = conn.sock
+    return conn.getresponse(), sock
+
+
+def _short(e: BaseException | str) -> str:
     """One line for a requests/urllib3 error (they nest whole reprs of their causes)."""
     text = str(e)
     for marker in ("Connection refused", "Name or service not known", "Temporary failure in name resolution"):
@@ -251,28 +351,18 @@ def _iso(ms: int | None) -> str:
     return datetime.fromtimestamp(ms / 1000, tz=timezone.utc).isoformat().replace("+00:00", "Z")
 
 
-class _Series:
-    """One final series of a target (after target labels and metric_relabel_configs), shared by every
-    line that names it; `gen` is the number of the last scrape that had it (staleness, series added)."""
-
-    __slots__ = ("name", "labels", "gen")
-
-    def __init__(self, name: str, labels: Labels) -> None:
-        self.name = name
-        self.labels = labels
-        self.gen = -1  # scrape numbers start at 1
-
-
 class Target:
     """One target's scraper and its state: the label caches, the series seen last time, its health.
 
     The scrape cache (as Prometheus's scrapeCache): the raw text of a line's series (the parser's
-    `keys`) -> the final series it becomes, or None where metric_relabel_configs drop it; an
-    unchanged line then costs a dict lookup and its value. Lines without a key (timestamps, escapes,
-    OpenMetrics) are looked up by parsed name and labels. Every final series is one `_Series` object,
-    so staleness and `scrape_series_added` compare scrape numbers instead of hashing label sets. The
-    cache lives as long as the target: a configuration change (relabel rules included) makes a new
-    `TargetSpec` and so a new `Target` with an empty cache.
+    `keys`) -> the number of the final series it becomes (after target labels, `honor_labels` and
+    metric_relabel_configs) in the target's `SeriesTable`, or -1 where metric_relabel_configs drop it;
+    an unchanged line then costs a dict lookup, done for the whole page in one `map`. Lines without a
+    key (timestamps, escapes, OpenMetrics) are looked up by parsed name and labels. Staleness and
+    `scrape_series_added` compare scrape numbers kept per series number in an array, and the batch
+    carries the numbers and values as arrays (`TableSamples`), so the store maps them to its series
+    ids with one numpy take. The cache lives as long as the target: a configuration change (relabel
+    rules included) makes a new `TargetSpec` and so a new `Target` with an empty cache.
     """
 
     def __init__(self, spec: TargetSpec, fetch: Fetch, clock: Clock) -> None:
@@ -280,11 +370,8 @@ class Target:
         self._fetch = fetch
         self._clock = clock
         self._parser = Parser()
-        self._by_key: dict[str, _Series | None] = {}  # raw series text -> final series
-        self._by_labels: dict[SeriesKey, _Series | None] = {}  # parsed (name, labels) -> final series
-        self._series: dict[SeriesKey, _Series] = {}  # final (name, labels) -> its one _Series
+        self._new_table([])
         self._gen = 0  # number of the last scrape; a failed one counts, with no series
-        self._last: list[_Series] = []  # the series the last scrape had (no timestamp), each once
         self.health = "unknown"
         self.last_error = ""
         self.last_scrape_ms: int | None = None
@@ -295,6 +382,17 @@ class Target:
         self.scrapes = 0
         self.metadata: dict[str, FamilyMeta] = {}  # HELP/TYPE/UNIT from the last successful scrape
         self.lock = threading.Lock()  # held while a scrape runs: never two at once for one target
+
+    def _new_table(self, keep: list[SeriesKey]) -> None:
+        """Start a new series table holding the report series and `keep` (the last scrape's series)."""
+        table = self._table = SeriesTable()
+        self._report = np.array([table.add(n, self.spec.labels) for n in REPORT_NAMES], np.intp)
+        self._by_key: dict[str, int] = {}  # raw series text -> number of the final series, -1: dropped
+        self._by_labels: dict[SeriesKey, int] = {}  # parsed (name, labels) -> the same
+        self._series: dict[SeriesKey, int] = {k: table.add(*k) for k in keep}  # final -> its number
+        self._gens = np.full(max(64, 2 * len(table)), -1, np.int64)  # number -> last scrape that had it
+        self._gens[len(REPORT_NAMES) : len(table)] = getattr(self, "_gen", 0)
+        self._last = np.arange(len(REPORT_NAMES), len(table), dtype=np.intp)  # last scrape's, each once
 
     def _labels(self, name: str, labels: Labels) -> SeriesKey | None:
         """Attach the target labels (honor_labels decides conflicts), then metric_relabel_configs."""
@@ -322,38 +420,87 @@ class Target:
                 return None
         return name, make_labels(d)
 
-    def _final(self, name: str, labels: Labels) -> _Series | None:
+    def _final(self, name: str, labels: Labels) -> int:
         final = self._labels(name, labels)
         if final is None:
-            return None
+            return -1
         found = self._series.get(final)
         if found is None:
-            found = self._series[final] = _Series(*final)
+            found = self._series[final] = self._table.add(*final)
         return found
 
-    def _lookup(self, name: str, labels: Labels) -> _Series | None:
+    def _lookup(self, name: str, labels: Labels) -> int:
         key = (name, labels)
-        found = self._by_labels.get(key, _MISSING)
-        if found is _MISSING:
+        found = self._by_labels.get(key)
+        if found is None:
             found = self._by_labels[key] = self._final(name, labels)
-        return found  # type: ignore[no-any-return]
+        return found
 
     def _trim(self) -> None:
         """Forget cached lines and series once there are too many; keep the last scrape's series."""
         if max(len(self._by_key), len(self._by_labels), len(self._series)) > _MAX_CACHE:
-            self._by_key.clear()
-            self._by_labels.clear()
-            self._series = {(s.name, s.labels): s for s in self._last}
+            names, labels = self._table.names, self._table.labels
+            self._new_table([(names[i], labels[i]) for i in self._last.tolist()])
+
+    def _numbers(
+        self, parsed: ParseResult, stamped: dict[int, list[Sample]]
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Each sample's series number (-1: dropped) and value; timestamped samples go to `stamped`."""
+        samples, keys, n = parsed.samples, parsed.keys, len(parsed.samples)
+        by_key = self._by_key
+        if len(keys) == n and None not in keys:  # text format, every line `<series> <value>`
+            text_keys = cast("list[str]", keys)
+            index = np.fromiter(map(by_key.get, text_keys, repeat(-2)), np.intp, n)
+            if n and index.min() < -1:  # lines not seen before (-2)
+                for j in np.flatnonzero(index == -2).tolist():
+                    found = by_key.get(text_keys[j])  # a page may name a new series twice
+                    if found is None:
+                        found = by_key[text_keys[j]] = self._final(*samples[j][:2])
+                    index[j] = found
+            return index, np.fromiter(map(_VALUE, samples), np.float64, n)
+        numbers: list[int] = []
+        values: list[float] = []
+        honor_ts = self.spec.honor_timestamps
+        names, labels = self._table.names, self._table.labels
+        for (name, labels_, ts, value), key in zip(
+            samples, keys if len(keys) == n else repeat(None), strict=False
+        ):
+            if key is None:
+                number = self._lookup(name, labels_)
+            else:
+                number = by_key.get(key, -2)
+                if number == -2:
+                    number = by_key[key] = self._final(name, labels_)
+            if ts is None or not honor_ts or number < 0:
+                numbers.append(number)
+                values.append(value)
+            else:
+                stamped.setdefault(ts, []).append(Sample(names[number], labels[number], value))
+        return np.array(numbers, np.intp), np.array(values, np.float64)
+
+    def _mark(self, index: np.ndarray, gen: int) -> tuple[np.ndarray, int]:
+        """Record that scrape `gen` had the series `index`; return them each once, and how many are new."""
+        gens = self._gens
+        if gens.size < len(self._table):
+            grown = np.full(2 * len(self._table), -1, np.int64)
+            grown[: gens.size] = gens
+            gens = self._gens = grown
+        if index.size and np.bincount(index).max() > 1:  # a series twice in one page: first one counts
+            _, first = np.unique(index, return_index=True)
+            index = index[np.sort(first)]
+        added = int(np.count_nonzero(gens[index] != gen - 1))
+        gens[index] = gen
+        return index, added
 
     def scrape(self) -> list[Batch]:
         """Scrape once; return the batches to store (the first one is stamped with the scrape time)."""
         clock, spec = self._clock, self.spec
         now_ms = clock.now_ms()
         start = clock.monotonic()
-        samples: list[Sample] = []
+        index, values = _NO_NUMBERS, _NO_VALUES
         stamped: dict[int, list[Sample]] = {}
-        current: list[_Series] = []
-        gen, prev_gen, added = self._gen + 1, self._gen, 0
+        current = _NO_NUMBERS
+        gen, added = self._gen + 1, 0
         error, scraped, invalid, first_invalid = "", 0, 0, ""
         try:
             result = self._fetch(spec, spec.timeout_s)
@@ -366,51 +513,32 @@ class Target:
             if parsed.metadata:
                 self.metadata = parsed.metadata
             self._trim()
-            by_key, lookup = self._by_key, self._lookup
-            honor_ts = spec.honor_timestamps
-            keys = parsed.keys if len(parsed.keys) == scraped else [None] * scraped
-            append, current_append = samples.append, current.append
-            for (name, labels, ts, value), key in zip(parsed.samples, keys, strict=True):
-                if key is None:
-                    series = lookup(name, labels)
-                else:
-                    series = by_key.get(key, _MISSING)
-                    if series is _MISSING:
-                        series = by_key[key] = self._final(name, labels)
-                if series is None:
-                    continue
-                if ts is None or not honor_ts:
-                    append(Sample(series.name, series.labels, value))
-                    if series.gen != gen:
-                        if series.gen != prev_gen:
-                            added += 1
-                        series.gen = gen
-                        current_append(series)
-                else:
-                    stamped.setdefault(ts, []).append(Sample(series.name, series.labels, value))
-            post = len(samples) + sum(len(s) for s in stamped.values())
+            index, values = self._numbers(parsed, stamped)
+            if index.size and index.min() < 0:
+                keep = index >= 0
+                index, values = index[keep], values[keep]
+            post = index.size + sum(len(s) for s in stamped.values())
             if spec.sample_limit and post > spec.sample_limit:
                 raise ScrapeError(
                     f"sample_limit exceeded: {post} samples after relabelling, limit {spec.sample_limit}"
                 )
+            current, added = self._mark(index, gen)
         except ScrapeError as e:
             error = str(e)
-            samples, stamped, current, added = [], {}, [], 0
+            index, values, stamped, current, added = _NO_NUMBERS, _NO_VALUES, {}, _NO_NUMBERS, 0
             gen += 1  # a number no series has: the next scrape counts every series as added
-        post = len(samples) + sum(len(s) for s in stamped.values())
+        post = index.size + sum(len(s) for s in stamped.values())
         duration = clock.monotonic() - start
-        samples.extend(Sample(s.name, s.labels, STALE_NAN) for s in self._last if s.gen != gen)
+        last = self._last
+        stale = last[self._gens[last] != gen] if last.size else last
         self._gen, self._last = gen, current
-        target = spec.labels
-        samples.extend(
-            (
-                Sample("up", target, 0.0 if error else 1.0),
-                Sample("scrape_duration_seconds", target, duration),
-                Sample("scrape_samples_scraped", target, float(scraped)),
-                Sample("scrape_samples_post_metric_relabeling", target, float(post)),
-                Sample("scrape_series_added", target, float(added)),
-                Sample("gpuwatch_scrape_invalid_lines", target, float(invalid)),
-            )
+        report = np.array(
+            [0.0 if error else 1.0, duration, float(scraped), float(post), float(added), float(invalid)]
+        )
+        samples = TableSamples(
+            self._table,
+            np.concatenate((index, stale, self._report)),
+            np.concatenate((values, np.full(stale.size, STALE_NAN), report)),
         )
         self.scrapes += 1
         self.health = "down" if error else "up"
@@ -424,8 +552,12 @@ class Target:
 
     def stale_batch(self, now_ms: int) -> Batch:
         """Staleness markers for every series of this target (it was removed from the configuration)."""
-        keys = [*((s.name, s.labels) for s in self._last), *((n, self.spec.labels) for n in REPORT_NAMES)]
-        self._last = []
+        names, labels = self._table.names, self._table.labels
+        keys = [
+            *((names[i], labels[i]) for i in self._last.tolist()),
+            *((n, self.spec.labels) for n in REPORT_NAMES),
+        ]
+        self._last = _NO_NUMBERS
         self._gen += 1
         return Batch(now_ms, [Sample(n, labels, STALE_NAN) for n, labels in keys])
 

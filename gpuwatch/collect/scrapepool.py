@@ -268,3 +268,6 @@ class ScrapePool:
         if self._executor is not None:
             self._executor.shutdown(wait=False, cancel_futures=True)
             self._executor = None
+        close = getattr(self._fetch, "close", None)
+        if close is not None:
+            close()  # connections kept for the next scrape

@@ -14,6 +14,7 @@ import json
 import logging
 import queue
 import threading
+import weakref
 from collections.abc import Callable
 from concurrent.futures import Future
 from typing import Any
@@ -23,7 +24,7 @@ import numpy as np
 
 from gpuwatch.clock import Clock
 from gpuwatch.errors import StoreError
-from gpuwatch.model import Batch, Labels, make_labels
+from gpuwatch.model import Batch, Labels, SeriesTable, TableSamples, make_labels
 from gpuwatch.store.catalog import Catalog, Entry
 from gpuwatch.store.chunkcache import Generation
 from gpuwatch.store.chunking import (
@@ -91,6 +92,8 @@ class Writer:
         cur = self._cur
         self._ids: dict[tuple[str, Labels], int] = {}
         self._by_labels_obj: dict[int, Any] = {}  # id(labels) -> see _add_batch
+        # a source's SeriesTable -> its numbers' series ids (see _add_table_batch)
+        self._table_ids: weakref.WeakKeyDictionary[SeriesTable, np.ndarray] = weakref.WeakKeyDictionary()
         for e in catalog.snapshot().by_id.values():
             self._ids[(e.name, e.labels)] = e.series_id
         self._next_id = _scalar(cur, "SELECT coalesce(max(series_id), 0) + 1 FROM series")
@@ -228,6 +231,9 @@ class Writer:
         """Buffer a batch. Sources hand in the same label tuple objects batch after batch (a scrape
         target's cache, a GPU's labels), so a series id is found by the tuple's identity and the name,
         hashing no label set; a tuple seen for the first time goes through `_series_id`."""
+        if isinstance(batch.samples, TableSamples):
+            self._add_table_batch(batch.timestamp_ms, batch.samples)
+            return
         n = len(batch.samples)
         if not n:
             return
@@ -260,6 +266,27 @@ class Writer:
         self._buffer(
             np.array(ids, np.int32), np.full(n, batch.timestamp_ms, np.int64), np.array(values, np.float64)
         )
+
+    def _add_table_batch(self, timestamp_ms: int, samples: TableSamples) -> None:
+        """Buffer samples given as numbers into a source's `SeriesTable`: this writer keeps a number ->
+        series id array per table (-1 until a sample of it arrives), so a batch is one numpy take."""
+        numbers = samples.numbers
+        if not numbers.size:
+            return
+        table = samples.table
+        ids = self._table_ids.get(table)
+        if ids is None or ids.size < len(table):
+            grown = np.full(max(64, 2 * len(table)), -1, np.int32)
+            if ids is not None:
+                grown[: ids.size] = ids
+            ids = self._table_ids[table] = grown
+        sids = ids[numbers]
+        if sids.min() < 0:  # series this writer has not seen under these numbers yet
+            names, labels = table.names, table.labels
+            for k in np.unique(numbers[sids < 0]).tolist():
+                ids[k] = self._series_id(names[k], labels[k])
+            sids = ids[numbers]
+        self._buffer(sids, np.full(numbers.size, timestamp_ms, np.int64), samples.values)
 
     def _add_series(self, name: str, labels: Labels, t_ms: np.ndarray, values: np.ndarray) -> None:
         n = t_ms.size
@@ -434,6 +461,7 @@ class Writer:
         self._ids = {k: v for k, v in self._ids.items() if v not in gone}
         if gone:
             self._by_labels_obj.clear()
+            self._table_ids.clear()
         self._catalog.remove(gone)
         self.latest.drop_before(cutoff_ms)
         return deleted + head_old
