@@ -16,10 +16,8 @@ from __future__ import annotations
 
 import argparse
 import cProfile
-import json
 import pstats
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -28,6 +26,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from bench.scrape_targets import running_targets  # noqa: E402
 from gpuwatch.clock import FakeClock, SystemClock  # noqa: E402
 from gpuwatch.collect.scrape import FetchResult, HttpFetcher, Target, target_specs  # noqa: E402
 from gpuwatch.model import Batch  # noqa: E402
@@ -52,13 +51,7 @@ def main() -> None:
     ap.add_argument("--profile", action="store_true")
     args = ap.parse_args()
 
-    server = subprocess.Popen(
-        [sys.executable, str(ROOT / "bench" / "scrape_targets.py"), "--targets", str(args.targets)],
-        stdout=subprocess.PIPE,
-    )
-    try:
-        assert server.stdout is not None
-        ports = json.loads(server.stdout.readline())["ports"]
+    with running_targets(args.targets) as ports:
         group = StaticGroup(tuple(f"127.0.0.1:{p}" for p in ports))
         specs = target_specs(ScrapeConfig(job_name="bench", static_configs=(group,)), (group,), 5.0)
         fetcher = HttpFetcher(SystemClock())
@@ -139,9 +132,6 @@ def main() -> None:
             if prof is not None:
                 top(prof)
             store.close()
-    finally:
-        server.terminate()
-        server.wait(30)
     _sampler(args.gpus)
 
 

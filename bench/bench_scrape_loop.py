@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
 import sys
 import tempfile
 import threading
@@ -25,6 +24,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from bench.scrape_targets import running_targets  # noqa: E402
 from gpuwatch import gctune  # noqa: E402
 from gpuwatch.clock import SystemClock  # noqa: E402
 from gpuwatch.collect.scrapepool import ScrapePool  # noqa: E402
@@ -83,17 +83,8 @@ def main() -> None:
     if args.ports:
         print(measure(json.loads(args.ports), args.warmup, args.seconds))
         return
-    server = subprocess.Popen(
-        [sys.executable, str(ROOT / "bench" / "scrape_targets.py"), "--targets", str(args.targets)],
-        stdout=subprocess.PIPE,
-    )
-    try:
-        assert server.stdout is not None
-        ports = json.loads(server.stdout.readline())["ports"]
+    with running_targets(args.targets) as ports:
         print(measure(ports, args.warmup, args.seconds))
-    finally:
-        server.terminate()
-        server.wait(30)
 
 
 if __name__ == "__main__":

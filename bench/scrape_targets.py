@@ -13,12 +13,16 @@ then runs until killed.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import random
+import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests" / "data"))
@@ -82,6 +86,29 @@ class VllmTarget:
             self.http.labels(h, "POST", "2xx").inc(rng.randint(1, 10))
             self.duration.labels(h, "POST").observe(rng.uniform(0.05, 2))
         self.highr.observe(rng.uniform(0.05, 2))
+
+
+def start_targets(n: int) -> tuple[subprocess.Popen[bytes], dict[str, Any]]:
+    """Run this script in a child process with `n` targets; return it and its ready line (`ports`, `lines`)."""
+    proc = subprocess.Popen([sys.executable, __file__, "--targets", str(n)], stdout=subprocess.PIPE)
+    try:
+        assert proc.stdout is not None
+        return proc, json.loads(proc.stdout.readline())
+    except BaseException:
+        proc.kill()
+        proc.wait(30)
+        raise
+
+
+@contextlib.contextmanager
+def running_targets(n: int) -> Iterator[list[int]]:
+    """`start_targets` for a `with` block: yields the targets' ports, stops the child after."""
+    proc, ready = start_targets(n)
+    try:
+        yield ready["ports"]
+    finally:
+        proc.terminate()
+        proc.wait(30)
 
 
 def main() -> None:
