@@ -34,6 +34,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench.bench_serve import thread_names, thread_ticks  # noqa: E402
+from bench.scrape_targets import start_targets  # noqa: E402
 from gpuwatch.config import parse_duration  # noqa: E402
 from gpuwatch.textformat import Parser, parse  # noqa: E402
 
@@ -104,16 +105,11 @@ def main() -> None:
     args = ap.parse_args()
     interval_s = parse_duration(args.interval)
 
-    targets = subprocess.Popen(
-        [sys.executable, str(ROOT / "bench" / "scrape_targets.py"), "--targets", str(args.targets)],
-        stdout=subprocess.PIPE,
-    )
+    targets, ready = start_targets(args.targets)
     serve: subprocess.Popen[bytes] | None = None
     tmp = ""
     spy: subprocess.Popen[bytes] | None = None
     try:
-        assert targets.stdout is not None
-        ready = json.loads(targets.stdout.readline())
         ports, lines = ready["ports"], ready["lines"]
         page = requests.get(f"http://127.0.0.1:{ports[0]}/metrics", timeout=10).content
         port = free_port()
@@ -215,7 +211,9 @@ def main() -> None:
             n = samples.get(inst, [(0, 0)])[-1][1]
             print(
                 f"  {inst}: {len(times)} scrapes ({down} down), {n:.0f} samples, "
-                f"{statistics.median(d):.1f} / {max(d):.1f} ms, {min(gaps):.3f} / {max(gaps):.3f} s, {jitter:.0f} ms"
+                f"{statistics.median(d):.1f} / {max(d):.1f} ms, "
+                + (f"{min(gaps):.3f} / {max(gaps):.3f} s, " if gaps else "- (one scrape in the window), ")
+                + f"{jitter:.0f} ms"
             )
         print(
             f"all targets: scrape_duration median {statistics.median(all_durations):.1f} ms, "
