@@ -1,7 +1,7 @@
 """Benchmark PromQL range queries: gpuwatch's engine (direct and over HTTP) vs Prometheus and VictoriaMetrics.
 
 Run on demand (not a test):
-    python bench/bench_query.py [--sets 24h,7d] [--runs 10] [--no-peers] [--dir /tmp/x] [--keep]
+    python bench/bench_query.py [--sets 24h,7d] [--runs 10] [--block 5] [--no-peers] [--dir /tmp/x] [--keep]
 
 Data (bench/querydata.py, deterministic): `24h` = 8 GPUs x 12 dcgm-exporter metrics + 2 vLLM/inference
 models (178 series, 1.03 M samples at 15 s); `7d` = 64 GPUs x 12 metrics for 7 days + the same 2 models
@@ -16,7 +16,10 @@ Each query runs as query_range over the whole set (24h: 15 s step, 5,761 points;
 10,081 points, within the 11,000-point limit of all three; gpuwatch's engine is also timed at 15 s with
 `max_points` raised). One warm-up run, then --runs timed runs; median and p90. Peers are timed through
 HTTP (request + JSON decode); gpuwatch both engine-direct and through its /api/v1/query_range
-(waitress in a child process, as `gpuwatch serve`). Answers are compared: series count, and points at
+(waitress in a child process with serve's garbage-collector settings, as `gpuwatch serve`). Over HTTP
+the targets take turns by blocks of `--block` runs (gpuwatch, Prometheus, VictoriaMetrics, gpuwatch,
+...), each block after a warm-up run, so a slow spell of the VM falls on all of them alike;
+`--block 1` times each query right after another server's, with cold caches. Answers are compared: series count, and points at
 the same timestamps agreeing within 1e-6 relative (exact) or 1% (close).
 """
 
@@ -99,6 +102,24 @@ def timed(fn: Callable[[], Any], runs: int) -> list[float]:
         t0 = time.perf_counter()
         fn()
         times.append(time.perf_counter() - t0)
+    return times
+
+
+def timed_interleaved(calls: dict[str, Callable[[], Any]], runs: int, block: int) -> dict[str, list[float]]:
+    """Time each call `runs` times, the targets taking turns by blocks of `block` runs (a a a, b b b,
+    c c c, a a a, ...), each block after one untimed warm-up run. This VM's speed moves by up to 2x
+    from one minute to the next; in turns, every target sees the same spells, where back-to-back
+    blocks of all runs would not. `block=1` without warm-up measures each query right after another
+    server's: cold caches, as a dashboard's first query after a pause."""
+    times: dict[str, list[float]] = {label: [] for label in calls}
+    while any(len(t) < runs for t in times.values()):
+        for label, fn in calls.items():
+            if block > 1:
+                fn()
+            for _ in range(min(block, runs - len(times[label]))):
+                t0 = time.perf_counter()
+                fn()
+                times[label].append(time.perf_counter() - t0)
     return times
 
 
@@ -274,12 +295,14 @@ def serve(data_dir: str, port: int) -> None:
     """Child process: gpuwatch's Prometheus API over a read-only store, served by waitress as `gpuwatch serve`."""
     from types import SimpleNamespace
 
+    from gpuwatch.gctune import tune_for_serving
     from gpuwatch.web import create_app
     from gpuwatch.web.serving import make_server
 
     store = Store.open(Path(data_dir), clock=SystemClock(), read_only=True)
     runtime = SimpleNamespace(store=store, clock=SystemClock(), settings=SimpleNamespace())
     server = make_server(create_app(runtime), "127.0.0.1", port)
+    tune_for_serving()  # as `gpuwatch serve` does after start-up
     server.run()
 
 
@@ -356,17 +379,22 @@ def run_set(name: str, args: argparse.Namespace, root: Path) -> None:
             **{p: (u, {"nocache": "1"} if p == "victoria" else {}) for p, u in peers.items()},
         }
         with requests.Session() as session:
-            for label, (url, extra) in targets.items():
-                for q in QUERIES:
-
-                    def one(
-                        url: str = url, q: str = q, extra: dict[str, str] = extra, t: int = start_ms
-                    ) -> Any:
-                        return http_query(session, url, q, t, end_ms, step_ms, **extra)
-
-                    times = timed(one, args.runs)
+            for q in QUERIES:
+                calls = {
+                    label: (
+                        lambda url=url, q=q, extra=extra, t=start_ms: http_query(
+                            session, url, q, t, end_ms, step_ms, **extra
+                        )
+                    )
+                    for label, (url, extra) in targets.items()
+                }
+                for label, times in timed_interleaved(calls, args.runs, args.block).items():
                     rows[q][label] = med_p90(times)
-                    answers[q][label] = (from_json(one()), from_json(one(t=shifted)))
+                for label, (url, extra) in targets.items():
+                    answers[q][label] = (
+                        from_json(calls[label]()),
+                        from_json(http_query(session, url, q, shifted, end_ms, step_ms, **extra)),
+                    )
         stop(child)
         report(rows, answers, list(peers))
         print(f"load average after queries: {os.getloadavg()[0]:.2f}", flush=True)
@@ -418,6 +446,13 @@ def main() -> None:
         return
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--sets", default="24h,7d", help="comma-separated: 24h, 7d")
+    ap.add_argument(
+        "--block",
+        type=int,
+        default=5,
+        help="HTTP targets take turns by blocks of this many runs, each after a warm-up run; "
+        "1: one run each in turn, no warm-up (cold caches)",
+    )
     ap.add_argument("--runs", type=int, default=10)
     ap.add_argument("--no-peers", action="store_true", help="gpuwatch only")
     ap.add_argument("--dir", help="work directory (default: a new temp dir)")
