@@ -360,8 +360,13 @@ class _Evaluation:
         ends = self.times(vs, ts)
         data = self.select(vs, int(ends.min()) - rng + 1, int(ends.max()))
         series = []
-        # Staleness markers are rare: one test over all series' values first, not one per series.
-        any_stale = len(data) > 0 and bool(is_stale_array(np.concatenate([sd.values for sd in data])).any())
+        # Staleness markers are rare: one test over all series' values first, not one per series, and
+        # none where the source knows there are none (the store's `Selected.stale_free`).
+        any_stale = (
+            len(data) > 0
+            and not getattr(data, "stale_free", False)
+            and bool(is_stale_array(np.concatenate([sd.values for sd in data])).any())
+        )
         for sd in data:
             keep = ~is_stale_array(sd.values) if any_stale else None
             if keep is None or keep.all():  # no staleness markers (the usual case): no copies

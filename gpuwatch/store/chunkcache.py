@@ -9,6 +9,10 @@ and hot data in memory; so does this, below the query layer (answers are compute
 - `ChunkCache`: decoded chunks (timestamps and values), keyed by (series, first timestamp, samples,
   content hash), least recently used first out once over `max_bytes`. Keyed by content, an entry is
   never stale: a rewritten chunk (compaction merging a window, retention trimming one) has another key.
+- `SeriesView`: per series, the last run of its chunks a read joined (consecutive in the index, one
+  after another in time, lying one after another in one cached block), so that reading the series
+  again costs a few comparisons instead of a lookup per chunk. It is checked against the index of its
+  generation; under a newer one it is kept only where the series still has exactly those chunks there.
 
 What must hold for the index to be used, with the writer moving chunks underneath (`Generation`):
 the writer brackets every transaction that changes the `chunks` table with `changing()`, which
@@ -31,10 +35,14 @@ from typing import Any
 import duckdb
 import numpy as np
 
+from gpuwatch.model import STALE_NAN_BITS
 from gpuwatch.store.codec import decode_chunks
 
 Key = tuple[int, int, int, int]  # series id, first timestamp, samples, content hash
 _ENTRY_OVERHEAD = 200  # bytes of Python objects per cached chunk besides its arrays
+_VIEW_OVERHEAD = 400  # bytes of Python objects per series view besides its arrays
+_NONE_BEFORE = -(2**63)  # no chunk before a view
+_NONE_AFTER = 2**63 - 1  # no chunk after one
 
 
 class Generation:
@@ -100,6 +108,12 @@ class ChunkIndex:
         rows = np.repeat(lo - np.cumsum(counts) + counts, counts) + np.arange(total)
         return rows[(self.t_max[rows] >= start_ms) & (self.t_min[rows] <= end_ms)]
 
+    def rows_of_series(self, sid: int) -> tuple[int, int]:
+        """Positions [lo, hi) of all chunks of series `sid`."""
+        if sid + 1 >= self._bounds.size or sid < 0:
+            return 0, 0
+        return int(self._bounds[sid]), int(self._bounds[sid + 1])
+
     def keys(self, rows: np.ndarray) -> list[Key]:
         return list(
             zip(
@@ -115,7 +129,7 @@ class ChunkIndex:
 class _Block:
     """Decoded chunks stored one after another (a series' chunks in time order), read-only."""
 
-    __slots__ = ("keys", "nbytes", "refs", "t", "v")
+    __slots__ = ("keys", "nbytes", "refs", "t", "v", "viewers")
 
     def __init__(self, t: np.ndarray, v: np.ndarray, keys: list[Key]) -> None:
         t.flags.writeable = False  # handed out as views: nobody may change what the cache holds
@@ -123,9 +137,76 @@ class _Block:
         self.t, self.v, self.keys = t, v, keys
         self.refs = 0  # keys that point into it
         self.nbytes = t.nbytes + v.nbytes + _ENTRY_OVERHEAD * len(keys)
+        self.viewers: set[int] = set()  # series that may have a view into it (ChunkCache._views)
 
 
 Piece = tuple[_Block, int, int]  # a chunk's samples: block.t[a:b], block.v[a:b]
+
+
+class SeriesView:
+    """Series `sid`'s samples from positions [r0, r1) of the index of `generation`: chunks that follow
+    one another in time, whose samples are `t`, `v` (block.t[a:b], block.v[a:b]).
+
+    The series' chunks before r0 end at or before `before`, those from r1 on start at or after
+    `after`: a read of [start, end] with before < start and end < after finds all the series' chunk
+    samples in range here. Never changed once made (readers share it). `seq` is the chunks' write
+    order where they all share one (else None); `has_stale` whether a value is a staleness marker."""
+
+    __slots__ = (
+        "a",
+        "after",
+        "b",
+        "before",
+        "block",
+        "generation",
+        "has_stale",
+        "hashes",
+        "nbytes",
+        "ns",
+        "r0",
+        "r1",
+        "seq",
+        "sid",
+        "t",
+        "t_first",
+        "t_last",
+        "t_mins",
+        "v",
+    )
+
+    def __init__(
+        self, index: ChunkIndex, r0: int, r1: int, piece: Piece, has_stale: bool | None = None
+    ) -> None:
+        block, a, b = piece
+        self.generation, self.r0, self.r1 = index.generation, r0, r1
+        self.sid = int(index.sid[r0])
+        self.block, self.a, self.b = block, a, b
+        self.t, self.v = block.t[a:b], block.v[a:b]
+        # Copies: slices would keep the whole index (of a generation long gone) alive.
+        self.t_mins, self.ns, self.hashes = (x[r0:r1].copy() for x in (index.t_min, index.n, index.hash))
+        lo, hi = index.rows_of_series(self.sid)
+        self.before = int(index.t_max[lo:r0].max()) if r0 > lo else _NONE_BEFORE
+        self.after = int(index.t_min[r1]) if r1 < hi else _NONE_AFTER
+        seqs = index.seq[r0:r1]
+        self.seq = int(seqs[0]) if (seqs == seqs[0]).all() else None
+        self.t_first, self.t_last = int(self.t[0]), int(self.t[-1])
+        if has_stale is None:
+            has_stale = bool((self.v.view(np.uint64) == np.uint64(STALE_NAN_BITS)).any())
+        self.has_stale = has_stale
+        self.nbytes = _VIEW_OVERHEAD + 24 * (r1 - r0)
+
+    def moved(self, index: ChunkIndex) -> SeriesView | None:
+        """This view in `index` (another generation's), or None where the series' chunks changed."""
+        lo, hi = index.rows_of_series(self.sid)
+        r0 = lo + int(np.searchsorted(index.t_min[lo:hi], self.t_mins[0]))
+        r1 = r0 + self.ns.size
+        if r1 > hi or not (
+            np.array_equal(index.t_min[r0:r1], self.t_mins)
+            and np.array_equal(index.n[r0:r1], self.ns)
+            and np.array_equal(index.hash[r0:r1], self.hashes)
+        ):
+            return None
+        return SeriesView(index, r0, r1, (self.block, self.a, self.b), self.has_stale)
 
 
 class ChunkCache:
@@ -133,7 +214,8 @@ class ChunkCache:
 
     Decoded chunks live in blocks, least recently used first out; a series' chunks that were decoded
     together lie one after another in one block, so a read hands out a view of them without copying.
-    Chunks of one series found in several blocks are joined into a new block on first use."""
+    Chunks of one series found in several blocks are joined into a new block on first use. Series
+    views (`SeriesView`) point into blocks, count in their bytes and go with them."""
 
     def __init__(self, generation: Generation, max_bytes: int) -> None:
         self.generation = generation
@@ -142,9 +224,11 @@ class ChunkCache:
         self._index: ChunkIndex | None = None
         self._where: dict[Key, Piece] = {}
         self._blocks: collections.OrderedDict[int, _Block] = collections.OrderedDict()
+        self._views: dict[int, SeriesView] = {}  # series id -> its view (counted in its block's bytes)
         self.bytes = 0
         self.hits = 0
         self.misses = 0
+        self.served = 0  # series reads answered by a view
 
     def index(self, cur: duckdb.DuckDBPyConnection, generation: int) -> ChunkIndex | None:
         """Return the index of `generation` (building it if need be), or None where it cannot be built
@@ -227,21 +311,87 @@ class ChunkCache:
         t, v = decode_chunks(ns, [got["ts"][i] for i in take], [got["vs"][i] for i in take])
         return self._store(t, v, keys, ns)
 
-    def join(self, keys: list[Key], pieces: list[Piece]) -> tuple[np.ndarray, np.ndarray]:
-        """Return the samples of consecutive chunks of one series as one array pair: a view where they
-        lie one after another in one block, else joined (and kept so, if they fit)."""
+    def join(self, keys: list[Key], pieces: list[Piece]) -> Piece:
+        """Return where the samples of consecutive chunks of one series lie one after another: in the
+        block they are in where they already do, else in a new one (kept, if they fit)."""
         block, a, b = pieces[0]
         for nxt, na, nb in pieces[1:]:
             if nxt is not block or na != b:
                 break
             b = nb
         else:
-            return block.t[a:b], block.v[a:b]
+            return block, a, b
         t = np.concatenate([p[0].t[p[1] : p[2]] for p in pieces])
         v = np.concatenate([p[0].v[p[1] : p[2]] for p in pieces])
         ns = np.array([p[2] - p[1] for p in pieces], np.int64)
-        self._store(t, v, keys, ns)
-        return t, v
+        return self._store(t, v, keys, ns)[0][0], 0, t.size
+
+    def views(
+        self, index: ChunkIndex, ids: list[int], start_ms: int, end_ms: int
+    ) -> tuple[list[SeriesView], list[int]]:
+        """Return the views of the series of `ids` that hold all their chunk samples in [start_ms,
+        end_ms] under `index`, and the ids of the other series."""
+        found: list[SeriesView] = []
+        rest: list[int] = []
+        views, blocks = self._views, self._blocks
+        with self._lock:
+            touched = set()
+            for sid in ids:
+                view = views.get(sid)
+                if view is not None and view.generation != index.generation:
+                    view = self._move(view, index)
+                if view is None or view.before >= start_ms or view.after <= end_ms:
+                    rest.append(sid)
+                    continue
+                found.append(view)
+                touched.add(id(view.block))
+            for b in touched:
+                blocks.move_to_end(b)
+            self.served += len(found)
+        return found, rest
+
+    def _move(self, view: SeriesView, index: ChunkIndex) -> SeriesView | None:
+        """Carry `view` over to `index` (lock held): where the series still has those chunks."""
+        moved = view.moved(index)
+        self._drop_view(view)
+        if moved is not None:
+            self._add_view(moved)
+        return moved
+
+    def keep_view(self, index: ChunkIndex, r0: int, r1: int, piece: Piece) -> SeriesView | None:
+        """Keep a view of the samples of the chunks at index positions [r0, r1) (one series', following
+        one another in time, all of them in `piece`), if its block is kept; return it."""
+        if piece[2] <= piece[1] or self._blocks.get(id(piece[0])) is not piece[0]:
+            return None
+        view = SeriesView(index, r0, r1, piece)
+        with self._lock:
+            if self._blocks.get(id(piece[0])) is not piece[0]:
+                return None  # pushed out meanwhile
+            old = self._views.get(view.sid)
+            if old is not None:
+                self._drop_view(old)
+            self._add_view(view)
+            self._evict()
+        return view
+
+    def _add_view(self, view: SeriesView) -> None:
+        self._views[view.sid] = view
+        view.block.viewers.add(view.sid)
+        view.block.nbytes += view.nbytes
+        self.bytes += view.nbytes
+
+    def _drop_view(self, view: SeriesView) -> None:
+        if self._views.get(view.sid) is view:
+            del self._views[view.sid]
+            view.block.nbytes -= view.nbytes
+            self.bytes -= view.nbytes
+
+    def _forget(self, block: _Block) -> None:
+        """Forget the views into `block`, which is no longer kept (its bytes went with it)."""
+        for sid in block.viewers:
+            view = self._views.get(sid)
+            if view is not None and view.block is block:
+                del self._views[sid]
 
     def _store(self, t: np.ndarray, v: np.ndarray, keys: list[Key], ns: np.ndarray) -> list[Piece]:
         block = _Block(t, v, keys)
@@ -261,16 +411,22 @@ class ChunkCache:
                 block.refs += 1
             self._blocks[id(block)] = block
             self.bytes += block.nbytes
-            while self.bytes > self.max_bytes and self._blocks:
-                _, gone = self._blocks.popitem(last=False)
-                self.bytes -= gone.nbytes
-                for key in gone.keys:
-                    held = self._where.get(key)
-                    if held is not None and held[0] is gone:
-                        del self._where[key]
+            self._evict()
         return pieces
+
+    def _evict(self) -> None:
+        """Push out the least recently used blocks while over `max_bytes` (lock held)."""
+        while self.bytes > self.max_bytes and self._blocks:
+            _, gone = self._blocks.popitem(last=False)
+            self.bytes -= gone.nbytes
+            self._forget(gone)
+            for key in gone.keys:
+                held = self._where.get(key)
+                if held is not None and held[0] is gone:
+                    del self._where[key]
 
     def _release(self, block: _Block) -> None:
         block.refs -= 1
         if block.refs == 0 and self._blocks.pop(id(block), None) is not None:
             self.bytes -= block.nbytes
+            self._forget(block)

@@ -32,7 +32,7 @@ from gpuwatch.store.catalog import Catalog, Entry, Snapshot, match
 from gpuwatch.store.chunkcache import ChunkCache, Generation
 from gpuwatch.store.headindex import HeadIndex
 from gpuwatch.store.lock import DirLock
-from gpuwatch.store.read import ids_with_samples, read_samples, read_samples_cached
+from gpuwatch.store.read import Selected, ids_with_samples, read_samples, read_samples_cached
 from gpuwatch.store.writer import _STOP, Writer
 
 log = logging.getLogger(__name__)
@@ -372,13 +372,18 @@ class Store:
         return read_samples(cur, ids, start_ms, end_ms, heads)
 
     def select(self, matchers: Sequence[Matcher], start_ms: int, end_ms: int) -> list[SeriesData]:
-        """Return the series matching all matchers with their samples in [start_ms, end_ms]."""
+        """Return the series matching all matchers with their samples in [start_ms, end_ms] (a
+        `Selected`: it tells whether they are known to hold no staleness marker)."""
         entries = match(self._snapshot(), matchers)
         try:
             found = self._read([e.series_id for e in entries], start_ms, end_ms)
         except duckdb.Error as exc:
             raise StoreError(f"store read failed: {exc}") from None
-        return [SeriesData(e.name, e.labels, *found[e.series_id]) for e in entries if e.series_id in found]
+        out = Selected(
+            SeriesData(e.name, e.labels, *found[e.series_id]) for e in entries if e.series_id in found
+        )
+        out.stale_free = getattr(found, "stale_free", False)
+        return out
 
     def select_last(self, matchers: Sequence[Matcher], start_ms: int, end_ms: int) -> list[SeriesData]:
         """Return what `select` returns cut to each series' last sample: for an instant selector.

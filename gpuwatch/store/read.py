@@ -10,10 +10,15 @@ from typing import Any, cast
 import duckdb
 import numpy as np
 
-from gpuwatch.store.chunkcache import ChunkCache, Piece
+from gpuwatch.model import STALE_NAN_BITS, SeriesData
+from gpuwatch.store.chunkcache import ChunkCache, ChunkIndex, Key, Piece
 from gpuwatch.store.chunking import dedupe_last
 from gpuwatch.store.codec import decode_chunks, decode_times
 from gpuwatch.store.headindex import HeadIndex
+
+# One series' samples from chunks or head: timestamps, values and write order (one number, or one per
+# sample), by which the newest write of a timestamp wins.
+Part = tuple[np.ndarray, np.ndarray, np.ndarray | int]
 
 
 @contextlib.contextmanager
@@ -76,7 +81,7 @@ def read_samples(
     if marks is not None and head_index is not None and not head_index.unmarked_since(marks):
         chunks, head = _fetch(cur, where, start_ms, end_ms, with_head=True)
     head_parts = _head_parts(head)
-    parts: dict[int, list[tuple[np.ndarray, np.ndarray, np.ndarray | int]]] = {}
+    parts: dict[int, list[Part]] = {}
     if len(chunks["n"]):
         n = np.asarray(chunks["n"], np.int64)
         t, v = decode_chunks(n, list(chunks["ts"]), list(chunks["vs"]))
@@ -98,6 +103,19 @@ def read_samples(
     return {sid: _combine(p) for sid, p in parts.items()}
 
 
+class Samples(dict[int, tuple[np.ndarray, np.ndarray]]):
+    """{series id: (timestamps, values)}; `stale_free`: no value is a staleness marker (False where
+    that is not known)."""
+
+    stale_free = False
+
+
+class Selected(list[SeriesData]):
+    """Series read by `Store.select`; `stale_free` as in `Samples` (the engine then need not look)."""
+
+    stale_free = False
+
+
 def read_samples_cached(
     cur: duckdb.DuckDBPyConnection,
     ids: Sequence[int],
@@ -105,24 +123,27 @@ def read_samples_cached(
     end_ms: int,
     head_index: HeadIndex | None,
     cache: ChunkCache,
-) -> dict[int, tuple[np.ndarray, np.ndarray]] | None:
+) -> Samples | None:
     """`read_samples` with chunks from memory (chunkcache.py): the chunk index says which chunks hold
     the range, the cache holds them decoded, and only the ones it lacks are read from the database.
-    Return None where the writer changed chunks during the read: then `read_samples` reads it."""
+    A series read before in the same way is answered by its view (`SeriesView`), without looking at
+    its chunks one by one. Return None where the writer changed chunks during the read: then
+    `read_samples` reads it."""
     if not ids:
-        return {}
+        return Samples()
     generation = cache.generation.stable()
     if generation is None:
         return None
     index = cache.index(cur, generation)
     if index is None:
         return None
-    id_arr = np.unique(np.asarray(ids, np.int64))
-    marks = None if head_index is None else head_index.clear_of(id_arr, end_ms)
+    id_list = sorted(set(ids))
+    marks = None if head_index is None else head_index.clear_of(np.asarray(id_list, np.int64), end_ms)
     head = _NO_HEAD if marks is not None else _fetch_head(cur, _id_filter(ids), start_ms, end_ms)
-    rows = index.rows_of(id_arr, start_ms, end_ms)
+    views, rest = cache.views(index, id_list, start_ms, end_ms)
+    rows = index.rows_of(np.asarray(rest, np.int64), start_ms, end_ms) if rest else np.zeros(0, np.int64)
     keys = index.keys(rows)
-    found, missing = cache.lookup(keys)
+    found, missing = cache.lookup(keys) if keys else ([], [])
     if missing and not cache.fits(int(index.n[rows[missing]].sum())):
         return None  # too big to keep: the plain read decodes it as fast, without the bookkeeping
     if missing:
@@ -137,13 +158,57 @@ def read_samples_cached(
         return None
     head_parts = _head_parts(head)
     in_head = head_parts.keys()
-    parts: dict[int, list[tuple[np.ndarray, np.ndarray, np.ndarray | int]]] = {}
+    parts: dict[int, list[Part]] = {}
+    stale_free = True
+    for view in views:
+        lo, hi = 0, view.t.size
+        if view.t_first < start_ms or view.t_last > end_ms:
+            lo, hi = np.searchsorted(view.t, [start_ms, end_ms + 1]).tolist()
+        if hi == lo:
+            continue
+        s_id = view.sid
+        order: np.ndarray | int = view.seq if view.seq is not None else 0
+        if view.seq is None and s_id in in_head:
+            order = np.repeat(index.seq[view.r0 : view.r1], index.n[view.r0 : view.r1])[lo:hi]
+        parts[s_id] = [(view.t[lo:hi], view.v[lo:hi], order)]
+        stale_free = stale_free and not view.has_stale
+    if rows.size:
+        stale_free = (
+            _cached_parts(
+                index, rows, keys, cast("list[Piece]", found), start_ms, end_ms, cache, parts, in_head
+            )
+            and stale_free
+        )
+    for s_id, part in head_parts.items():
+        parts.setdefault(s_id, []).append(part)
+        stale_free = stale_free and not (part[1].view(np.uint64) == np.uint64(STALE_NAN_BITS)).any()
+    out = Samples((s_id, _combine(p)) for s_id, p in parts.items())
+    out.stale_free = stale_free
+    return out
+
+
+def _cached_parts(
+    index: ChunkIndex,
+    rows: np.ndarray,
+    keys: list[Key],
+    pieces: list[Piece],
+    start_ms: int,
+    end_ms: int,
+    cache: ChunkCache,
+    parts: dict[int, list[Part]],
+    in_head: Collection[int],
+) -> bool:
+    """Add each series' samples in range from its cached chunks (at index positions `rows`, found at
+    `pieces`) to `parts`, keeping a view of each series whose chunks follow one another; return
+    whether all of them are known to hold no staleness marker."""
+    stale_free = True
     sid, n, seq = index.sid[rows], index.n[rows], index.seq[rows]
     lo_t, hi_t = index.t_min[rows], index.t_max[rows]
-    bounds = np.r_[0, np.flatnonzero(sid[1:] != sid[:-1]) + 1, rows.size].tolist() if rows.size else [0]
-    pieces = cast("list[Piece]", found)
+    bounds = np.r_[0, np.flatnonzero(sid[1:] != sid[:-1]) + 1, rows.size].tolist()
     for a, b in zip(bounds[:-1], bounds[1:], strict=True):
-        t, v = cache.join(keys[a:b], pieces[a:b])
+        piece = cache.join(keys[a:b], pieces[a:b])
+        block, p0, p1 = piece
+        t, v = block.t[p0:p1], block.v[p0:p1]
         s_id = int(sid[a])
         if b - a > 1 and not (lo_t[a + 1 : b] > hi_t[a : b - 1]).all():  # chunks overlap: newest wins
             _chunk_parts(
@@ -159,7 +224,11 @@ def read_samples_cached(
                 parts,
                 in_head,
             )
+            stale_free = False
             continue
+        r0, r1 = int(rows[a]), int(rows[b - 1]) + 1
+        view = cache.keep_view(index, r0, r1, piece) if r1 - r0 == b - a else None
+        stale_free = stale_free and view is not None and not view.has_stale
         # The chunks follow one another in time: the samples in range are one slice (a view).
         lo, hi = 0, t.size
         if lo_t[a] < start_ms or hi_t[b - 1] > end_ms:
@@ -171,14 +240,12 @@ def read_samples_cached(
         if s_id in in_head and not (s_seq == s_seq[0]).all():
             order = np.repeat(s_seq, n[a:b])[lo:hi]
         parts[s_id] = [(t[lo:hi], v[lo:hi], order)]
-    for s_id, part in head_parts.items():
-        parts.setdefault(s_id, []).append(part)
-    return {s_id: _combine(p) for s_id, p in parts.items()}
+    return stale_free
 
 
-def _head_parts(head: dict[str, np.ndarray]) -> dict[int, tuple[np.ndarray, np.ndarray, np.ndarray | int]]:
+def _head_parts(head: dict[str, np.ndarray]) -> dict[int, Part]:
     """Each series' head samples (sorted, the newest write of each timestamp), with their highest seq."""
-    head_parts: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray | int]] = {}
+    head_parts: dict[int, Part] = {}
     h_ids = np.asarray(head["series_id"])
     if h_ids.size:
         h_t, h_seq = np.asarray(head["t_ms"]), np.asarray(head["seq"])
@@ -219,7 +286,7 @@ def _chunk_parts(
     hi_t: np.ndarray,
     start_ms: int,
     end_ms: int,
-    parts: dict[int, list[tuple[np.ndarray, np.ndarray, np.ndarray | int]]],
+    parts: dict[int, list[Part]],
     in_head: Collection[int],
 ) -> None:
     """Add each series' samples in range to `parts`, from decoded chunks (`n` samples each, their
@@ -316,7 +383,7 @@ _NO_HEAD: dict[str, np.ndarray] = {
 }
 
 
-def _combine(parts: list[tuple[np.ndarray, np.ndarray, np.ndarray | int]]) -> tuple[np.ndarray, np.ndarray]:
+def _combine(parts: list[Part]) -> tuple[np.ndarray, np.ndarray]:
     if len(parts) == 1:
         t, v, _ = parts[0]
         return t, v
