@@ -42,6 +42,7 @@ _BACKPRESSURE_ITEMS = 64
 
 
 MEMORY_LIMIT_MB = 64
+_MATCHED_MAX = 256  # selectors whose matched series are remembered (Store._match)
 CHUNK_CACHE_MB = 128  # decoded chunks kept for reads (chunkcache.py); the `chunk_cache_mb` setting
 
 
@@ -78,6 +79,8 @@ class Store:
         self._chunks: ChunkCache | None = (
             ChunkCache(generation, int(chunk_cache_mb * 2**20)) if chunk_cache_mb > 0 else None
         )
+        # Series matched by selectors, per catalog snapshot (a panel or rule selects the same again).
+        self._matched: dict[tuple[Matcher, ...], tuple[Snapshot, list[Entry]]] = {}
 
     @classmethod
     def open(
@@ -371,16 +374,28 @@ class Store:
                 return found
         return read_samples(cur, ids, start_ms, end_ms, heads)
 
+    def _match(self, matchers: Sequence[Matcher]) -> list[Entry]:
+        """`match` on the current snapshot, remembered while the snapshot stays (do not change it)."""
+        snap, key = self._snapshot(), tuple(matchers)
+        hit = self._matched.get(key)
+        if hit is not None and hit[0] is snap:
+            return hit[1]
+        entries = match(snap, matchers)
+        if len(self._matched) >= _MATCHED_MAX:
+            self._matched.clear()
+        self._matched[key] = (snap, entries)
+        return entries
+
     def select(self, matchers: Sequence[Matcher], start_ms: int, end_ms: int) -> list[SeriesData]:
         """Return the series matching all matchers with their samples in [start_ms, end_ms] (a
         `Selected`: it tells whether they are known to hold no staleness marker)."""
-        entries = match(self._snapshot(), matchers)
+        entries = self._match(matchers)
         try:
             found = self._read([e.series_id for e in entries], start_ms, end_ms)
         except duckdb.Error as exc:
             raise StoreError(f"store read failed: {exc}") from None
         out = Selected(
-            SeriesData(e.name, e.labels, *found[e.series_id]) for e in entries if e.series_id in found
+            [SeriesData(e.name, e.labels, *found[e.series_id]) for e in entries if e.series_id in found]
         )
         out.stale_free = getattr(found, "stale_free", False)
         return out
@@ -390,7 +405,7 @@ class Store:
 
         Answered from the newest sample of each series kept in memory (`latest.py`) where it is
         provably the newest stored one; the other series are read from the database."""
-        entries = match(self._snapshot(), matchers)
+        entries = self._match(matchers)
         if not entries:
             return []
         ids = np.fromiter((e.series_id for e in entries), np.int64, len(entries))

@@ -142,7 +142,7 @@ def read_samples_cached(
     head = _NO_HEAD if marks is not None else _fetch_head(cur, _id_filter(ids), start_ms, end_ms)
     views, rest = cache.views(index, id_list, start_ms, end_ms)
     rows = index.rows_of(np.asarray(rest, np.int64), start_ms, end_ms) if rest else np.zeros(0, np.int64)
-    keys = index.keys(rows)
+    keys = index.keys(rows) if rows.size else []
     found, missing = cache.lookup(keys) if keys else ([], [])
     if missing and not cache.fits(int(index.n[rows[missing]].sum())):
         return None  # too big to keep: the plain read decodes it as fast, without the bookkeeping
@@ -182,7 +182,7 @@ def read_samples_cached(
     for s_id, part in head_parts.items():
         parts.setdefault(s_id, []).append(part)
         stale_free = stale_free and not (part[1].view(np.uint64) == np.uint64(STALE_NAN_BITS)).any()
-    out = Samples((s_id, _combine(p)) for s_id, p in parts.items())
+    out = Samples({s_id: (p[0][0], p[0][1]) if len(p) == 1 else _combine(p) for s_id, p in parts.items()})
     out.stale_free = stale_free
     return out
 
