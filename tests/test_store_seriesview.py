@@ -227,3 +227,16 @@ def test_reads_between_writes_return_what_the_plain_read_returns(
                 cache = _cache(store)
                 assert cache.bytes <= cache.max_bytes
                 assert cache.bytes == sum(b.nbytes for b in cache._blocks.values())
+
+
+def test_series_added_or_deleted_between_reads_are_seen() -> None:
+    with _compacted() as store:
+        sel = [NAME, Matcher("s", "=~", "a|d")]
+        assert [dict(sd.labels)["s"] for sd in store.select(sel, T0, T0 + 50 * STEP)] == ["a"]
+        assert [dict(sd.labels)["s"] for sd in store.select(sel, T0, T0 + 50 * STEP)] == ["a"]
+        _batch(store, 40, {"d": 1.0})
+        store.flush()
+        assert [dict(sd.labels)["s"] for sd in store.select(sel, T0, T0 + 50 * STEP)] == ["a", "d"]
+        store.apply_retention(T0 + 38 * STEP)  # deletes a, b and c, which end before it
+        assert [dict(sd.labels)["s"] for sd in store.select(sel, T0, T0 + 50 * STEP)] == ["d"]
+        assert [dict(sd.labels)["s"] for sd in store.select_last(sel, T0, T0 + 50 * STEP)] == ["d"]
