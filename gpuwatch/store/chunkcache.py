@@ -40,7 +40,7 @@ from gpuwatch.store.codec import decode_chunks
 
 Key = tuple[int, int, int, int]  # series id, first timestamp, samples, content hash
 _ENTRY_OVERHEAD = 200  # bytes of Python objects per cached chunk besides its arrays
-_VIEW_OVERHEAD = 400  # bytes of Python objects per series view besides its arrays
+_VIEW_OVERHEAD = 1000  # bytes of Python objects per series view (measured: ~950 + 24 per chunk)
 _NONE_BEFORE = -(2**63)  # no chunk before a view
 _NONE_AFTER = 2**63 - 1  # no chunk after one
 
