@@ -80,7 +80,7 @@ class Store:
             ChunkCache(generation, int(chunk_cache_mb * 2**20)) if chunk_cache_mb > 0 else None
         )
         # Series matched by selectors, per catalog snapshot (a panel or rule selects the same again).
-        self._matched: dict[tuple[Matcher, ...], tuple[Snapshot, list[Entry]]] = {}
+        self._matched: tuple[Snapshot | None, dict[tuple[Matcher, ...], list[Entry]]] = (None, {})
 
     @classmethod
     def open(
@@ -377,13 +377,13 @@ class Store:
     def _match(self, matchers: Sequence[Matcher]) -> list[Entry]:
         """`match` on the current snapshot, remembered while the snapshot stays (do not change it)."""
         snap, key = self._snapshot(), tuple(matchers)
-        hit = self._matched.get(key)
-        if hit is not None and hit[0] is snap:
-            return hit[1]
-        entries = match(snap, matchers)
-        if len(self._matched) >= _MATCHED_MAX:
-            self._matched.clear()
-        self._matched[key] = (snap, entries)
+        matched = self._matched
+        if matched[0] is not snap or len(matched[1]) >= _MATCHED_MAX:
+            # Only the current snapshot's: an older one (the whole catalog) is not kept alive here.
+            matched = self._matched = (snap, {})
+        entries = matched[1].get(key)
+        if entries is None:
+            entries = matched[1][key] = match(snap, matchers)
         return entries
 
     def select(self, matchers: Sequence[Matcher], start_ms: int, end_ms: int) -> list[SeriesData]:
