@@ -37,9 +37,12 @@ def aggregate(
         # Every group is one series (`sum by (le, ...)` of one series per bucket): all rows at once,
         # as the loop below computes a group of one.
         order = [rows[0] for rows in groups.values()]
-        v, m = frame.values[order], frame.present[order]
+        v, m = frame.values[order], frame.present[order]  # copies (a list index): ours to change
         with np.errstate(all="ignore"):
-            return VectorFrame(list(groups), np.where(m, 0.0 + v, 0.0), m.copy())
+            v += 0.0  # what the Kahan sum of one row comes to (-0.0 becomes 0.0)
+        if not m.all():
+            v[~m] = 0.0
+        return VectorFrame(list(groups), v, m)
     if op == "sum" and groups:
         return _sum_groups(frame, groups)
     out_labels: list[LabelSet] = []
