@@ -144,7 +144,8 @@ def bucket_quantile(q: np.ndarray, bounds: np.ndarray, counts: np.ndarray) -> np
         uniq, inverse = np.unique(bounds, return_inverse=True)
         if len(uniq) != len(bounds):
             merged = np.zeros((len(uniq), steps))
-            np.add.at(merged, inverse, counts)
+            with np.errstate(all="ignore"):  # Inf + -Inf is NaN, as in Prometheus
+                np.add.at(merged, inverse, counts)
             bounds, counts = uniq, merged
     fix = np.flatnonzero(_needs_fix(counts))
     if len(bounds) < 2:
@@ -217,16 +218,16 @@ def histogram_quantile(q: np.ndarray, frame: VectorFrame) -> VectorFrame:
             together.setdefault(tuple(bounds.tolist()), []).append((len(values), rows))
         elif full.all():  # every bucket present at every step (the usual case): no column copies
             res = bucket_quantile(q, bounds, counts)
-        elif full.any():
-            cols = np.flatnonzero(full)
-            if 2 * len(cols) >= n:  # most steps (a rate's first steps lack): all, without copies
-                counts[:, ~full] = 0.0  # `counts` is a copy; steps are independent
-                res[cols] = bucket_quantile(q, bounds, counts)[cols]
-            else:
-                res[cols] = bucket_quantile(q[cols], bounds, counts[:, cols])
         for col in np.flatnonzero(any_present & ~full).tolist():
             sel = pres[:, col]
             res[col] = bucket_quantile(q[col : col + 1], bounds[sel], counts[sel, col : col + 1])[0]
+        if n > 1 and not full.all() and full.any():
+            cols = np.flatnonzero(full)
+            if 2 * len(cols) >= n:  # most steps (a rate's first steps lack them): all, without copies
+                counts[:, ~full] = 0.0  # `counts` is a copy (read above); steps are independent
+                res[cols] = bucket_quantile(q, bounds, counts)[cols]
+            else:
+                res[cols] = bucket_quantile(q[cols], bounds, counts[:, cols])
         labels.append(tuple(p for p in key if p[0] != NAME))
         values.append(res)
         present.append(any_present)
