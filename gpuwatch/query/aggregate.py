@@ -36,13 +36,12 @@ def aggregate(
     if op == "sum" and len(groups) == len(frame.labels) and groups:
         # Every group is one series (`sum by (le, ...)` of one series per bucket): all rows at once,
         # as the loop below computes a group of one.
-        order = [rows[0] for rows in groups.values()]
-        v, m = frame.values[order], frame.present[order]  # copies (a list index): ours to change
+        # The groups are the rows in order (each row made its own group, in turn).
         with np.errstate(all="ignore"):
-            v += 0.0  # what the Kahan sum of one row comes to (-0.0 becomes 0.0)
-        if not m.all():
-            v[~m] = 0.0
-        return VectorFrame(list(groups), v, m)
+            v = frame.values + 0.0  # what the Kahan sum of one row comes to (-0.0 becomes 0.0)
+        if not frame.present.all():
+            np.copyto(v, 0.0, where=~frame.present)
+        return VectorFrame(list(groups), v, frame.present.copy())
     if op == "sum" and groups:
         return _sum_groups(frame, groups)
     out_labels: list[LabelSet] = []

@@ -113,6 +113,16 @@ def _needs_fix(counts: np.ndarray) -> np.ndarray:
     return out
 
 
+def _steps_to_fix(counts: np.ndarray) -> np.ndarray:
+    """Steps that may need the fix-up: the few that `_unsure_cols` cannot clear (the fix-up leaves
+    one that needs none as it was), else exactly those `_needs_fix` finds."""
+    if counts.shape[0] >= 2 and counts.size:
+        unsure = _unsure_cols(counts)
+        if unsure is not None and np.count_nonzero(unsure) <= _FEW_COLUMNS:
+            return np.flatnonzero(unsure)
+    return np.flatnonzero(_needs_fix(counts))
+
+
 def _needs_fix_at(counts: np.ndarray) -> np.ndarray:
     """`_needs_fix` testing every column.
 
@@ -147,7 +157,7 @@ def bucket_quantile(q: np.ndarray, bounds: np.ndarray, counts: np.ndarray) -> np
             with np.errstate(all="ignore"):  # Inf + -Inf is NaN, as in Prometheus
                 np.add.at(merged, inverse, counts)
             bounds, counts = uniq, merged
-    fix = np.flatnonzero(_needs_fix(counts))
+    fix = _steps_to_fix(counts)
     if len(bounds) < 2:
         return np.full(steps, np.nan)
     # Steps are independent: all of them from the counts as they are, then those the fix-up changes
