@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 from gpuwatch.query.errors import PromQLEvalError
@@ -20,10 +22,17 @@ def group_labels(labels: LabelSet, grouping: list[str], without: bool) -> LabelS
     return tuple(p for p in labels if p[0] in keep)
 
 
+@functools.lru_cache(maxsize=1 << 16)
+def _group_of(labels: LabelSet, grouping: tuple[str, ...], without: bool) -> LabelSet:
+    """`group_labels` remembered: rules and dashboards aggregate the same series every round."""
+    return group_labels(labels, list(grouping), without)
+
+
 def _groups(frame: VectorFrame, grouping: list[str], without: bool) -> dict[LabelSet, list[int]]:
     groups: dict[LabelSet, list[int]] = {}
+    by = tuple(grouping)
     for i, ls in enumerate(frame.labels):
-        groups.setdefault(group_labels(ls, grouping, without), []).append(i)
+        groups.setdefault(_group_of(ls, by, without), []).append(i)
     return groups
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
@@ -185,10 +186,11 @@ def _quantile_at(q: np.ndarray, bounds: np.ndarray, counts: np.ndarray, rising: 
         else:
             b = np.where(ge.any(axis=0), ge.argmax(axis=0), last)
         cols = np.arange(steps)
-        bucket_end = bounds[np.minimum(b, last)]
-        bucket_start = np.where(b > 0, bounds[np.maximum(b - 1, 0)], 0.0)
-        count_b = counts[np.minimum(b, last), cols]
-        below = np.where(b > 0, counts[np.maximum(b - 1, 0), cols], 0.0)
+        before = np.maximum(b - 1, 0)  # b is in [0, last]
+        bucket_end = bounds[b]
+        bucket_start = np.where(b > 0, bounds[before], 0.0)
+        count_b = counts[b, cols]
+        below = np.where(b > 0, counts[before, cols], 0.0)
         interp = bucket_start + (bucket_end - bucket_start) * ((rank - below) / (count_b - below))
         res = np.where(b == last, bounds[last - 1], interp)
         res = np.where((b == 0) & (bounds[0] <= 0), bounds[0], res)
@@ -199,15 +201,21 @@ def _quantile_at(q: np.ndarray, bounds: np.ndarray, counts: np.ndarray, rising: 
     return res
 
 
+@functools.lru_cache(maxsize=1 << 16)
+def _bucket_of(labels: LabelSet) -> tuple[float | None, LabelSet]:
+    """A bucket series' upper bound (None when `le` is no number) and its histogram's labels
+    (remembered: rules and dashboards read the same buckets every round)."""
+    return _parse_le(label_value(labels, "le")), tuple(p for p in labels if p[0] != "le")
+
+
 def histogram_quantile(q: np.ndarray, frame: VectorFrame) -> VectorFrame:
     """Evaluate histogram_quantile(q, buckets) at every step."""
     n = frame.steps
     groups: dict[LabelSet, list[tuple[float, int]]] = {}
     for i, ls in enumerate(frame.labels):
-        le = _parse_le(label_value(ls, "le"))
+        le, key = _bucket_of(ls)
         if le is None:
             continue
-        key = tuple(p for p in ls if p[0] != "le")
         groups.setdefault(key, []).append((le, i))
     labels: list[LabelSet] = []
     values: list[np.ndarray] = []
