@@ -106,8 +106,10 @@ def _sum_groups(frame: VectorFrame, groups: dict[LabelSet, list[int]]) -> Vector
     values, present = frame.values.reshape(-1, n), frame.present.reshape(-1, n)
     total = np.zeros((len(rows_of), n))
     comp = np.zeros((len(rows_of), n))
+    out_present = np.zeros((len(rows_of), n), dtype=bool)
     for j in range(int(sizes.max())):
         m = present[idx[:, j]] & valid[:, j][:, None]
+        out_present |= m  # a group is present where any of its rows is
         t, c = kahan_inc(values[idx[:, j]], total, comp)
         total = np.where(m, t, total)
         comp = np.where(m, c, comp)
@@ -117,9 +119,6 @@ def _sum_groups(frame: VectorFrame, groups: dict[LabelSet, list[int]]) -> Vector
         first = idx[single, 0]
         with np.errstate(all="ignore"):
             res[single] = np.where(present[first], 0.0 + values[first], 0.0)
-    out_present = np.zeros((len(rows_of), n), dtype=bool)
-    at_row, at_step = np.nonzero(present[flat])
-    out_present[np.repeat(np.arange(len(rows_of)), sizes)[at_row], at_step] = True
     return VectorFrame(list(groups), res, out_present)
 
 
