@@ -187,17 +187,20 @@ def _quantile_at(q: np.ndarray, bounds: np.ndarray, counts: np.ndarray, rising: 
             b = np.where(ge.any(axis=0), ge.argmax(axis=0), last)
         cols = np.arange(steps)
         before = np.maximum(b - 1, 0)  # b is in [0, last]
+        above_first = b > 0
         bucket_end = bounds[b]
-        bucket_start = np.where(b > 0, bounds[before], 0.0)
+        bucket_start = np.where(above_first, bounds[before], 0.0)
         count_b = counts[b, cols]
-        below = np.where(b > 0, counts[before, cols], 0.0)
+        below = np.where(above_first, counts[before, cols], 0.0)
         interp = bucket_start + (bucket_end - bucket_start) * ((rank - below) / (count_b - below))
         res = np.where(b == last, bounds[last - 1], interp)
-        res = np.where((b == 0) & (bounds[0] <= 0), bounds[0], res)
+        if bounds[0] <= 0:
+            res = np.where(b == 0, bounds[0], res)
         res = np.where(total == 0, np.nan, res)
-    res = np.where(np.isnan(q), np.nan, res)
-    res = np.where(q < 0, -np.inf, res)
-    res = np.where(q > 1, np.inf, res)
+        if q.size and not (q.min() >= 0 and q.max() <= 1):  # a NaN q fails both
+            res = np.where(np.isnan(q), np.nan, res)
+            res = np.where(q < 0, -np.inf, res)
+            res = np.where(q > 1, np.inf, res)
     return res
 
 
