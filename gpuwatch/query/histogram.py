@@ -102,26 +102,32 @@ def _unsure_cols(counts: np.ndarray) -> np.ndarray | None:
 def _needs_fix(counts: np.ndarray) -> np.ndarray:
     """Steps (columns) where some bucket is below, or almost equal to but not equal to, the one before
     it: only there can the fix-up loop change anything."""
-    out = np.zeros(counts.shape[1], bool)
     if counts.shape[0] < 2 or not counts.size:
-        return out
-    unsure = _unsure_cols(counts)
-    if unsure is None:
+        return np.zeros(counts.shape[1], bool)
+    return _needs_fix_of(counts, _unsure_cols(counts))
+
+
+def _needs_fix_of(counts: np.ndarray, unsure: np.ndarray | None) -> np.ndarray:
+    """`_needs_fix` given `_unsure_cols(counts)`: the full test where that is unsure (steps are
+    independent), everywhere where it is None."""
+    cols = np.arange(counts.shape[1]) if unsure is None else np.flatnonzero(unsure)
+    if len(cols) == counts.shape[1]:
         return _needs_fix_at(counts)
-    cols = np.flatnonzero(unsure)
+    out = np.zeros(counts.shape[1], bool)
     if cols.size:
-        out[cols] = _needs_fix_at(counts[:, cols])  # steps are independent
+        out[cols] = _needs_fix_at(counts[:, cols])
     return out
 
 
 def _steps_to_fix(counts: np.ndarray) -> np.ndarray:
     """Steps that may need the fix-up: the few that `_unsure_cols` cannot clear (the fix-up leaves
     one that needs none as it was), else exactly those `_needs_fix` finds."""
-    if counts.shape[0] >= 2 and counts.size:
-        unsure = _unsure_cols(counts)
-        if unsure is not None and np.count_nonzero(unsure) <= _FEW_COLUMNS:
-            return np.flatnonzero(unsure)
-    return np.flatnonzero(_needs_fix(counts))
+    if counts.shape[0] < 2 or not counts.size:
+        return np.zeros(0, np.intp)
+    unsure = _unsure_cols(counts)
+    if unsure is not None and np.count_nonzero(unsure) <= _FEW_COLUMNS:
+        return np.flatnonzero(unsure)
+    return np.flatnonzero(_needs_fix_of(counts, unsure))
 
 
 def _needs_fix_at(counts: np.ndarray) -> np.ndarray:
@@ -161,6 +167,10 @@ def bucket_quantile(q: np.ndarray, bounds: np.ndarray, counts: np.ndarray) -> np
     fix = _steps_to_fix(counts)
     if len(bounds) < 2:
         return np.full(steps, np.nan)
+    if 2 * fix.size > steps:  # odd buckets at most steps: fix them up, then all steps at once
+        counts = counts.copy()
+        counts[:, fix] = _monotonic(counts[:, fix])
+        return _quantile_at(q, bounds, counts, False)
     # Steps are independent: all of them from the counts as they are, then those the fix-up changes
     # again from their fixed counts (few: a counter reset here and there).
     bits = counts.view(np.int64)
