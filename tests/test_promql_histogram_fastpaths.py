@@ -25,6 +25,7 @@ from gpuwatch.query.frames import NAME, LabelSet, VectorFrame, label_value, merg
 from gpuwatch.query.kahan import kahan_result, kahan_rows
 
 
+# The code as it was (histogram.py before the fast paths), verbatim but for the names.
 # fmt: off
 def plain_monotonic(counts: np.ndarray) -> np.ndarray:
     """Prometheus's ensureMonotonicAndIgnoreSmallDeltas over buckets (rows) at every step."""
