@@ -302,7 +302,7 @@ def serve(data_dir: str, port: int) -> None:
     store = Store.open(Path(data_dir), clock=SystemClock(), read_only=True)
     runtime = SimpleNamespace(store=store, clock=SystemClock(), settings=SimpleNamespace())
     server = make_server(create_app(runtime), "127.0.0.1", port)
-    tune_for_serving()  # as `gpuwatch serve` does after start-up
+    tune_for_serving(os.environ)  # as `gpuwatch serve` does after start-up
     server.run()
 
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import math
 import threading
-import time
 from typing import Any
 
 import pytest
@@ -146,10 +145,8 @@ def test_log_does_not_block_while_the_server_is_down_and_the_buffer_is_bounded()
     t = FakeTransport()
     t.is_down = True
     run = Run("r", transport=t, clock=FakeClock(), max_buffer=1000, backoff=Backoff(0.01, 0.05))
-    start = time.monotonic()
-    for step in range(20_000):
+    for step in range(20_000):  # a log that waited for the server would never get through these
         run.log({"loss": 1.0}, step=step)
-    assert time.monotonic() - start < 5  # generous: measured ~0.1 s; a blocking log would take forever
     assert run.pending == 1000 and run.dropped == 19_000
     assert not run.flush(timeout_s=0.2)
     t.is_down = False

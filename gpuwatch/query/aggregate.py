@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 from gpuwatch.query.errors import PromQLEvalError
@@ -20,10 +22,17 @@ def group_labels(labels: LabelSet, grouping: list[str], without: bool) -> LabelS
     return tuple(p for p in labels if p[0] in keep)
 
 
+@functools.lru_cache(maxsize=1 << 16)
+def _group_of(labels: LabelSet, grouping: tuple[str, ...], without: bool) -> LabelSet:
+    """`group_labels` remembered: rules and dashboards aggregate the same series every round."""
+    return group_labels(labels, list(grouping), without)
+
+
 def _groups(frame: VectorFrame, grouping: list[str], without: bool) -> dict[LabelSet, list[int]]:
     groups: dict[LabelSet, list[int]] = {}
+    by = tuple(grouping)
     for i, ls in enumerate(frame.labels):
-        groups.setdefault(group_labels(ls, grouping, without), []).append(i)
+        groups.setdefault(_group_of(ls, by, without), []).append(i)
     return groups
 
 
@@ -36,10 +45,12 @@ def aggregate(
     if op == "sum" and len(groups) == len(frame.labels) and groups:
         # Every group is one series (`sum by (le, ...)` of one series per bucket): all rows at once,
         # as the loop below computes a group of one.
-        order = [rows[0] for rows in groups.values()]
-        v, m = frame.values[order], frame.present[order]
+        # The groups are the rows in order (each row made its own group, in turn).
         with np.errstate(all="ignore"):
-            return VectorFrame(list(groups), np.where(m, 0.0 + v, 0.0), m.copy())
+            v = frame.values + 0.0  # what the Kahan sum of one row comes to (-0.0 becomes 0.0)
+        if not frame.present.all():
+            np.copyto(v, 0.0, where=~frame.present)
+        return VectorFrame(list(groups), v, frame.present.copy())
     if op == "sum" and groups:
         return _sum_groups(frame, groups)
     out_labels: list[LabelSet] = []
@@ -95,8 +106,10 @@ def _sum_groups(frame: VectorFrame, groups: dict[LabelSet, list[int]]) -> Vector
     values, present = frame.values.reshape(-1, n), frame.present.reshape(-1, n)
     total = np.zeros((len(rows_of), n))
     comp = np.zeros((len(rows_of), n))
+    out_present = np.zeros((len(rows_of), n), dtype=bool)
     for j in range(int(sizes.max())):
         m = present[idx[:, j]] & valid[:, j][:, None]
+        out_present |= m  # a group is present where any of its rows is
         t, c = kahan_inc(values[idx[:, j]], total, comp)
         total = np.where(m, t, total)
         comp = np.where(m, c, comp)
@@ -106,9 +119,6 @@ def _sum_groups(frame: VectorFrame, groups: dict[LabelSet, list[int]]) -> Vector
         first = idx[single, 0]
         with np.errstate(all="ignore"):
             res[single] = np.where(present[first], 0.0 + values[first], 0.0)
-    out_present = np.zeros((len(rows_of), n), dtype=bool)
-    at_row, at_step = np.nonzero(present[flat])
-    out_present[np.repeat(np.arange(len(rows_of)), sizes)[at_row], at_step] = True
     return VectorFrame(list(groups), res, out_present)
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from dataclasses import dataclass
@@ -145,7 +146,7 @@ def parse(text: str, *, step_ms: int = 0, range_ms: int = 0) -> ParsedQuery:
     if not text.strip():
         raise PromQLParseError("empty query")
     try:
-        expr = _parse_text(text)
+        return _parse_as_written(text)
     except PromQLParseError as first:
         modifier = unsupported_modifier(text)
         if modifier is not None:
@@ -155,6 +156,17 @@ def parse(text: str, *, step_ms: int = 0, range_ms: int = 0) -> ParsedQuery:
         if rewritten == text:
             raise first from None
         expr = _parse_text(rewritten)
+    check_supported(expr)
+    return ParsedQuery(text=text, expr=expr, invalid_utf8=_invalid_utf8_literals(text))
+
+
+@functools.lru_cache(maxsize=1024)
+def _parse_as_written(text: str) -> ParsedQuery:
+    """`parse` of a text that promql-parser reads as written (without `step()` or `range()` to fill
+    in), which therefore does not depend on the step or range: kept for the next query with the
+    same text (a dashboard's panels come back at every refresh; the tree is only read, never
+    changed). Errors are not kept."""
+    expr = _parse_text(text)
     check_supported(expr)
     return ParsedQuery(text=text, expr=expr, invalid_utf8=_invalid_utf8_literals(text))
 

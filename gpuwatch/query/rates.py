@@ -107,8 +107,9 @@ def extrapolated_rate_rows(
         near &= result > 0
         near &= fv >= 0
         out = np.multiply(result, factor, out=fv)
-        r, c = np.nonzero(near)
-        if r.size:
+        at = np.flatnonzero(near)  # cheaper than the (rows, cols) of np.nonzero
+        if at.size:
+            r, c = np.divmod(at, n)
             out[r, c] = result[r, c] * _factor(sampled[c], to_zero[r, c], to_end[c], w.range_ms, is_rate)
         return out, ok
 

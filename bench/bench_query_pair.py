@@ -1,0 +1,138 @@
+"""Time one PromQL range query in two source trees, taking turns, so both see the same VM spells.
+
+Usage:
+    python bench/bench_query.py --sets 24h --no-peers --runs 1 --keep --dir /tmp/q24   # the data, once
+    python bench/bench_query_pair.py /tmp/q24/24h/gpuwatch 'QUERY' BEFORE_DIR AFTER_DIR [--rounds 5]
+
+Each round runs one child process per tree (in turn, the order swapped every round) with `PYTHONPATH=DIR`
+and this interpreter. The child opens the store read-only, applies `gpuwatch serve`'s GC and malloc
+settings (`gctune.tune_for_serving`) and times the query over the whole 24 h set at a 15 s step: the
+median of --runs calls of `Engine.range` ("engine") and of the same query through the Flask app called as
+WSGI, without a socket ("wsgi": parameters, engine, JSON). Printed: both trees' figures and their ratio
+each round, then the medians of the rounds. This VM's speed moves by up to 2x from one minute to the next,
+so only figures taken in turns like this are compared in bench/README.md. A child whose tree lacks the
+malloc settings (older trees) runs without them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # querydata; gpuwatch comes from PYTHONPATH
+
+from querydata import DAY_MS, T0_MS  # noqa: E402
+
+
+def child(data: str, query: str, runs: int) -> None:
+    from types import SimpleNamespace
+    from urllib.parse import urlencode
+
+    from gpuwatch import gctune
+    from gpuwatch.clock import SystemClock
+    from gpuwatch.query import Engine
+    from gpuwatch.store import Store
+    from gpuwatch.web import create_app
+
+    store = Store.open(Path(data), clock=SystemClock(), read_only=True)
+    app = create_app(SimpleNamespace(store=store, clock=SystemClock(), settings=SimpleNamespace()))
+    try:
+        gctune.tune_for_serving(os.environ)
+    except TypeError:  # trees from before the malloc settings: tune_for_serving()
+        gctune.tune_for_serving()  # type: ignore[call-arg]
+    start, end = T0_MS, T0_MS + DAY_MS
+    qs = urlencode({"query": query, "start": start / 1000, "end": end / 1000, "step": "15s"})
+
+    def environ() -> dict[str, Any]:
+        return {
+            "REQUEST_METHOD": "GET",
+            "PATH_INFO": "/api/v1/query_range",
+            "QUERY_STRING": qs,
+            "SERVER_NAME": "127.0.0.1",
+            "SERVER_PORT": "80",
+            "SERVER_PROTOCOL": "HTTP/1.1",
+            "wsgi.url_scheme": "http",
+            "wsgi.input": io.BytesIO(b""),
+            "wsgi.errors": sys.stderr,
+        }
+
+    statuses: list[str] = []
+
+    def wsgi() -> bytes:
+        return b"".join(app(environ(), lambda status, headers, exc_info=None: statuses.append(status)))
+
+    def engine() -> Any:
+        return Engine(store).range(query, start, end, 15_000)
+
+    def median_ms(fn: Any) -> float:
+        for _ in range(10):
+            fn()
+        times = []
+        for _ in range(runs):
+            t0 = time.perf_counter()
+            fn()
+            times.append(time.perf_counter() - t0)
+        return statistics.median(times) * 1000
+
+    out = {"engine": median_ms(engine), "wsgi": median_ms(wsgi)}
+    if any(not s.startswith("200") for s in statuses):
+        raise SystemExit(f"the query failed: {statuses[-1]} {wsgi()[:300]!r}")
+    print(json.dumps(out))
+
+
+def main() -> None:
+    if len(sys.argv) == 5 and sys.argv[1] == "--child":
+        child(sys.argv[2], sys.argv[3], int(sys.argv[4]))
+        return
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("data", help="a gpuwatch data directory holding the 24h set (bench_query.py --keep)")
+    ap.add_argument("query")
+    ap.add_argument("before", type=Path)
+    ap.add_argument("after", type=Path)
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--runs", type=int, default=200, help="timed calls per child and figure")
+    args = ap.parse_args()
+    trees = [args.before.resolve(), args.after.resolve()]
+    got: dict[Path, list[dict[str, float]]] = {t: [] for t in trees}
+    for r in range(args.rounds):
+        for tree in trees if r % 2 == 0 else trees[::-1]:
+            proc = subprocess.run(
+                [
+                    sys.executable,
+                    str(Path(__file__).resolve()),
+                    "--child",
+                    args.data,
+                    args.query,
+                    str(args.runs),
+                ],
+                env={**os.environ, "PYTHONPATH": str(tree)},
+                capture_output=True,
+                text=True,
+            )
+            if proc.returncode:
+                sys.exit(
+                    f"{tree}: {proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else proc.returncode}"
+                )
+            got[tree].append(json.loads(proc.stdout.strip().splitlines()[-1]))
+        a, b = got[trees[0]][-1], got[trees[1]][-1]
+        print(
+            f"round {r + 1}: engine {a['engine']:.3f} -> {b['engine']:.3f} ms ({b['engine'] / a['engine']:.2f}), "
+            f"wsgi {a['wsgi']:.3f} -> {b['wsgi']:.3f} ms ({b['wsgi'] / a['wsgi']:.2f})",
+            flush=True,
+        )
+    for tree in trees:
+        e = statistics.median(x["engine"] for x in got[tree])
+        w = statistics.median(x["wsgi"] for x in got[tree])
+        print(f"{tree}: engine {e:.3f} ms, wsgi {w:.3f} ms (medians of {args.rounds} rounds)")
+
+
+if __name__ == "__main__":
+    main()
