@@ -80,6 +80,19 @@ def test_range_query_get_and_form_post(client: FlaskClient) -> None:
         assert series["values"][0][0] == 1700000600
 
 
+def test_a_get_reads_the_url_not_its_body(client: FlaskClient) -> None:
+    # As Prometheus (Go's ParseForm reads a body only for POST, PUT and PATCH): a form body on a GET is ignored.
+    r = client.get(
+        "/api/v1/query",
+        query_string={"time": "1700000000"},
+        data={"query": "2"},
+        content_type="application/x-www-form-urlencoded",
+    )
+    assert r.status_code == 400 and r.get_json()["errorType"] == "bad_data"
+    r = client.post("/api/v1/query?time=1700000000", data={"query": "2"})
+    assert r.status_code == 200 and r.get_json()["data"]["result"][1] == "2"
+
+
 def test_parse_error_is_bad_data(client: FlaskClient) -> None:
     r = client.get("/api/v1/query", query_string={"query": "sum(", "time": "1700000000"})
     assert r.status_code == 400

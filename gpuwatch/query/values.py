@@ -209,6 +209,18 @@ def to_prometheus_json_bytes(result: Result, head: str, tail: str) -> bytes:
     return _matrix_text(result, head, tail).encode()
 
 
+def _time_prefixes(times_ms: np.ndarray) -> list[str]:
+    """'[t0,"', '"],[t1,"', ...: the text before each value of a series, built by one split rather
+    than an f-string per point (whole seconds: one replace in orjson's text of the array)."""
+    t = np.asarray(times_ms, dtype=np.int64)
+    if not t.size:
+        return []
+    if _orjson is not None and not (t % 1000).any():
+        text = _orjson.dumps(t // 1000, option=_orjson.OPT_SERIALIZE_NUMPY).decode("ascii")[1:-1]
+        return ("[" + text.replace(",", ',"\x00"],[') + ',"').split("\x00")
+    return ("[" + ',"\x00"],['.join(format_times(t)) + ',"').split("\x00")
+
+
 def _matrix_text(result: Matrix, head: str, tail: str) -> str:
     if not result.series:
         return head + '{"resultType":"matrix","result":[]}' + tail
@@ -227,8 +239,7 @@ def _matrix_text(result: Matrix, head: str, tail: str) -> str:
         if last is not None and np.array_equal(last[0], ts):
             before = last[1]  # the series of a range query mostly share one time grid
         else:
-            # '[t0,"', '"],[t1,"', ...: one join and one split rather than an f-string per point
-            before = ("[" + ',"\x00"],['.join(format_times(ts)) + ',"').split("\x00") if ts.size else []
+            before = _time_prefixes(ts)
             last = (ts, before)
         n = len(before)
         points = [""] * (2 * n)

@@ -54,9 +54,10 @@ def _setting(name: str, default: float) -> float:
 
 
 def _params() -> dict[str, list[str]]:
-    """GET query arguments and form-encoded POST bodies, merged."""
+    """GET query arguments and form-encoded POST bodies, merged (a GET's body is not read, as in
+    Prometheus)."""
     out: dict[str, list[str]] = {}
-    for source in (request.args, request.form):
+    for source in (request.args, request.form) if request.method == "POST" else (request.args,):
         for key in source:
             out.setdefault(key, []).extend(source.getlist(key))
     return out
