@@ -9,6 +9,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -35,15 +36,24 @@ def shared_series(draw: st.DrawFn) -> tuple[np.ndarray, np.ndarray, np.ndarray, 
         times[n // 2 :] += draw(st.integers(1, 3 * interval))  # a gap or a late scrape
     k = draw(st.integers(1, 4))
     counter_like = draw(st.booleans())
+    # Rarely moving series (error and ECC counters, settings): most windows see no change.
+    increments = draw(
+        st.sampled_from([st.integers(0, 50), st.integers(0, 50).map(lambda x: x if x > 46 else 0)])
+    )
     rows = np.empty((k, n))
     for r in range(k):
         if counter_like:
-            inc = draw(st.lists(st.integers(0, 50), min_size=n, max_size=n))
+            inc = draw(st.lists(increments, min_size=n, max_size=n))
             rows[r] = np.cumsum(np.array(inc, dtype=np.float64)) * draw(st.sampled_from([1.0, 0.1, 1e-9]))
             if n and draw(st.booleans()):
                 rows[r, draw(st.integers(0, n - 1))] = draw(VALUE)  # a reset, a NaN, an odd value
-        else:
+        elif draw(st.booleans()):
             rows[r] = np.array(draw(st.lists(VALUE, min_size=n, max_size=n)), dtype=np.float64)
+        else:  # a gauge that stays, with a few other values (-0.0 against 0.0 included)
+            rows[r] = draw(VALUE)
+            for _ in range(draw(st.integers(0, 3))):
+                if n:
+                    rows[r, draw(st.integers(0, n - 1)) :] = draw(VALUE)
     step = draw(st.sampled_from([interval, 2 * interval, 7_000, 60_000]))
     start = T0 - draw(st.integers(0, 4)) * interval + draw(st.sampled_from([0, 7_000]))
     steps = draw(st.integers(1, 120))
@@ -71,6 +81,39 @@ def test_rate_rows_equal_series_by_series(data: tuple[np.ndarray, np.ndarray, np
         one, one_ok = extrapolated_rate(Window(times, rows[r], ends, range_ms), is_counter, is_rate)
         assert np.array_equal(ok, one_ok)
         assert np.array_equal(bits(values[r][ok]), bits(one[ok]))
+
+
+def test_rate_rows_of_rarely_moving_counters_work_out_only_the_steps_that_moved(monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    # A day at 15 s of three ECC-like counters: two move at a few samples, one never. Only the steps
+    # whose window saw a change get the extrapolation; the answers are the series-by-series ones.
+    from gpuwatch.query import rates
+
+    n = 5_760
+    times = T0 + np.arange(n, dtype=np.int64) * 15_000
+    rows = np.zeros((3, n))
+    rows[0, 1_000:] += 1.0
+    rows[0, 4_000:] += 2.0
+    rows[1, 2_500:] = 7.0
+    rows[2] = 3.0
+    ends = times.copy()
+    sizes: list[int] = []
+    plain = rates._extrapolate_rows
+
+    def spy(result: np.ndarray, *args: object) -> np.ndarray:
+        sizes.append(result.shape[1])
+        return plain(result, *args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(rates, "_extrapolate_rows", spy)
+    for is_counter, is_rate in KINDS:
+        w = Window(times, rows[0], ends, 3_600_000)
+        got = extrapolated_rate_rows(w, rows, is_counter, is_rate)
+        assert got is not None
+        values, ok = got
+        for r in range(3):
+            one, one_ok = extrapolated_rate(Window(times, rows[r], ends, 3_600_000), is_counter, is_rate)
+            assert np.array_equal(ok, one_ok)
+            assert np.array_equal(bits(values[r][ok]), bits(one[ok]))
+    assert sizes and all(size < n // 4 for size in sizes), sizes  # three 1 h bursts of 240 steps
 
 
 def _needs_fix_plain(counts: np.ndarray) -> np.ndarray:

@@ -87,18 +87,57 @@ def extrapolated_rate_rows(
             cum = np.zeros((k, rows.shape[1] + 1))
             np.cumsum(drop, axis=1, out=cum[:, 1:])
             np.add(result, cum[:, w.hi] - cum[:, np.minimum(w.lo + 1, w.hi)], out=result)
-        range_start = (w.ends - w.range_ms).astype(np.float64)
-        range_end = w.ends.astype(np.float64)
+        # A cell whose window saw no change (result +-0.0) comes to that same zero: times a positive
+        # finite factor, and never at a counter's zero point (fv / 0 is not finite). Where few steps
+        # saw a change at all (a counter that moves now and then: errors, ECC errors, XIDs), the rest
+        # is worked out at those steps only.
+        if np.count_nonzero(result) * 4 < result.size:
+            steps = np.flatnonzero((result != 0).any(axis=0))
+            if steps.size * 2 < n:
+                out = result  # the zeros stay as they are
+                out[:, steps] = _extrapolate_rows(
+                    result[:, steps],
+                    fv[:, steps],
+                    ft[steps],
+                    lt[steps],
+                    w.ends[steps],
+                    w.count[steps],
+                    w.range_ms,
+                    is_counter,
+                    is_rate,
+                )
+                return out, ok
+        return _extrapolate_rows(result, fv, ft, lt, w.ends, w.count, w.range_ms, is_counter, is_rate), ok
+
+
+def _extrapolate_rows(
+    result: np.ndarray,
+    fv: np.ndarray,
+    ft: np.ndarray,
+    lt: np.ndarray,
+    ends: np.ndarray,
+    count: np.ndarray,
+    range_ms: int,
+    is_counter: bool,
+    is_rate: bool,
+) -> np.ndarray:
+    """`result` (k, steps) extrapolated to its windows' edges: the part of `extrapolated_rate_rows`
+    after the differences (`fv`: each window's first value; `ft`, `lt`: its first and last sample's
+    time; `ends`, `count`: each step's end and number of samples). Reuses `fv` for the answer."""
+    n = len(ends)
+    with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
+        range_start = (ends - range_ms).astype(np.float64)
+        range_end = ends.astype(np.float64)
         to_start = (ft - range_start) / 1000
         to_end = (range_end - lt) / 1000
         sampled = (lt - ft) / 1000
-        avg = sampled / np.maximum(w.count - 1, 1)
+        avg = sampled / np.maximum(count - 1, 1)
         threshold = avg * 1.1
         to_start = np.where(to_start >= threshold, avg / 2, to_start)
         to_end = np.where(to_end >= threshold, avg / 2, to_end)
-        factor = _factor(sampled, to_start, to_end, w.range_ms, is_rate)
+        factor = _factor(sampled, to_start, to_end, range_ms, is_rate)
         if not is_counter:
-            return np.multiply(result, factor, out=result), ok
+            return np.multiply(result, factor, out=result)
         # A counter's zero point replaces `to_start` where it is nearer: (result > 0) & (fv >= 0) &
         # (sampled * (fv / result) < to_start), elementwise as `_extrapolate` decides it.
         to_zero = np.divide(fv, result)
@@ -110,8 +149,8 @@ def extrapolated_rate_rows(
         at = np.flatnonzero(near)  # cheaper than the (rows, cols) of np.nonzero
         if at.size:
             r, c = np.divmod(at, n)
-            out[r, c] = result[r, c] * _factor(sampled[c], to_zero[r, c], to_end[c], w.range_ms, is_rate)
-        return out, ok
+            out[r, c] = result[r, c] * _factor(sampled[c], to_zero[r, c], to_end[c], range_ms, is_rate)
+        return out
 
 
 def _factor(
