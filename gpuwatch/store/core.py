@@ -21,18 +21,15 @@ import numpy as np
 
 from gpuwatch.clock import Clock
 from gpuwatch.errors import StoreError
-from gpuwatch.model import Batch, Labels, LogLine, LogOffset, Matcher, RunRecord, RunUpdate, SeriesData
-from gpuwatch.store import alerts as alerts_table
+from gpuwatch.model import Batch, Labels, Matcher, SeriesData
 from gpuwatch.store import logs as logs_table
-from gpuwatch.store import notify as notify_table
-from gpuwatch.store import runs as runs_table
 from gpuwatch.store import schema
-from gpuwatch.store import silences as silences_table
 from gpuwatch.store.catalog import Catalog, Entry, Snapshot, match
 from gpuwatch.store.chunkcache import ChunkCache, Generation
 from gpuwatch.store.headindex import HeadIndex
 from gpuwatch.store.lock import DirLock
 from gpuwatch.store.read import Selected, ids_with_samples, read_samples, read_samples_cached
+from gpuwatch.store.tables import SideTables
 from gpuwatch.store.writer import _STOP, Writer
 
 log = logging.getLogger(__name__)
@@ -46,8 +43,9 @@ _MATCHED_MAX = 256  # selectors whose matched series are remembered (Store._matc
 CHUNK_CACHE_MB = 128  # decoded chunks kept for reads (chunkcache.py); the `chunk_cache_mb` setting
 
 
-class Store:
-    """Time-series samples in DuckDB; build it with `Store.open`."""
+class Store(SideTables):
+    """Time-series samples in DuckDB (and the appliance's other tables: `tables.py`); build it with
+    `Store.open`."""
 
     def __init__(
         self,
@@ -210,121 +208,6 @@ class Store:
             return deleted
 
         return int(self._ask(apply))
-
-    def append_log_lines(self, lines: Sequence[LogLine], offsets: Sequence[LogOffset]) -> None:
-        """Store tailed log lines and the file offsets after them, atomically; waits for the writer."""
-        writer = self._need_writer()
-        try:
-            self._ask(lambda: logs_table.write(writer._cur, lines, offsets))
-        except duckdb.Error as exc:
-            raise StoreError(f"cannot store log lines: {exc}") from None
-
-    def upsert_run(self, update: RunUpdate) -> None:
-        """Record a training run's start, finish or latest step; waits for the writer."""
-        writer = self._need_writer()
-        try:
-            self._ask(lambda: runs_table.upsert(writer._cur, update))
-        except duckdb.Error as exc:
-            raise StoreError(f"cannot record run {update.name!r}: {exc}") from None
-
-    def save_alerts(self, group_key: str, alerts: Sequence[alerts_table.StoredAlert]) -> None:
-        """Replace the stored alerts of one rule group; waits for the writer."""
-        writer = self._need_writer()
-        try:
-            self._ask(lambda: alerts_table.replace_group(writer._cur, group_key, alerts))
-        except duckdb.Error as exc:
-            raise StoreError(f"cannot store the alerts of rule group {group_key!r}: {exc}") from None
-
-    def save_alerts_soon(self, group_key: str, alerts: Sequence[alerts_table.StoredAlert]) -> Future[Any]:
-        """Queue `save_alerts` without waiting; the future holds its outcome (a StoreError on failure)."""
-        writer = self._need_writer()
-        if self._closed:
-            raise StoreError("the store is closed")
-        fut: Future[Any] = Future()
-        writer.queue.put(("call", lambda: alerts_table.replace_group(writer._cur, group_key, alerts), fut))
-        return fut
-
-    def alerts(self) -> list[alerts_table.StoredAlert]:
-        """Return the stored alerts of every rule group."""
-        if self._closed:
-            raise StoreError("the store is closed")
-        try:
-            return alerts_table.read_all(self._cursor())
-        except duckdb.Error as exc:
-            raise StoreError(f"store read failed: {exc}") from None
-
-    def save_silences(self, silences: Sequence[silences_table.SilenceRecord]) -> None:
-        """Write silences (new or changed) in one transaction; waits for the writer."""
-        writer = self._need_writer()
-        try:
-            self._ask(lambda: silences_table.upsert(writer._cur, silences))
-        except duckdb.Error as exc:
-            raise StoreError(f"cannot store silences: {exc}") from None
-
-    def delete_silences(self, ids: Sequence[str]) -> None:
-        """Delete the silences with these ids; waits for the writer."""
-        writer = self._need_writer()
-        try:
-            self._ask(lambda: silences_table.delete(writer._cur, ids))
-        except duckdb.Error as exc:
-            raise StoreError(f"cannot delete silences: {exc}") from None
-
-    def silences(self) -> list[silences_table.SilenceRecord]:
-        """Return every stored silence."""
-        if self._closed:
-            raise StoreError("the store is closed")
-        try:
-            return silences_table.read_all(self._cursor())
-        except duckdb.Error as exc:
-            raise StoreError(f"store read failed: {exc}") from None
-
-    # -- notifications (gpuwatch.store.notify) ---------------------------------------------------------
-    def enqueue_notifications(
-        self, items: Sequence[notify_table.NewNotification], states: Sequence[notify_table.NotifyEntry]
-    ) -> None:
-        """Queue notifications with the notification state they imply, atomically; waits for the writer."""
-        self._notify_write(lambda cur: notify_table.enqueue(cur, items, states))
-
-    def retry_notification(self, id_: int, attempts: int, next_ms: int, error: str) -> None:
-        """Record a failed delivery attempt of a queued notification and when to try again."""
-        self._notify_write(lambda cur: notify_table.retry_later(cur, id_, attempts, next_ms, error))
-
-    def finish_notification(self, delivery: notify_table.Delivery) -> None:
-        """Take a notification off the queue and write how it ended to the delivery log."""
-        self._notify_write(lambda cur: notify_table.finish(cur, delivery))
-
-    def prune_notifications(self, log_before_ms: int, state_before_ms: int) -> None:
-        """Delete old delivery log rows and notification states."""
-        self._notify_write(lambda cur: notify_table.prune(cur, log_before_ms, state_before_ms))
-
-    def queued_notifications(self) -> list[notify_table.QueuedNotification]:
-        """Return the notifications waiting to be delivered, oldest first."""
-        return list(self._notify_read(notify_table.queued))
-
-    def notify_states(self) -> list[notify_table.NotifyEntry]:
-        """Return what each alert group last notified each receiver."""
-        return list(self._notify_read(notify_table.states))
-
-    def notification_log(
-        self, *, receiver: str | None = None, limit: int = 200
-    ) -> list[notify_table.Delivery]:
-        """Return the delivery log, newest first."""
-        return list(self._notify_read(lambda cur: notify_table.log_rows(cur, receiver=receiver, limit=limit)))
-
-    def _notify_write(self, fn: Any) -> None:
-        writer = self._need_writer()
-        try:
-            self._ask(lambda: fn(writer._cur))
-        except duckdb.Error as exc:
-            raise StoreError(f"cannot store notifications: {exc}") from None
-
-    def _notify_read(self, fn: Any) -> Any:
-        if self._closed:
-            raise StoreError("the store is closed")
-        try:
-            return fn(self._cursor())
-        except duckdb.Error as exc:
-            raise StoreError(f"store read failed: {exc}") from None
 
     def _need_writer(self) -> Writer:
         if self._writer is None:
@@ -495,44 +378,6 @@ class Store:
         """Return the sorted values of `label` among matching series."""
         entries = self._entries(matchers, start_ms, end_ms)
         return sorted({e.label_map[label] for e in entries if label in e.label_map})
-
-    def runs(self) -> list[RunRecord]:
-        """Return the metadata of every training run, the most recently started first."""
-        if self._closed:
-            raise StoreError("the store is closed")
-        try:
-            return runs_table.read_all(self._cursor())
-        except duckdb.Error as exc:
-            raise StoreError(f"store read failed: {exc}") from None
-
-    def log_offsets(self) -> list[LogOffset]:
-        """Return how far each tailed log file was read, as stored with its lines."""
-        if self._closed:
-            raise StoreError("the store is closed")
-        try:
-            return logs_table.read_offsets(self._cursor())
-        except duckdb.Error as exc:
-            raise StoreError(f"store read failed: {exc}") from None
-
-    def log_lines(
-        self,
-        *,
-        run: str | None = None,
-        text: str | None = None,
-        level: str | None = None,
-        start_ms: int | None = None,
-        end_ms: int | None = None,
-        limit: int = 200,
-    ) -> list[LogLine]:
-        """Return stored log lines matching every given filter, newest first."""
-        if self._closed:
-            raise StoreError("the store is closed")
-        try:
-            return logs_table.read_lines(
-                self._cursor(), run=run, text=text, level=level, start_ms=start_ms, end_ms=end_ms, limit=limit
-            )
-        except duckdb.Error as exc:
-            raise StoreError(f"store read failed: {exc}") from None
 
     # -- housekeeping ---------------------------------------------------------------------------------
 
