@@ -51,13 +51,6 @@ class Queryable(Protocol):
 # series' last sample (the store does, from memory); instant selectors at one step then use it.
 
 
-@functools.lru_cache(maxsize=1024)
-def _parse_instant(expr: str) -> Any:
-    """Parse an instant query once: rules evaluate the same expressions every round (the parsed
-    tree is only read, never changed, so one can serve every evaluation)."""
-    return parse(expr)
-
-
 @functools.lru_cache(maxsize=1 << 16)
 def _series_labels(name: str, labels: Labels) -> LabelSet:
     return make_labelset({NAME: name, **dict(labels)})
@@ -107,7 +100,7 @@ class Engine:
 
     def instant(self, expr: str, time_ms: int, *, timeout_s: float | None = None) -> Result:
         """Evaluate `expr` at `time_ms`."""
-        query = _parse_instant(expr)
+        query = parse(expr)  # kept per text by parse (rules evaluate the same expressions every round)
         ev = _Evaluation(self, int(time_ms), int(time_ms), timeout_s, query.invalid_utf8)
         ts = np.array([int(time_ms)], dtype=np.int64)
         frame = ev.eval(query.expr, ts)

@@ -140,14 +140,16 @@ def _fast_reprs(v: np.ndarray) -> list[str]:
 
 def format_times(times_ms: np.ndarray) -> list[str]:
     """The JSON text of `format_time` of each millisecond timestamp."""
-    t = np.asarray(times_ms, dtype=np.int64)
-    if (t % 1000 == 0).all():
-        if _orjson is not None and t.size:
-            return (
-                _orjson.dumps(t // 1000, option=_orjson.OPT_SERIALIZE_NUMPY).decode("ascii")[1:-1].split(",")
-            )
-        return list(map(str, (t // 1000).tolist()))
-    return [json.dumps(format_time(x)) for x in t.tolist()]
+    return _times_text(np.asarray(times_ms, dtype=np.int64)).split(",") if len(times_ms) else []
+
+
+def _times_text(t: np.ndarray) -> str:
+    """The JSON texts of `format_time` of each of `t` (int64 ms, not empty), joined by commas."""
+    if not (t % 1000).any():
+        if _orjson is not None:
+            return _orjson.dumps(t // 1000, option=_orjson.OPT_SERIALIZE_NUMPY).decode("ascii")[1:-1]
+        return ",".join(map(str, (t // 1000).tolist()))
+    return ",".join(json.dumps(format_time(x)) for x in t.tolist())
 
 
 def format_time(time_ms: int) -> float | int:
@@ -210,15 +212,12 @@ def to_prometheus_json_bytes(result: Result, head: str, tail: str) -> bytes:
 
 
 def _time_prefixes(times_ms: np.ndarray) -> list[str]:
-    """'[t0,"', '"],[t1,"', ...: the text before each value of a series, built by one split rather
-    than an f-string per point (whole seconds: one replace in orjson's text of the array)."""
+    """'[t0,"', '"],[t1,"', ...: the text before each value of a series, made by one replace and one
+    split of the times' text rather than an f-string per point."""
     t = np.asarray(times_ms, dtype=np.int64)
     if not t.size:
         return []
-    if _orjson is not None and not (t % 1000).any():
-        text = _orjson.dumps(t // 1000, option=_orjson.OPT_SERIALIZE_NUMPY).decode("ascii")[1:-1]
-        return ("[" + text.replace(",", ',"\x00"],[') + ',"').split("\x00")
-    return ("[" + ',"\x00"],['.join(format_times(t)) + ',"').split("\x00")
+    return ("[" + _times_text(t).replace(",", ',"\x00"],[') + ',"').split("\x00")
 
 
 def _matrix_text(result: Matrix, head: str, tail: str) -> str:
