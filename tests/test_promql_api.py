@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 from collections.abc import Iterator
 from types import SimpleNamespace
 
@@ -13,12 +14,13 @@ from flask.testing import FlaskClient
 from gpuwatch.clock import FakeClock
 from gpuwatch.store import Store
 from gpuwatch.web.promapi import bp
+from gpuwatch.web.queryroutes import QueryRoutes
 
 T0 = 1_700_000_000_000  # ms
 
 
 @pytest.fixture()
-def client() -> Iterator[FlaskClient]:
+def runtime() -> Iterator[SimpleNamespace]:
     clock = FakeClock(start=T0 / 1000 + 3600)
     store = Store.open(None, clock=clock, flush_interval_s=3600.0)
     t = np.arange(T0, T0 + 3600_000, 15_000, dtype=np.int64)
@@ -27,17 +29,33 @@ def client() -> Iterator[FlaskClient]:
             "DCGM_FI_DEV_GPU_UTIL", (("Hostname", "n1"), ("gpu", gpu)), t, np.full(len(t), 50.0 + int(gpu))
         )
     store.append_series("requests_total", (("job", "api"),), t, np.arange(len(t), dtype=np.float64) * 15)
+    store.append_series("temp_celsius", (("room", "Küche ☃"),), t, np.full(len(t), 21.5))
     store.flush()
-    app = Flask(__name__)
-    app.register_blueprint(bp)
-    app.extensions["gpuwatch"] = SimpleNamespace(
+    yield SimpleNamespace(
         store=store,
         clock=clock,
         settings=SimpleNamespace(query_timeout_s=30.0, query_max_samples=1_000_000, lookback_s=300.0),
         metric_metadata=lambda: {"requests_total": [{"type": "counter", "help": "Requests.", "unit": ""}]},
     )
-    yield app.test_client()
     store.close()
+
+
+def make_app(runtime: SimpleNamespace, query_routes: bool) -> Flask:
+    """A minimal Flask app with the API's blueprint; with `query_routes`, /api/v1/query and
+    /api/v1/query_range are answered in front of Flask, as in gpuwatch's app."""
+    app = Flask(__name__)
+    app.register_blueprint(bp)
+    app.extensions["gpuwatch"] = runtime
+    app.json.sort_keys = False  # type: ignore[attr-defined]  # as create_app
+    if query_routes:
+        app.wsgi_app = QueryRoutes(app.wsgi_app, runtime, app)  # type: ignore[method-assign]
+    return app
+
+
+@pytest.fixture(params=["flask", "query_routes"])
+def client(runtime: SimpleNamespace, request: pytest.FixtureRequest) -> FlaskClient:
+    """Every test below runs twice: through the Flask routes and through `QueryRoutes`."""
+    return make_app(runtime, request.param == "query_routes").test_client()
 
 
 def test_instant_query_shape(client: FlaskClient) -> None:
@@ -148,11 +166,11 @@ def test_series_labels_and_values(client: FlaskClient) -> None:
     ]
     assert client.get("/api/v1/series").status_code == 400
     r = client.get("/api/v1/labels")
-    assert r.get_json()["data"] == ["Hostname", "__name__", "gpu", "job"]
+    assert r.get_json()["data"] == ["Hostname", "__name__", "gpu", "job", "room"]
     r = client.post("/api/v1/labels", data={"match[]": "requests_total"})
     assert r.get_json()["data"] == ["__name__", "job"]
     r = client.get("/api/v1/label/__name__/values")
-    assert r.get_json()["data"] == ["DCGM_FI_DEV_GPU_UTIL", "requests_total"]
+    assert r.get_json()["data"] == ["DCGM_FI_DEV_GPU_UTIL", "requests_total", "temp_celsius"]
     r = client.get("/api/v1/label/gpu/values", query_string={"limit": "1"})
     body = r.get_json()
     assert body["data"] == ["0"] and body["warnings"]
@@ -178,15 +196,18 @@ def test_web_module_does_not_import_duckdb() -> None:
     assert not any(n.startswith(("duckdb", "gpuwatch.collect", "gpuwatch.store")) for n in names)
 
 
-@pytest.mark.parametrize("sort_keys", [False, True])
-def test_range_query_body_is_byte_for_byte_what_jsonify_sends(client: FlaskClient, sort_keys: bool) -> None:
+def test_range_query_body_is_byte_for_byte_what_jsonify_sends(client: FlaskClient) -> None:
     from gpuwatch.query import Engine, to_prometheus_json
 
     app = client.application
-    app.json.sort_keys = sort_keys  # type: ignore[attr-defined]  # gpuwatch's app sets False
     runtime = app.extensions["gpuwatch"]
     start, end = T0 + 600_000, T0 + 1_800_000
-    for expr in ("rate(requests_total[1m]) / 7", "DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_DEV_GPU_UTIL > 50"):
+    for expr in (
+        "rate(requests_total[1m]) / 7",
+        "DCGM_FI_DEV_GPU_UTIL",
+        "DCGM_FI_DEV_GPU_UTIL > 50",
+        "temp_celsius",
+    ):
         r = client.get(
             "/api/v1/query_range",
             query_string={"query": expr, "start": start / 1000, "end": end / 1000, "step": "15s"},
@@ -197,3 +218,130 @@ def test_range_query_body_is_byte_for_byte_what_jsonify_sends(client: FlaskClien
             expected = app.json.response({"status": "success", "data": to_prometheus_json(want)})
         assert r.mimetype == expected.mimetype
         assert r.get_data() == expected.get_data()
+
+
+SAME_ANSWER_REQUESTS: list[tuple[str, str, dict[str, object]]] = [
+    ("GET", "/api/v1/query?query=DCGM_FI_DEV_GPU_UTIL&time=1700000600", {}),
+    ("GET", "/api/v1/query?query=temp_celsius%7Broom%3D%22K%C3%BCche+%E2%98%83%22%7D&time=1700000600", {}),
+    ("GET", "/api/v1/query?query=sum(rate(requests_total[5m]))", {}),
+    ("GET", "/api/v1/query?query=1&query=2&time=1700000600", {}),  # the first of repeated parameters
+    ("GET", "/api/v1/query?query=%zz&time=1700000600", {}),  # an invalid escape stays as written
+    ("GET", "/api/v1/query?query=&time=1700000600", {}),
+    ("GET", "/api/v1/query?time=1700000600", {}),
+    ("GET", "/api/v1/query?query=sum(", {}),
+    ("GET", "/api/v1/query?query=histogram_count(x)", {}),
+    ("GET", "/api/v1/query?query=requests_total&timeout=-1", {}),
+    ("GET", "/api/v1/query?query=up&time=yesterday", {}),
+    (
+        "GET",
+        "/api/v1/query_range?query=rate(requests_total[1m])&start=1700000600&end=1700000900&step=60s",
+        {},
+    ),
+    ("GET", "/api/v1/query_range?query=temp_celsius&start=1700000600&end=1700000900&step=15", {}),
+    ("GET", "/api/v1/query_range?query=up&start=0&end=1000000&step=1", {}),
+    ("GET", "/api/v1/query_range?query=up&start=10&end=0&step=1", {}),
+    ("GET", "/api/v1/query_range?query=up&start=0&end=10", {}),
+    ("GET", "/api/v1/query_range?query=up&start=0&end=10&step=0", {}),
+    (
+        "POST",
+        "/api/v1/query_range",
+        {
+            "data": {
+                "query": "DCGM_FI_DEV_GPU_UTIL",
+                "start": "1700000600",
+                "end": "1700000660",
+                "step": "15s",
+            }
+        },
+    ),
+    ("POST", "/api/v1/query?time=1700000600", {"data": {"query": "2"}}),
+    ("POST", "/api/v1/query", {"data": b"query=%FF", "content_type": "application/x-www-form-urlencoded"}),
+    (
+        "POST",
+        "/api/v1/query",
+        {"data": b"query=1", "content_type": "application/x-www-form-urlencoded; charset=utf-8"},
+    ),
+    ("POST", "/api/v1/query", {"json": {"query": "1"}}),  # not a form: no query
+    ("POST", "/api/v1/query", {"data": {"query": "1", "file": (io.BytesIO(b"x"), "x.txt")}}),  # multipart
+    ("GET", "/api/v1/query?query=x%FFy", {}),  # an escape that is not UTF-8 stays escaped
+    ("GET", "/api/v1/query", {"environ_overrides": {"QUERY_STRING": "query=\xff"}}),  # not UTF-8: 400
+    ("HEAD", "/api/v1/query?query=1", {}),
+    ("PUT", "/api/v1/query?query=1", {}),
+    ("GET", "/api/v1/query_range/", {}),
+]
+
+
+@pytest.mark.parametrize(("method", "url", "extra"), SAME_ANSWER_REQUESTS)
+def test_query_routes_answer_as_flask_does(
+    runtime: SimpleNamespace, method: str, url: str, extra: dict[str, object]
+) -> None:
+    answers = []
+    for query_routes in (False, True):
+        client = make_app(runtime, query_routes).test_client()
+        kw = {k: (v if not isinstance(v, dict) else dict(v)) for k, v in extra.items()}
+        if isinstance(kw.get("data"), dict) and "file" in kw["data"]:  # type: ignore[operator]
+            kw["data"]["file"] = (io.BytesIO(b"x"), "x.txt")  # type: ignore[index]  # a fresh stream each time
+        r = client.open(url, method=method, **kw)  # type: ignore[arg-type]
+        answers.append(
+            (r.status, r.headers.get("Content-Type"), r.headers.get("Content-Length"), r.get_data())
+        )
+    assert answers[0] == answers[1]
+    assert not answers[0][0].startswith("500")
+
+
+def test_query_routes_take_gets_and_form_posts_and_pass_the_rest_to_flask(runtime: SimpleNamespace) -> None:
+    app = make_app(runtime, True)
+    seen: list[str] = []
+    inner = app.wsgi_app.app  # type: ignore[attr-defined]
+
+    def flask_wsgi(environ: dict[str, object], start_response: object) -> object:
+        seen.append(f"{environ['REQUEST_METHOD']} {environ['PATH_INFO']}")
+        return inner(environ, start_response)
+
+    app.wsgi_app.app = flask_wsgi  # type: ignore[attr-defined]
+    client = app.test_client()
+    assert client.get("/api/v1/query", query_string={"query": "1"}).status_code == 200
+    assert (
+        client.post(
+            "/api/v1/query_range", data={"query": "1", "start": "0", "end": "60", "step": "15"}
+        ).status_code
+        == 200
+    )
+    assert seen == []
+    assert client.post("/api/v1/query", json={"query": "1"}).status_code == 400
+    assert client.get("/api/v1/series", query_string={"match[]": "up"}).status_code == 200
+    assert client.delete("/api/v1/query").status_code == 405
+    assert seen == ["POST /api/v1/query", "GET /api/v1/series", "DELETE /api/v1/query"]
+
+
+def test_an_unexpected_error_is_a_500_json_answer_and_the_next_query_is_served(
+    runtime: SimpleNamespace, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    from gpuwatch.query import Engine
+    from gpuwatch.web.errors import register_error_handlers
+
+    original = Engine.instant
+
+    def broken(self: Engine, text: str, time_ms: int) -> object:
+        if text == "boom":
+            raise RuntimeError("disk on fire")
+        return original(self, text, time_ms)
+
+    monkeypatch.setattr(Engine, "instant", broken)
+    answers = []
+    for query_routes in (False, True):
+        app = make_app(runtime, query_routes)
+        register_error_handlers(app)
+        client = app.test_client()
+        caplog.clear()
+        r = client.get("/api/v1/query", query_string={"query": "boom"})
+        assert r.status_code == 500
+        assert r.get_json() == {
+            "status": "error",
+            "errorType": "internal",
+            "error": "internal error: RuntimeError: disk on fire",
+        }
+        assert [rec.getMessage() for rec in caplog.records] == ["unhandled error on /api/v1/query"]
+        assert client.get("/api/v1/query", query_string={"query": "1"}).status_code == 200
+        answers.append(r.get_data())
+    assert answers[0] == answers[1]

@@ -8,6 +8,7 @@ from typing import Any
 from flask import Flask
 
 from gpuwatch.web.errors import register_error_handlers
+from gpuwatch.web.queryroutes import QueryRoutes
 
 
 def _asset_dir(name: str) -> str:
@@ -46,4 +47,5 @@ def create_app(runtime: Any) -> Flask:
     app.register_blueprint(alertmanager_bp)
     app.register_blueprint(notify_bp)
     register_error_handlers(app)
+    app.wsgi_app = QueryRoutes(app.wsgi_app, runtime, app)  # type: ignore[method-assign]
     return app

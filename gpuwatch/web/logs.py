@@ -6,7 +6,7 @@ from flask import Blueprint, current_app, jsonify, request
 from flask.typing import ResponseReturnValue
 from werkzeug.exceptions import BadRequest
 
-from gpuwatch.web.promapi import BadData, parse_time
+from gpuwatch.web.queryroutes import BadData, parse_time
 
 bp = Blueprint("logs", __name__)
 

@@ -7,98 +7,50 @@ and optionally `metric_metadata()`.
 
 from __future__ import annotations
 
-import math
 import platform
-import re
-from datetime import datetime, timezone
 from typing import Any
 
 from flask import Blueprint, current_app, jsonify, request
 from flask.typing import ResponseReturnValue
 
 import gpuwatch
-from gpuwatch.errors import GpuwatchError, QueryError
 from gpuwatch.model import Matcher
-from gpuwatch.query import (
-    Engine,
-    PromQLEvalError,
-    PromQLParseError,
-    QueryTimeout,
-    QueryTooLarge,
-    Unsupported,
-    to_prometheus_json,
-)
-from gpuwatch.query.engine import MAX_POINTS
 from gpuwatch.query.parse import selector_matchers
-from gpuwatch.query.values import Matrix, Result, to_prometheus_json_bytes
+from gpuwatch.web.queryroutes import (
+    KNOWN_ERRORS,
+    NOT_UTF8,
+    BadData,
+    answer,
+    error_status,
+    instant_query,
+    one,
+    parse_time,
+    range_query,
+)
 
 bp = Blueprint("promapi", __name__)
 
 # Prometheus's "min time" and "max time" defaults for series and label queries.
 MIN_TIME_MS = -(2**62)
 MAX_TIME_MS = 2**62
-_DURATION = re.compile(r"^(?:(\d+)y)?(?:(\d+)w)?(?:(\d+)d)?(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?(?:(\d+)ms)?$")
-_UNITS_MS = (365 * 86400_000, 7 * 86400_000, 86400_000, 3600_000, 60_000, 1000, 1)
-
-
-class BadData(Exception):
-    """A request parameter is missing or malformed (HTTP 400, errorType bad_data)."""
 
 
 def _runtime() -> Any:
     return current_app.extensions["gpuwatch"]
 
 
-def _setting(name: str, default: float) -> float:
-    return float(getattr(_runtime().settings, name, default))
-
-
 def _params() -> dict[str, list[str]]:
     """GET query arguments and form-encoded POST bodies, merged (a GET's body is not read, as in
     Prometheus)."""
     out: dict[str, list[str]] = {}
-    for source in (request.args, request.form) if request.method == "POST" else (request.args,):
+    try:
+        sources = (request.args, request.form) if request.method == "POST" else (request.args,)
+    except UnicodeDecodeError:  # werkzeug decodes the query string strictly
+        raise BadData(NOT_UTF8) from None
+    for source in sources:
         for key in source:
             out.setdefault(key, []).extend(source.getlist(key))
     return out
-
-
-def _one(params: dict[str, list[str]], name: str) -> str | None:
-    values = params.get(name)
-    return values[0] if values else None
-
-
-def parse_time(text: str, name: str) -> int:
-    """Parse a time parameter (Unix seconds, possibly fractional, or RFC3339) into milliseconds."""
-    try:
-        seconds = float(text)
-    except ValueError:
-        seconds = None
-    if seconds is not None:
-        if not math.isfinite(seconds):
-            raise BadData(f'invalid parameter "{name}": cannot parse "{text}" to a valid timestamp')
-        return int(round(seconds * 1000))
-    try:
-        when = datetime.fromisoformat(text.replace("Z", "+00:00").replace("z", "+00:00"))
-    except ValueError:
-        raise BadData(f'invalid parameter "{name}": cannot parse "{text}" to a valid timestamp') from None
-    if when.tzinfo is None:
-        when = when.replace(tzinfo=timezone.utc)
-    return int(round(when.timestamp() * 1000))
-
-
-def parse_duration(text: str, name: str) -> int:
-    """Parse a duration parameter (float seconds or `1m30s`) into milliseconds."""
-    try:
-        seconds = float(text)
-    except ValueError:
-        m = _DURATION.match(text.strip())
-        if not text.strip() or m is None or not any(m.groups()):
-            raise BadData(f'invalid parameter "{name}": cannot parse "{text}" to a valid duration') from None
-        return sum(int(g) * u for g, u in zip(m.groups(), _UNITS_MS, strict=True) if g)
-    if not math.isfinite(seconds):
-        raise BadData(f'invalid parameter "{name}": cannot parse "{text}" to a valid duration')
-    return int(round(seconds * 1000))
 
 
 def _success(data: Any, warnings: list[str] | None = None) -> ResponseReturnValue:
@@ -108,119 +60,46 @@ def _success(data: Any, warnings: list[str] | None = None) -> ResponseReturnValu
     return jsonify(body)
 
 
-def _success_result(result: Result) -> ResponseReturnValue:
-    """A query result as `_success` would send it, byte for byte, with its JSON text built directly
-    (per-point lists and Flask's encoder cost seconds on results of ~10^6 points)."""
-    provider = current_app.json
-    compact = getattr(provider, "compact", None)
-    if (
-        not isinstance(result, Matrix)
-        or compact is False
-        or (compact is None and current_app.debug)  # indented
-        or getattr(provider, "sort_keys", True)
-        or not getattr(provider, "ensure_ascii", False)
-    ):
-        return _success(to_prometheus_json(result))
-    body = to_prometheus_json_bytes(result, '{"status":"success","data":', "}\n")
-    return current_app.response_class(body, mimetype=getattr(provider, "mimetype", "application/json"))
-
-
 def _error(error_type: str, message: str, status: int) -> ResponseReturnValue:
     return jsonify({"status": "error", "errorType": error_type, "error": message}), status
-
-
-def _engine(params: dict[str, list[str]]) -> tuple[Engine, float]:
-    runtime = _runtime()
-    timeout_s = _setting("query_timeout_s", 120.0)
-    text = _one(params, "timeout")
-    if text:
-        timeout_s = min(timeout_s, parse_duration(text, "timeout") / 1000)
-    lookback_ms = int(_setting("lookback_s", 300.0) * 1000)
-    text = _one(params, "lookback_delta")
-    if text:
-        lookback_ms = parse_duration(text, "lookback_delta")
-    engine = Engine(
-        runtime.store,
-        lookback_ms=lookback_ms,
-        max_samples=int(_setting("query_max_samples", 50_000_000)),
-        timeout_s=timeout_s,
-        monotonic=runtime.clock.monotonic,
-    )
-    return engine, timeout_s
 
 
 def _run(fn: Any) -> ResponseReturnValue:
     """Call `fn()` and map gpuwatch's errors onto Prometheus's error types."""
     try:
         return fn()
+    except KNOWN_ERRORS as exc:
+        status, error_type = error_status(exc)
+        return _error(error_type, str(exc), status)
+
+
+def _answer(route: Any) -> ResponseReturnValue:
+    try:
+        params = _params()
     except BadData as exc:
         return _error("bad_data", str(exc), 400)
-    except PromQLParseError as exc:
-        return _error("bad_data", str(exc), 400)
-    except QueryTimeout as exc:
-        return _error("timeout", str(exc), 503)
-    except (Unsupported, QueryTooLarge, PromQLEvalError) as exc:
-        return _error("execution", str(exc), 422)
-    except (QueryError, GpuwatchError) as exc:
-        return _error("execution", str(exc), 422)
+    status, body = answer(route, _runtime(), params)
+    return current_app.response_class(body, status=status, mimetype="application/json")
 
 
-def _query_text(params: dict[str, list[str]]) -> str:
-    text = _one(params, "query")
-    if text is None or not text.strip():
-        raise BadData('invalid parameter "query": empty query')
-    return text
-
-
+# `QueryRoutes` (web/queryroutes.py) answers most requests to these two before Flask sees them, with
+# the same `answer`; these routes take the rest (a multipart form, a body without Content-Length) and
+# the requests of an app built without it.
 @bp.route("/api/v1/query", methods=["GET", "POST"])
 def query() -> ResponseReturnValue:
     """Evaluate an instant query."""
-
-    def run() -> ResponseReturnValue:
-        params = _params()
-        text = _query_text(params)
-        t = _one(params, "time")
-        time_ms = parse_time(t, "time") if t else _runtime().clock.now_ms()
-        engine, _ = _engine(params)
-        return _success_result(engine.instant(text, time_ms))
-
-    return _run(run)
+    return _answer(instant_query)
 
 
 @bp.route("/api/v1/query_range", methods=["GET", "POST"])
 def query_range() -> ResponseReturnValue:
     """Evaluate a range query."""
-
-    def run() -> ResponseReturnValue:
-        params = _params()
-        text = _query_text(params)
-        for name in ("start", "end", "step"):
-            if not _one(params, name):
-                raise BadData(f'invalid parameter "{name}": missing')
-        start = parse_time(_one(params, "start") or "", "start")
-        end = parse_time(_one(params, "end") or "", "end")
-        if end < start:
-            raise BadData('invalid parameter "end": end timestamp must not be before start time')
-        step = parse_duration(_one(params, "step") or "", "step")
-        if step <= 0:
-            raise BadData(
-                'invalid parameter "step": zero or negative query resolution step widths are not accepted. '
-                "Try a positive integer"
-            )
-        if (end - start) // step + 1 > MAX_POINTS:
-            raise BadData(
-                f"exceeded maximum resolution of {MAX_POINTS:,} points per timeseries. "
-                "Try decreasing the query resolution (?step=XX)"
-            )
-        engine, _ = _engine(params)
-        return _success_result(engine.range(text, start, end, step))
-
-    return _run(run)
+    return _answer(range_query)
 
 
 def _range(params: dict[str, list[str]]) -> tuple[int, int]:
-    start = _one(params, "start")
-    end = _one(params, "end")
+    start = one(params, "start")
+    end = one(params, "end")
     return (
         parse_time(start, "start") if start else MIN_TIME_MS,
         parse_time(end, "end") if end else MAX_TIME_MS,
@@ -235,7 +114,7 @@ def _match_sets(params: dict[str, list[str]], required: bool) -> list[list[Match
 
 
 def _limit(params: dict[str, list[str]]) -> int | None:
-    text = _one(params, "limit")
+    text = one(params, "limit")
     if not text:
         return None
     try:
@@ -314,10 +193,10 @@ def metadata() -> ResponseReturnValue:
         params = _params()
         source = getattr(_runtime(), "metric_metadata", None)
         data: dict[str, list[dict[str, Any]]] = dict(source()) if callable(source) else {}
-        metric = _one(params, "metric")
+        metric = one(params, "metric")
         if metric:
             data = {metric: data[metric]} if metric in data else {}
-        per_metric = _one(params, "limit_per_metric")
+        per_metric = one(params, "limit_per_metric")
         if per_metric:
             n = int(per_metric) if per_metric.lstrip("-").isdigit() else 0
             if n > 0:
