@@ -116,6 +116,9 @@ class Selected(list[SeriesData]):
     stale_free = False
 
 
+Cuts = dict[tuple[int, int, int], tuple[np.ndarray, np.ndarray]]  # (id(t), lo, hi) -> (t, t[lo:hi])
+
+
 def read_samples_cached(
     cur: duckdb.DuckDBPyConnection,
     ids: Sequence[int],
@@ -159,6 +162,7 @@ def read_samples_cached(
     head_parts = _head_parts(head)
     in_head = head_parts.keys()
     parts: dict[int, list[Part]] = {}
+    cuts: Cuts = {}
     stale_free = True
     for view in views:
         lo, hi = 0, view.t.size
@@ -170,12 +174,12 @@ def read_samples_cached(
         order: np.ndarray | int = view.seq if view.seq is not None else 0
         if view.seq is None and s_id in in_head:
             order = np.repeat(index.seq[view.r0 : view.r1], index.n[view.r0 : view.r1])[lo:hi]
-        parts[s_id] = [(view.t[lo:hi], view.v[lo:hi], order)]
+        parts[s_id] = [(_cut(cuts, view.t, lo, hi), view.v[lo:hi], order)]
         stale_free = stale_free and not view.has_stale
     if rows.size:
         stale_free = (
             _cached_parts(
-                index, rows, keys, cast("list[Piece]", found), start_ms, end_ms, cache, parts, in_head
+                index, rows, keys, cast("list[Piece]", found), start_ms, end_ms, cache, parts, in_head, cuts
             )
             and stale_free
         )
@@ -197,6 +201,7 @@ def _cached_parts(
     cache: ChunkCache,
     parts: dict[int, list[Part]],
     in_head: Collection[int],
+    cuts: Cuts,
 ) -> bool:
     """Add each series' samples in range from its cached chunks (at index positions `rows`, found at
     `pieces`) to `parts`, keeping a view of each series whose chunks follow one another; return
@@ -229,6 +234,8 @@ def _cached_parts(
         r0, r1 = int(rows[a]), int(rows[b - 1]) + 1
         view = cache.keep_view(index, r0, r1, piece) if r1 - r0 == b - a else None
         stale_free = stale_free and view is not None and not view.has_stale
+        if view is not None:
+            t = view.t  # maybe another series' equal timestamps
         # The chunks follow one another in time: the samples in range are one slice (a view).
         lo, hi = 0, t.size
         if lo_t[a] < start_ms or hi_t[b - 1] > end_ms:
@@ -239,8 +246,20 @@ def _cached_parts(
         order: np.ndarray | int = int(s_seq[0])
         if s_id in in_head and not (s_seq == s_seq[0]).all():
             order = np.repeat(s_seq, n[a:b])[lo:hi]
-        parts[s_id] = [(t[lo:hi], v[lo:hi], order)]
+        parts[s_id] = [(_cut(cuts, t, lo, hi), v[lo:hi], order)]
     return stale_free
+
+
+def _cut(cuts: Cuts, t: np.ndarray, lo: int, hi: int) -> np.ndarray:
+    """`t[lo:hi]`, one object for the same (t, lo, hi) within a read (`cuts`): series whose views
+    share their timestamps (`ChunkCache.keep_view`) then give the query engine one array."""
+    if lo == 0 and hi == t.size:
+        return t
+    key = (id(t), lo, hi)
+    got = cuts.get(key)
+    if got is None:
+        got = cuts[key] = (t, t[lo:hi])  # holding t: no other array gets its id while `cuts` lives
+    return got[1]
 
 
 def _head_parts(head: dict[str, np.ndarray]) -> dict[int, Part]:
