@@ -1,7 +1,7 @@
 """Benchmark PromQL range queries: gpuwatch's engine (direct and over HTTP) vs Prometheus and VictoriaMetrics.
 
 Run on demand (not a test):
-    python bench/bench_query.py [--sets 24h,7d] [--runs 10] [--block 5] [--no-peers] [--dir /tmp/x] [--keep]
+    python bench/bench_query.py [--sets 24h,7d] [--runs 10] [--block 5] [--last-byte] [--no-peers] [--dir /tmp/x] [--keep]
 
 Data (bench/querydata.py, deterministic): `24h` = 8 GPUs x 12 dcgm-exporter metrics + 2 vLLM/inference
 models (178 series, 1.03 M samples at 15 s); `7d` = 64 GPUs x 12 metrics for 7 days + the same 2 models
@@ -15,7 +15,8 @@ models (178 series, 1.03 M samples at 15 s); `7d` = 64 GPUs x 12 metrics for 7 d
 Each query runs as query_range over the whole set (24h: 15 s step, 5,761 points; 7d: 60 s step,
 10,081 points, within the 11,000-point limit of all three; gpuwatch's engine is also timed at 15 s with
 `max_points` raised). One warm-up run, then --runs timed runs; median and p90. Peers are timed through
-HTTP (request + JSON decode); gpuwatch both engine-direct and through its /api/v1/query_range
+HTTP (request + JSON decode; with `--last-byte`, to the body's last byte: the servers' part of a large
+answer, which the Python client's decoding would swamp); gpuwatch both engine-direct and through its /api/v1/query_range
 (waitress in a child process with serve's garbage-collector settings, as `gpuwatch serve`). Over HTTP
 the targets take turns by blocks of `--block` runs (gpuwatch, Prometheus, VictoriaMetrics, gpuwatch,
 ...), each block after a warm-up run, so a slow spell of the VM falls on all of them alike;
@@ -150,9 +151,17 @@ def from_json(body: dict[str, Any]) -> Result:
 
 
 def http_query(
-    session: requests.Session, base: str, expr: str, start_ms: int, end_ms: int, step_ms: int, **extra: str
-) -> dict[str, Any]:
-    """GET /api/v1/query_range and decode the JSON (what is timed for the HTTP rows)."""
+    session: requests.Session,
+    base: str,
+    expr: str,
+    start_ms: int,
+    end_ms: int,
+    step_ms: int,
+    decode: bool = True,
+    **extra: str,
+) -> Any:
+    """GET /api/v1/query_range and decode the JSON (what is timed for the HTTP rows); without `decode`,
+    only read the body to its last byte (`--last-byte`)."""
     params = {
         "query": expr,
         "start": str(start_ms / 1000),
@@ -160,8 +169,8 @@ def http_query(
         "step": f"{step_ms // 1000}s",
         **extra,
     }
-    body: dict[str, Any] = session.get(f"{base}/api/v1/query_range", params=params, timeout=600).json()
-    return body
+    response = session.get(f"{base}/api/v1/query_range", params=params, timeout=600)
+    return response.json() if decode else response.content
 
 
 def compare(a: Result, b: Result) -> str:
@@ -389,7 +398,7 @@ def run_set(name: str, args: argparse.Namespace, root: Path) -> None:
                 calls = {
                     label: (
                         lambda url=url, q=q, extra=extra, t=start_ms: http_query(
-                            session, url, q, t, end_ms, step_ms, **extra
+                            session, url, q, t, end_ms, step_ms, not args.last_byte, **extra
                         )
                     )
                     for label, (url, extra) in targets.items()
@@ -398,11 +407,11 @@ def run_set(name: str, args: argparse.Namespace, root: Path) -> None:
                     rows[q][label] = med_p90(times)
                 for label, (url, extra) in targets.items():
                     answers[q][label] = (
-                        from_json(calls[label]()),
+                        from_json(http_query(session, url, q, start_ms, end_ms, step_ms, **extra)),
                         from_json(http_query(session, url, q, shifted, end_ms, step_ms, **extra)),
                     )
         stop(child)
-        report(rows, answers, list(peers))
+        report(rows, answers, list(peers), args.last_byte)
         print(f"load average after queries: {os.getloadavg()[0]:.2f}", flush=True)
     finally:
         for proc in procs:
@@ -419,13 +428,14 @@ def report(
     rows: dict[str, dict[str, tuple[float, float]]],
     answers: dict[str, dict[str, tuple[Result, Result]]],
     peers: list[str],
+    last_byte: bool = False,
 ) -> None:
     cols = [
         c
         for c in ("gpuwatch", "gpuwatch@15s", "gpuwatch-http", "prometheus", "victoria")
         if c in rows[QUERIES[0]]
     ]
-    print("\nmedian / p90 ms:")
+    print("\nmedian / p90 ms" + (" (HTTP: to the last byte, JSON not decoded)" if last_byte else "") + ":")
     print("| # | " + " | ".join(cols) + "".join(f" | gw/{p[:4]} | gw-http/{p[:4]}" for p in peers) + " |")
     for i, q in enumerate(QUERIES, 1):
         r = rows[q]
@@ -460,6 +470,11 @@ def main() -> None:
         "1: one run each in turn, no warm-up (cold caches)",
     )
     ap.add_argument("--runs", type=int, default=10)
+    ap.add_argument(
+        "--last-byte",
+        action="store_true",
+        help="HTTP rows: time to the answer's last byte, without decoding its JSON in the client",
+    )
     ap.add_argument("--no-peers", action="store_true", help="gpuwatch only")
     ap.add_argument("--dir", help="work directory (default: a new temp dir)")
     ap.add_argument("--keep", action="store_true", help="keep the loaded data")
