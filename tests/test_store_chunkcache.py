@@ -316,3 +316,70 @@ def test_reads_racing_flushes_and_compactions_see_every_flushed_sample() -> None
             stop.set()
             reader.join()
     assert not errors, errors[:3]
+
+
+_ROW = st.tuples(
+    st.integers(0, 5),  # series
+    st.sampled_from([-(2**40), -1, 0, 7, 2**41 + 3]),  # first timestamp (shared by several chunks)
+    st.integers(1, 3),  # samples
+    st.sampled_from([0, 1, 2**63 + 5, 2**64 - 1]),  # content hash
+)
+
+
+@given(rows=st.lists(_ROW, max_size=30), asked=st.lists(_ROW, max_size=30))
+@settings(max_examples=300, deadline=None)
+def test_the_index_tells_which_keys_are_its_chunks(
+    rows: list[tuple[int, int, int, int]], asked: list[tuple[int, int, int, int]]
+) -> None:
+    # `holds` (a search per key, used to forget chunks a rewrite removed) agrees with the set of all keys.
+    index = ChunkIndex(
+        {
+            "series_id": np.array([r[0] for r in rows], np.int64),
+            "t_min_ms": np.array([r[1] for r in rows], np.int64),
+            "t_max_ms": np.array([r[1] + 10 for r in rows], np.int64),
+            "n": np.array([r[2] for r in rows], np.int64),
+            "seq": np.arange(len(rows), dtype=np.int64)[::-1],
+            "h": np.array([r[3] for r in rows], np.uint64),
+        },
+        generation=1,
+    )
+    keys = asked + rows
+    assert index.holds(keys).tolist() == [k in set(rows) for k in keys]
+
+
+def test_a_store_from_before_the_chunk_hash_column_is_upgraded_and_read_alike(tmp_path: Path) -> None:
+    # Schema 6 had no `h`: opening the store adds it, fills it with each old chunk's hash, and reads
+    # (from the database, then from chunks kept in memory) return the old samples; new chunks get theirs.
+    import duckdb
+
+    from gpuwatch.store import schema
+    from gpuwatch.store.chunking import encode_series
+    from gpuwatch.store.core import DB_FILE
+
+    t = np.arange(T0, T0 + 30 * STEP, STEP, dtype=np.int64)
+    con = duckdb.connect(str(tmp_path / DB_FILE))
+    schema.current_version(con)
+    for number, sql in schema.MIGRATIONS:
+        if number <= 6:
+            con.execute(sql)
+            con.execute("INSERT INTO schema_migrations VALUES (?, 0)", [number])
+    con.execute("""INSERT INTO series VALUES (1, 'm', '[["s", "a"]]')""")
+    for r in encode_series(1, t, t / 1000.0, 1):
+        con.execute(
+            "INSERT INTO chunks VALUES (?, ?, ?, ?, ?, ?, ?)",
+            [r.series_id, r.t_min_ms, r.t_max_ms, r.n, r.seq, r.ts, r.vs],
+        )
+    con.close()
+
+    with Store.open(tmp_path, clock=FakeClock(T0 / 1000), flush_interval_s=3600, retention_s=0) as store:
+        for _ in range(2):
+            (sd,) = store.select([NAME], T0, T0 + 40 * STEP)
+            assert sd.timestamps_ms.tolist() == t.tolist() and sd.values.tolist() == (t / 1000.0).tolist()
+        assert store._chunks is not None and store._chunks.served == 1  # the second read, from memory
+        store.append_series("m", make_labels({"s": "b"}), t, np.ones(t.size))
+        store.compact()  # b's chunks, and a's merged again
+        cur = store._cursor()
+        assert cur.execute(
+            "SELECT count(*) FROM chunks WHERE h IS DISTINCT FROM hash(ts, vs)"
+        ).fetchone() == (0,)
+        assert cur.execute("SELECT count(DISTINCT series_id) FROM chunks").fetchone() == (2,)

@@ -5,7 +5,8 @@ time the same dashboard panel or query runs. Prometheus and VictoriaMetrics keep
 and hot data in memory; so does this, below the query layer (answers are computed afresh each time):
 
 - `ChunkIndex`: per series, every chunk's time range, sample count, write order and a content hash
-  (DuckDB's `hash(ts, vs)`), read in one statement without the blobs;
+  (DuckDB's `hash(ts, vs)`, stored with the chunk as it is written), read in one statement without
+  the blobs;
 - `ChunkCache`: decoded chunks (timestamps and values), keyed by (series, first timestamp, samples,
   content hash), least recently used first out once over `max_bytes`. Keyed by content, an entry is
   never stale: a rewritten chunk (compaction merging a window, retention trimming one) has another key.
@@ -45,6 +46,7 @@ _ENTRY_OVERHEAD = 200  # bytes of Python objects per cached chunk besides its ar
 _VIEW_OVERHEAD = 1000  # bytes of Python objects per series view (measured: ~950 + 24 per chunk)
 _NONE_BEFORE = -(2**63)  # no chunk before a view
 _NONE_AFTER = 2**63 - 1  # no chunk after one
+_PLACE = np.dtype([("sid", np.int64), ("t_min", np.int64)])  # compared field by field, in this order
 _TIMES_PER_KEY = 4  # distinct timestamp arrays with the same (samples, first, last) kept per block
 
 
@@ -92,12 +94,12 @@ class ChunkIndex:
         self.hash = np.asarray(rows["h"], np.uint64)[order]
         top = int(self.sid[-1]) + 1 if self.sid.size else 0
         self._bounds = np.searchsorted(self.sid, np.arange(top + 1))  # series s: rows bounds[s]:bounds[s+1]
+        self._places = np.empty(self.sid.size, _PLACE)  # (series, first timestamp), sorted: for `holds`
+        self._places["sid"], self._places["t_min"] = self.sid, self.t_min
 
     @classmethod
     def load(cls, cur: duckdb.DuckDBPyConnection, generation: int) -> ChunkIndex:
-        rows = cur.execute(
-            "SELECT series_id, seq, n, t_min_ms, t_max_ms, hash(ts, vs) AS h FROM chunks"
-        ).fetchnumpy()
+        rows = cur.execute("SELECT series_id, seq, n, t_min_ms, t_max_ms, h FROM chunks").fetchnumpy()
         return cls(rows, generation)
 
     def rows_of(self, ids: np.ndarray, start_ms: int, end_ms: int) -> np.ndarray:
@@ -127,6 +129,30 @@ class ChunkIndex:
                 strict=True,
             )
         )
+
+    def holds(self, keys: list[Key]) -> np.ndarray:
+        """Which of `keys` are chunks of this index: a binary search per key, so the cost follows the
+        keys asked about, not the chunks stored (a month of a lab's series is millions of chunks)."""
+        m = len(keys)
+        want = np.empty(m, _PLACE)
+        want["sid"] = np.fromiter((k[0] for k in keys), np.int64, m)
+        want["t_min"] = np.fromiter((k[1] for k in keys), np.int64, m)
+        n = np.fromiter((k[2] for k in keys), np.int64, m)
+        h = np.fromiter((k[3] for k in keys), np.uint64, m)
+        found = np.zeros(m, bool)
+        pos = np.searchsorted(self._places, want)  # the first chunk at (series, first timestamp) or after
+        pending = np.arange(m)
+        while pending.size:  # chunks sharing a (series, first timestamp): the next one, and so on
+            at = pos[pending]
+            inside = at < self._places.size
+            pending, at = pending[inside], at[inside]
+            same = self._places[at] == want[pending]
+            pending, at = pending[same], at[same]
+            hit = (self.n[at] == n[pending]) & (self.hash[at] == h[pending])
+            found[pending[hit]] = True
+            pending = pending[~hit]
+            pos[pending] += 1
+        return found
 
 
 class _Block:
@@ -262,10 +288,13 @@ class ChunkCache:
         minutes, so they would otherwise fill the cache until pushed out."""
         if not self._where:
             return
-        live = set(index.keys(np.arange(index.sid.size)))
+        keys = list(self._where)  # (a copy made without giving up the GIL: writers may add meanwhile)
+        gone = [k for k, live in zip(keys, index.holds(keys).tolist(), strict=True) if not live]
         with self._lock:
-            for key in [k for k in self._where if k not in live]:
-                self._release(self._where.pop(key)[0])
+            for key in gone:
+                piece = self._where.pop(key, None)
+                if piece is not None:
+                    self._release(piece[0])
 
     def fits(self, samples: int) -> bool:
         """Whether a read that decodes this many samples should keep them (at most half the cache: a
@@ -301,7 +330,7 @@ class ChunkCache:
         keys = index.keys(rows)
         ids = sorted(set(index.sid[rows].tolist()))
         got = cur.execute(
-            f"SELECT series_id, t_min_ms, n, hash(ts, vs) AS h, ts, vs FROM chunks "
+            f"SELECT series_id, t_min_ms, n, h, ts, vs FROM chunks "
             f"WHERE series_id IN ({','.join(map(str, ids))}) AND t_min_ms >= $1 AND t_min_ms <= $2",
             [int(index.t_min[rows].min()), int(index.t_min[rows].max())],
         ).fetchnumpy()

@@ -5,9 +5,10 @@ Tables (private to `gpuwatch.store`):
 - `series(series_id, name, labels)`: one row a series; labels as a JSON list of [name, value] pairs.
 - `head(series_id, t_ms, v_bits, seq)`: recent samples, one row each, as written every flush. Values
   are kept as their IEEE-754 bits because DuckDB turns NaNs (and so staleness markers) into NULLs.
-- `chunks(series_id, t_min_ms, t_max_ms, n, seq, ts, vs)`: compacted samples, one row per series and
+- `chunks(series_id, t_min_ms, t_max_ms, n, seq, ts, vs, h)`: compacted samples, one row per series and
   stretch of time, with timestamps and values encoded by `gpuwatch.store.codec`. `seq` orders writes,
-  so the newest write of a duplicate (series, time) wins.
+  so the newest write of a duplicate (series, time) wins. `h` is `hash(ts, vs)`, computed once as the
+  row is written: reads key the chunks they keep in memory by it (`chunkcache.py`).
 - `runs(name, status, start_ms, end_ms, total_steps, config, host, gpus, last_step, last_seen_ms,
   updated_ms)`: training-run metadata (`gpuwatch.store.runs`); config and gpus as JSON text.
 - `log_lines(t_ms, seq, file, run, level, text)` and `log_offsets(path, inode, offset_bytes)`: tailed
@@ -149,6 +150,13 @@ MIGRATIONS: tuple[tuple[int, str], ...] = (
             comment VARCHAR NOT NULL,
             updated_at_ms BIGINT NOT NULL
         );
+        """,
+    ),
+    (
+        7,
+        """
+        ALTER TABLE chunks ADD COLUMN h UBIGINT;
+        UPDATE chunks SET h = hash(ts, vs);
         """,
     ),
 )

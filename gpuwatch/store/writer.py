@@ -482,10 +482,11 @@ def _scalar(cur: duckdb.DuckDBPyConnection, sql: str, params: list[Any] | None =
     return int(row[0]) if row and row[0] is not None else 0
 
 
-def _insert(cur: duckdb.DuckDBPyConnection, table: str, columns: dict[str, Any]) -> None:
+def _insert(cur: duckdb.DuckDBPyConnection, table: str, columns: dict[str, Any], computed: str = "") -> None:
+    """Insert `columns` into `table`, followed by the `computed` SQL expressions (over those columns)."""
     cur.register("gpuwatch_rows", columns)
     try:
-        cur.execute(f"INSERT INTO {table} SELECT * FROM gpuwatch_rows")
+        cur.execute(f"INSERT INTO {table} SELECT *{computed} FROM gpuwatch_rows")
     finally:
         cur.unregister("gpuwatch_rows")
 
@@ -505,6 +506,7 @@ def _insert_chunks(cur: duckdb.DuckDBPyConnection, rows: list[ChunkRow]) -> None
             "ts": np.array([r.ts for r in rows], dtype=object),
             "vs": np.array([r.vs for r in rows], dtype=object),
         },
+        ", hash(ts, vs)",  # h: the content key of chunks kept in memory (chunkcache.py), hashed once here
     )
 
 
