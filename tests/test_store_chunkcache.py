@@ -13,6 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from gpuwatch.clock import FakeClock
+from gpuwatch.errors import StoreError
 from gpuwatch.model import STALE_NAN, Batch, Matcher, Sample, make_labels
 from gpuwatch.store import Store
 from gpuwatch.store import writer as writer_module
@@ -371,6 +372,8 @@ def test_a_store_from_before_the_chunk_hash_column_is_upgraded_and_read_alike(tm
         )
     con.close()
 
+    with pytest.raises(StoreError, match=r"schema version 6, this gpuwatch needs 7; start `gpuwatch serve`"):
+        Store.open(tmp_path, clock=FakeClock(T0 / 1000), read_only=True)
     with Store.open(tmp_path, clock=FakeClock(T0 / 1000), flush_interval_s=3600, retention_s=0) as store:
         for _ in range(2):
             (sd,) = store.select([NAME], T0, T0 + 40 * STEP)

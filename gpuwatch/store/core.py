@@ -132,7 +132,7 @@ class Store(SideTables):
                 if version != schema.LATEST:
                     raise StoreError(
                         f"the store at {path} has schema version {version}, this gpuwatch needs "
-                        f"{schema.LATEST}; open it once without read-only to upgrade it"
+                        f"{schema.LATEST}; start `gpuwatch serve` on it once to upgrade it"
                     )
             else:
                 schema.migrate(cur, clock.now_ms())
