@@ -29,3 +29,10 @@ class QueryError(GpuwatchError):
 
 class ScrapeError(GpuwatchError):
     """A scrape target could not be fetched or parsed."""
+
+
+def one_line(exc: BaseException) -> str:
+    """The first line of an error's text: DuckDB appends paragraphs of advice ("Possible solutions: ...")
+    that do not belong in a one-line message or a log line."""
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__

@@ -20,7 +20,7 @@ import duckdb
 import numpy as np
 
 from gpuwatch.clock import Clock
-from gpuwatch.errors import StoreError
+from gpuwatch.errors import StoreError, one_line
 from gpuwatch.model import Batch, Labels, Matcher, SeriesData
 from gpuwatch.store import logs as logs_table
 from gpuwatch.store import schema
@@ -120,7 +120,7 @@ class Store(SideTables):
         except duckdb.Error as exc:
             if lock is not None:
                 lock.release()
-            raise StoreError(f"cannot open the store at {path}: {exc}") from None
+            raise StoreError(f"cannot open the store at {path}: {one_line(exc)}") from None
         except BaseException:
             if lock is not None:
                 lock.release()
@@ -276,7 +276,7 @@ class Store(SideTables):
         try:
             found = self._read([e.series_id for e in entries], start_ms, end_ms)
         except duckdb.Error as exc:
-            raise StoreError(f"store read failed: {exc}") from None
+            raise StoreError(f"store read failed: {one_line(exc)}") from None
         out = Selected(
             [SeriesData(e.name, e.labels, *found[e.series_id]) for e in entries if e.series_id in found]
         )
@@ -303,7 +303,7 @@ class Store(SideTables):
             try:
                 found = self._read(rest, start_ms, end_ms)
             except duckdb.Error as exc:
-                raise StoreError(f"store read failed: {exc}") from None
+                raise StoreError(f"store read failed: {one_line(exc)}") from None
         out = []
         for i, e in enumerate(entries):
             if vouched[i]:
@@ -354,7 +354,7 @@ class Store(SideTables):
         try:
             keep = ids_with_samples(self._cursor(), [e.series_id for e in entries], lo, hi)
         except duckdb.Error as exc:
-            raise StoreError(f"store read failed: {exc}") from None
+            raise StoreError(f"store read failed: {one_line(exc)}") from None
         return [e for e in entries if e.series_id in keep]
 
     def series(self, matchers: Sequence[Matcher], start_ms: int, end_ms: int) -> list[dict[str, str]]:

@@ -13,7 +13,7 @@ from typing import Any, TypeVar
 
 import duckdb
 
-from gpuwatch.errors import StoreError
+from gpuwatch.errors import StoreError, one_line
 from gpuwatch.model import LogLine, LogOffset, RunRecord, RunUpdate
 from gpuwatch.store import alerts as alerts_table
 from gpuwatch.store import logs as logs_table
@@ -53,7 +53,7 @@ class SideTables:
         try:
             return fn(self._cursor())
         except duckdb.Error as exc:
-            raise StoreError(f"store read failed: {exc}") from None
+            raise StoreError(f"store read failed: {one_line(exc)}") from None
 
     # -- log lines and runs ---------------------------------------------------------------------------
 

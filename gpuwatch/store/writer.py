@@ -23,7 +23,7 @@ import duckdb
 import numpy as np
 
 from gpuwatch.clock import Clock
-from gpuwatch.errors import StoreError
+from gpuwatch.errors import StoreError, one_line
 from gpuwatch.model import Batch, Labels, SeriesTable, TableSamples, make_labels
 from gpuwatch.store.catalog import Catalog, Entry
 from gpuwatch.store.chunkcache import Generation
@@ -180,7 +180,7 @@ class Writer:
             fut.set_result(fn())
         except (duckdb.Error, OSError) as exc:
             self._count_error("write", exc)
-            fut.set_exception(StoreError(f"store write failed: {exc}"))
+            fut.set_exception(StoreError(f"store write failed: {one_line(exc)}"))
         except Exception as exc:  # hand any other failure to the caller who asked for this work
             fut.set_exception(exc)
 
@@ -208,8 +208,8 @@ class Writer:
 
     def _count_error(self, what: str, exc: BaseException) -> None:
         self.write_errors += 1
-        self.last_error = f"{what}: {exc}"
-        log.warning("store %s failed (kept for retry): %s", what, exc)
+        self.last_error = f"{what}: {one_line(exc)}"
+        log.warning("store %s failed (kept for retry): %s", what, one_line(exc))
 
     # -- buffering ----------------------------------------------------------------------------------
 
@@ -394,12 +394,15 @@ class Writer:
     def _merge_closed_windows(self) -> None:
         cur = self._cur
         newest = _scalar(cur, "SELECT coalesce(max(t_max_ms), 0) FROM chunks")
-        groups = cur.execute(
-            "SELECT t_min_ms // ? AS win, list(DISTINCT series_id) FROM chunks "
-            "WHERE t_min_ms < ? GROUP BY ALL HAVING count(*) > count(DISTINCT series_id)",
+        # The closed windows where a series has more than one chunk. Grouped by (window, series), which
+        # DuckDB can spill to disk: a distinct count of series per window needed more than its 64 MB cap
+        # here at ~2 M chunks (5,600 series over 30 days), and compaction then failed at every try.
+        windows = cur.execute(
+            "SELECT DISTINCT win FROM (SELECT t_min_ms // ? AS win FROM chunks WHERE t_min_ms < ? "
+            "GROUP BY win, series_id HAVING count(*) > 1) ORDER BY win",
             [WINDOW_MS, newest // WINDOW_MS * WINDOW_MS],
         ).fetchall()
-        for win, _ in groups:
+        for (win,) in windows:
             lo, hi = win * WINDOW_MS, (win + 1) * WINDOW_MS
             found = cur.execute(
                 "SELECT series_id, seq, n, ts, vs FROM chunks WHERE t_min_ms >= ? AND t_min_ms < ? "
@@ -488,7 +491,10 @@ def _insert(cur: duckdb.DuckDBPyConnection, table: str, columns: dict[str, Any],
     try:
         cur.execute(f"INSERT INTO {table} SELECT *{computed} FROM gpuwatch_rows")
     finally:
-        cur.unregister("gpuwatch_rows")
+        try:
+            cur.unregister("gpuwatch_rows")
+        except duckdb.Error:
+            pass  # a failed INSERT aborted the transaction, which refuses this too: its error is the one to raise
 
 
 def _insert_chunks(cur: duckdb.DuckDBPyConnection, rows: list[ChunkRow]) -> None:
