@@ -386,3 +386,12 @@ def test_a_store_from_before_the_chunk_hash_column_is_upgraded_and_read_alike(tm
             "SELECT count(*) FROM chunks WHERE h IS DISTINCT FROM hash(ts, vs)"
         ).fetchone() == (0,)
         assert cur.execute("SELECT count(DISTINCT series_id) FROM chunks").fetchone() == (2,)
+    # A file from a newer gpuwatch is refused, not half written (an older one would write 7 columns into 8).
+    con = duckdb.connect(str(tmp_path / DB_FILE))
+    con.execute("INSERT INTO schema_migrations VALUES (8, 0)")
+    con.close()
+    for read_only in (False, True):
+        with pytest.raises(
+            StoreError, match="schema version 8, written by a newer gpuwatch; this one reads up to 7"
+        ):
+            Store.open(tmp_path, clock=FakeClock(T0 / 1000), read_only=read_only)

@@ -127,14 +127,18 @@ class Store(SideTables):
             raise
         try:
             cur = con.cursor()
-            if read_only:
-                version = schema.read_version(cur)
-                if version != schema.LATEST:
-                    raise StoreError(
-                        f"the store at {path} has schema version {version}, this gpuwatch needs "
-                        f"{schema.LATEST}; start `gpuwatch serve` on it once to upgrade it"
-                    )
-            else:
+            version = schema.read_version(cur)
+            if version > schema.LATEST:
+                raise StoreError(
+                    f"the store at {path} has schema version {version}, written by a newer gpuwatch; "
+                    f"this one reads up to {schema.LATEST}: run the newer gpuwatch"
+                )
+            if read_only and version != schema.LATEST:
+                raise StoreError(
+                    f"the store at {path} has schema version {version}, this gpuwatch needs "
+                    f"{schema.LATEST}; start `gpuwatch serve` on it once to upgrade it"
+                )
+            if not read_only:
                 schema.migrate(cur, clock.now_ms())
             catalog = Catalog(
                 Entry.make(sid, name, tuple((k, v) for k, v in json.loads(labels)))
