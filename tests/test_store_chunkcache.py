@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import tempfile
+import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -395,3 +396,34 @@ def test_a_store_from_before_the_chunk_hash_column_is_upgraded_and_read_alike(tm
             StoreError, match="schema version 8, written by a newer gpuwatch; this one reads up to 7"
         ):
             Store.open(tmp_path, clock=FakeClock(T0 / 1000), read_only=read_only)
+
+
+def test_the_writer_rebuilds_the_index_after_a_compaction_so_the_next_read_does_not(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    loads: list[str] = []
+    real_load = ChunkIndex.load.__func__  # type: ignore[attr-defined]
+
+    def load(cls: type[ChunkIndex], cur: Any, generation: int) -> ChunkIndex:
+        loads.append(threading.current_thread().name)
+        return real_load(cls, cur, generation)  # type: ignore[no-any-return]
+
+    monkeypatch.setattr(ChunkIndex, "load", classmethod(load))
+    store = Store.open(None, clock=FakeClock(T0 / 1000), flush_interval_s=3600, retention_s=0)
+    with store:
+        for k in range(30):
+            store.append(Batch(T0 + k * STEP, [Sample("m", make_labels({"s": "a"}), float(k))]))
+        store.compact()
+        assert loads == []  # nobody has read: no index is built for nobody
+        assert len(_read(store)) == 30
+        assert loads == [threading.current_thread().name]  # the first read builds it
+        store.append(Batch(T0 + 30 * STEP, [Sample("m", make_labels({"s": "a"}), 30.0)]))
+        store.compact()
+        assert loads[1:] == ["gpuwatch-store-writer"]  # rebuilt by the writer, after its rewrite
+        assert len(_read(store)) == 31  # and the read uses it: no other build
+        assert len(loads) == 2
+
+
+def _read(store: Store) -> list[float]:
+    (sd,) = store.select([NAME], T0, T0 + 40 * STEP)
+    return list(sd.values.tolist())

@@ -282,6 +282,15 @@ class ChunkCache:
         self._drop_gone(built)
         return built
 
+    def refresh(self, cur: duckdb.DuckDBPyConnection) -> None:
+        """Build the index of the current generation now, if reads have used an index before (the writer
+        calls this after it rewrote chunks, so that the next read finds the index ready)."""
+        if self._index is None:
+            return
+        generation = self.generation.stable()
+        if generation is not None:
+            self.index(cur, generation)
+
     def _drop_gone(self, index: ChunkIndex) -> None:
         """Forget decoded chunks that are no longer stored (merged by compaction, trimmed or deleted
         by retention): nothing will ask for them again, and a live store rewrites chunks every few

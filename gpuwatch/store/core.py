@@ -77,6 +77,8 @@ class Store(SideTables):
         self._chunks: ChunkCache | None = (
             ChunkCache(generation, int(chunk_cache_mb * 2**20)) if chunk_cache_mb > 0 else None
         )
+        if writer is not None and self._chunks is not None:
+            writer.after_rewrite = self._chunks.refresh  # the index rebuilt off the query path
         # Series matched by selectors, per catalog snapshot (a panel or rule selects the same again).
         self._matched: tuple[Snapshot | None, dict[tuple[Matcher, ...], list[Entry]]] = (None, {})
 

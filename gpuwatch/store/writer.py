@@ -55,10 +55,19 @@ def _changes_chunks(method: Callable[..., Any]) -> Callable[..., Any]:
 
     @functools.wraps(method)
     def wrapped(self: Writer, *args: Any) -> Any:
-        if method.__name__ == "flush" and not self._pending_chunks:
-            return method(self, *args)
+        if method.__name__ == "flush":
+            if not self._pending_chunks:
+                return method(self, *args)
+            with self.chunk_generation.changing():
+                return method(self, *args)
         with self.chunk_generation.changing():
-            return method(self, *args)
+            result = method(self, *args)
+        if self.after_rewrite is not None:  # compaction and retention: not after each bulk flush
+            try:
+                self.after_rewrite(self._cur)
+            except duckdb.Error as exc:
+                log.debug("after a chunk rewrite: %s", one_line(exc))
+        return result
 
     return wrapped
 
@@ -105,6 +114,9 @@ class Writer:
         self.latest = Latest.load(cur)  # each series' newest stored sample (Store.select_last)
         self.head_index = HeadIndex.load(cur)  # which series the head may hold (reads leave it out)
         self.chunk_generation = Generation()  # counts the writes that change chunks (chunkcache.py)
+        # Called in this thread after a compaction or retention pass rewrote chunks (with its cursor):
+        # the store rebuilds the chunk index here, so that the next query does not wait for it.
+        self.after_rewrite: Callable[[duckdb.DuckDBPyConnection], None] | None = None
         self._new: list[Entry] = []
         self._pending: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
         self._pending_chunks: list[ChunkRow] = []
@@ -185,6 +197,7 @@ class Writer:
             fut.set_exception(exc)
 
     def _finish(self) -> None:
+        self.after_rewrite = None  # closing: nobody will read the index
         self.compact()
         self._cur.execute("CHECKPOINT")
 
