@@ -38,13 +38,21 @@ class ChunkRow:
 
 def dedupe_last(t_ms: np.ndarray, values: np.ndarray, order: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Sort by time and keep, for each timestamp, the value with the highest `order` (last write wins)."""
+    t_ms, values, _ = dedupe_last_order(t_ms, values, order)
+    return t_ms, values
+
+
+def dedupe_last_order(
+    t_ms: np.ndarray, values: np.ndarray, order: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """`dedupe_last`, also returning the `order` of each sample kept."""
     if t_ms.size > 1 and not np.all(t_ms[1:] > t_ms[:-1]):
         idx = np.lexsort((order, t_ms))
-        t_ms, values = t_ms[idx], values[idx]
+        t_ms, values, order = t_ms[idx], values[idx], order[idx]
         keep = np.ones(t_ms.size, dtype=bool)
         keep[:-1] = t_ms[1:] != t_ms[:-1]
-        t_ms, values = t_ms[keep], values[keep]
-    return t_ms, values
+        t_ms, values, order = t_ms[keep], values[keep], order[keep]
+    return t_ms, values, order
 
 
 def encode_series(series_id: int, t_ms: np.ndarray, values: np.ndarray, seq: int) -> list[ChunkRow]:

@@ -12,7 +12,7 @@ import numpy as np
 
 from gpuwatch.model import STALE_NAN_BITS, SeriesData
 from gpuwatch.store.chunkcache import ChunkCache, ChunkIndex, Key, Piece
-from gpuwatch.store.chunking import dedupe_last
+from gpuwatch.store.chunking import dedupe_last, dedupe_last_order
 from gpuwatch.store.codec import decode_chunks, decode_times
 from gpuwatch.store.headindex import HeadIndex
 
@@ -263,7 +263,9 @@ def _cut(cuts: Cuts, t: np.ndarray, lo: int, hi: int) -> np.ndarray:
 
 
 def _head_parts(head: dict[str, np.ndarray]) -> dict[int, Part]:
-    """Each series' head samples (sorted, the newest write of each timestamp), with their highest seq."""
+    """Each series' head samples (sorted, the newest write of each timestamp), each with its own seq: a
+    head row older than a bulk chunk written since must lose to it, even where a newer head row of the
+    same series exists (one highest seq for the whole part let an old row win)."""
     head_parts: dict[int, Part] = {}
     h_ids = np.asarray(head["series_id"])
     if h_ids.size:
@@ -271,8 +273,7 @@ def _head_parts(head: dict[str, np.ndarray]) -> dict[int, Part]:
         h_v = np.asarray(head["v_bits"]).view(np.float64)
         cuts = np.flatnonzero(h_ids[1:] != h_ids[:-1]) + 1
         for lo, hi in zip(np.r_[0, cuts], np.r_[cuts, h_ids.size], strict=True):
-            t, v = dedupe_last(h_t[lo:hi], h_v[lo:hi], h_seq[lo:hi])
-            head_parts[int(h_ids[lo])] = (t, v, int(h_seq[lo:hi].max()))
+            head_parts[int(h_ids[lo])] = dedupe_last_order(h_t[lo:hi], h_v[lo:hi], h_seq[lo:hi])
     return head_parts
 
 

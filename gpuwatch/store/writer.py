@@ -382,14 +382,13 @@ class Writer:
         head = cur.execute(
             "SELECT series_id, t_ms, v_bits, seq FROM head ORDER BY series_id, t_ms, seq"
         ).fetchnumpy()
-        rows = encode_many(
-            *dedupe_sorted(
-                np.asarray(head["series_id"]),
-                np.asarray(head["t_ms"]),
-                np.asarray(head["v_bits"]).view(np.float64),
-                np.asarray(head["seq"]),
-            )
+        samples = dedupe_sorted(
+            np.asarray(head["series_id"]),
+            np.asarray(head["t_ms"]),
+            np.asarray(head["v_bits"]).view(np.float64),
+            np.asarray(head["seq"]),
         )
+        rows = encode_many(*_without_overwritten(cur, *samples))
         cur.execute("BEGIN TRANSACTION")
         try:
             _insert_chunks(cur, rows)
@@ -481,6 +480,39 @@ class Writer:
         self._catalog.remove(gone)
         self.latest.drop_before(cutoff_ms)
         return deleted + head_old
+
+
+def _without_overwritten(
+    cur: duckdb.DuckDBPyConnection, ids: np.ndarray, t_ms: np.ndarray, values: np.ndarray, seqs: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """The head samples (sorted by series and time) less those a bulk chunk written after them holds
+    the same (series, time) of. A chunk carries one seq, the newest of its samples: a head row that an
+    import overwrote would otherwise come back as the newer write once compacted into a chunk."""
+    if not ids.size:
+        return ids, t_ms, values, seqs
+    newer = cur.execute(
+        "SELECT series_id, seq, n, ts, vs FROM chunks WHERE seq > ? "
+        "AND series_id IN (SELECT DISTINCT series_id FROM head)",
+        [int(seqs.min())],
+    ).fetchall()
+    if not newer:
+        return ids, t_ms, values, seqs
+    ns = np.array([r[2] for r in newer], np.int64)
+    chunk_t, _ = decode_chunks(ns, [r[3] for r in newer], [r[4] for r in newer])
+    all_ids = np.concatenate([ids.astype(np.int64), np.repeat(np.array([r[0] for r in newer], np.int64), ns)])
+    all_t = np.concatenate([t_ms.astype(np.int64), chunk_t])
+    all_seq = np.concatenate(
+        [seqs.astype(np.int64), np.repeat(np.array([r[1] for r in newer], np.int64), ns)]
+    )
+    order = np.lexsort((all_seq, all_t, all_ids))
+    s_ids, s_t = all_ids[order], all_t[order]
+    last = np.ones(order.size, bool)  # the newest write of each (series, time)
+    last[:-1] = (s_ids[1:] != s_ids[:-1]) | (s_t[1:] != s_t[:-1])
+    winners = order[last]
+    keep = np.sort(winners[winners < ids.size])
+    if keep.size == ids.size:
+        return ids, t_ms, values, seqs
+    return ids[keep], t_ms[keep], values[keep], seqs[keep]
 
 
 def _merge_block(found: list[tuple[int, int, int, bytes, bytes]]) -> list[ChunkRow]:
