@@ -423,8 +423,10 @@ class ChunkCache:
             # share one array, which the query engine recognises by identity instead of comparing
             # 8 bytes a sample per series each query. Within one block, so no memory outlives it.
             same = block.times.setdefault((b - a, view.t_first, view.t_last), [])
-            view.t = next((t for t in same if np.array_equal(t, view.t)), view.t)
-            if len(same) < _TIMES_PER_KEY and not any(t is view.t for t in same):
+            shared = next((t for t in same if np.array_equal(t, view.t)), None)
+            if shared is not None:
+                view.t = shared
+            elif len(same) < _TIMES_PER_KEY:
                 same.append(view.t)
             old = self._views.get(view.sid)
             if old is not None:

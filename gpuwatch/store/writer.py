@@ -55,14 +55,12 @@ def _changes_chunks(method: Callable[..., Any]) -> Callable[..., Any]:
 
     @functools.wraps(method)
     def wrapped(self: Writer, *args: Any) -> Any:
-        if method.__name__ == "flush":
-            if not self._pending_chunks:
-                return method(self, *args)
-            with self.chunk_generation.changing():
-                return method(self, *args)
+        flush = method.__name__ == "flush"
+        if flush and not self._pending_chunks:
+            return method(self, *args)
         with self.chunk_generation.changing():
             result = method(self, *args)
-        if self.after_rewrite is not None:  # compaction and retention: not after each bulk flush
+        if not flush and self.after_rewrite is not None:  # compaction and retention, not each bulk flush
             try:
                 self.after_rewrite(self._cur)
             except duckdb.Error as exc:
