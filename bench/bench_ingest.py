@@ -29,8 +29,8 @@ sys.path.insert(0, str(ROOT))
 from bench.scrape_targets import running_targets  # noqa: E402
 from gpuwatch.clock import FakeClock, SystemClock  # noqa: E402
 from gpuwatch.collect.scrape import FetchResult, HttpFetcher, Target, target_specs  # noqa: E402
+from gpuwatch.collect.scrapeconfig import ScrapeConfig, StaticGroup  # noqa: E402
 from gpuwatch.model import Batch  # noqa: E402
-from gpuwatch.scrapeconfig import ScrapeConfig, StaticGroup  # noqa: E402
 from gpuwatch.store.core import Store  # noqa: E402
 
 
@@ -137,8 +137,8 @@ def main() -> None:
 
 def _sampler(gpus: int) -> None:
     """CPU of `GpuCollector.collect()` for `gpus` simulated GPUs, one tick a simulated second."""
-    from gpuwatch.collect.fakenvml import FakeNvml
     from gpuwatch.collect.nvml import GpuCollector
+    from gpuwatch.demo.nvml import FakeNvml
 
     clock = FakeClock()
     collector = GpuCollector(FakeNvml(gpu_count=gpus, clock=clock, seed=1), hostname="bench")

@@ -4,7 +4,7 @@ Run on demand (not a test):  python bench/bench_parse.py [--repeat 15]
 
 The page is rendered by the real prometheus_client from a vLLM V1-shaped registry (tests/data/vllm_like.py):
 4 models x 4 engines, gauges, counters and 14 labelled histograms. Reported: best and median of
-`--repeat` runs, for gpuwatch.textformat.parse (fresh caches every run: the cold, first-scrape case),
+`--repeat` runs, for gpuwatch.promtext.parser.parse (fresh caches every run: the cold, first-scrape case),
 a reused Parser (the steady scrape case), the OpenMetrics rendering of the same registry, and
 prometheus_client.parser.text_string_to_metric_families (fully consumed).
 """
@@ -27,7 +27,7 @@ sys.path.insert(0, str(ROOT / "tests" / "data"))
 from prometheus_client.parser import text_string_to_metric_families  # noqa: E402
 from vllm_like import vllm_page  # noqa: E402
 
-from gpuwatch.textformat import Parser, parse  # noqa: E402
+from gpuwatch.promtext.parser import Parser, parse  # noqa: E402
 
 
 def _times(fn: Callable[[], object], repeat: int) -> list[float]:

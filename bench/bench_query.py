@@ -305,7 +305,7 @@ def serve(data_dir: str, port: int) -> None:
     """Child process: gpuwatch's Prometheus API over a read-only store, served by waitress as `gpuwatch serve`."""
     from types import SimpleNamespace
 
-    from gpuwatch.gctune import tune_for_serving
+    from gpuwatch.cli.gctune import tune_for_serving
     from gpuwatch.web import create_app
     from gpuwatch.web.serving import make_server
 

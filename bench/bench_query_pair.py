@@ -36,7 +36,7 @@ def child(data: str, query: str, runs: int) -> None:
     from types import SimpleNamespace
     from urllib.parse import urlencode
 
-    from gpuwatch import gctune
+    from gpuwatch.cli import gctune
     from gpuwatch.clock import SystemClock
     from gpuwatch.query import Engine
     from gpuwatch.store import Store

@@ -36,7 +36,7 @@ sys.path.insert(0, str(ROOT))
 from bench.bench_serve import thread_names, thread_ticks  # noqa: E402
 from bench.scrape_targets import start_targets  # noqa: E402
 from gpuwatch.config import parse_duration  # noqa: E402
-from gpuwatch.textformat import Parser, parse  # noqa: E402
+from gpuwatch.promtext.parser import Parser, parse  # noqa: E402
 
 
 def free_port() -> int:
@@ -138,7 +138,7 @@ def main() -> None:
         )
         env.update(kv.split("=", 1) for kv in args.env)
         serve = subprocess.Popen(
-            [sys.executable, "-m", "gpuwatch.cli", "serve", "--demo", "--host", "127.0.0.1",
+            [sys.executable, "-m", "gpuwatch.cli.main", "serve", "--demo", "--host", "127.0.0.1",
              "--port", str(port), "--data-dir", str(Path(tmp) / "data"), "--config", str(config)],
             env=env,
         )  # fmt: skip

@@ -80,7 +80,7 @@ def main() -> None:
             [
                 sys.executable,
                 "-m",
-                "gpuwatch.cli",
+                "gpuwatch.cli.main",
                 "serve",
                 "--demo",
                 "--host",

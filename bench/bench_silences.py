@@ -21,8 +21,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from gpuwatch.clock import FakeClock  # noqa: E402
-from gpuwatch.matchers import parse_matcher  # noqa: E402
-from gpuwatch.silences import Silence, Silences  # noqa: E402
+from gpuwatch.notify.matchers import parse_matcher  # noqa: E402
+from gpuwatch.notify.silences import Silence, Silences  # noqa: E402
 from gpuwatch.store import Store  # noqa: E402
 
 NAMES = ["GPUTemperatureHigh", "GPUMemoryHigh", "GPUUtilizationLow", "GPUECCError", "TrainingStalled"]

@@ -13,21 +13,27 @@ from gpuwatch.clock import Clock, SystemClock
 from gpuwatch.collect.host import HOST_METRICS, HostCollector
 from gpuwatch.collect.logs import LOG_METRICS, LogTailer
 from gpuwatch.collect.nvml import GPU_METRICS, GpuCollector, load_nvml
+from gpuwatch.collect.push import PUSH_METRICS, REEMIT_INTERVAL_S, PushGroups
+from gpuwatch.collect.runs import RUN_METRICS, RUN_STATUS_INTERVAL_S, run_status_samples
+from gpuwatch.collect.scrapeconfig import ScrapeConfig, url_config
 from gpuwatch.collect.scrapepool import ScrapePool
 from gpuwatch.config import Settings
-from gpuwatch.demo import DemoSources, local_url
-from gpuwatch.demotraining import training_log_file
+from gpuwatch.demo.nvml import FakeNvml
+from gpuwatch.demo.sources import DemoSources, local_url
+from gpuwatch.demo.training import training_log_file
 from gpuwatch.errors import ConfigError, NvmlUnavailable
-from gpuwatch.exposition import format_text
 from gpuwatch.jobs import JobRegistry
 from gpuwatch.model import Batch, MetricInfo, Sample, stable_labels
-from gpuwatch.notify.notifier import NOTIFY_METRICS, Notifier, build_notifier
-from gpuwatch.push import PUSH_METRICS, REEMIT_INTERVAL_S, PushGroups
-from gpuwatch.received import ReceivedAlerts
-from gpuwatch.rules.manager import RuleManager, build_manager
-from gpuwatch.runs import RUN_METRICS, RUN_STATUS_INTERVAL_S, run_status_samples
-from gpuwatch.scrapeconfig import ScrapeConfig, url_config
-from gpuwatch.silences import Silences
+from gpuwatch.notify.config import load_templates
+from gpuwatch.notify.dispatcher import MutedBy, no_silences
+from gpuwatch.notify.notifier import NOTIFY_METRICS, Notifier, NotifyStore
+from gpuwatch.notify.received import ReceivedAlerts
+from gpuwatch.notify.silences import Silences
+from gpuwatch.promtext.writer import format_text
+from gpuwatch.query import Engine
+from gpuwatch.rules.load import Group, RuleFileError
+from gpuwatch.rules.manager import RuleManager, RuleStore, configured_groups
+from gpuwatch.rules.roundcache import RoundCache
 from gpuwatch.store import Store
 
 log = logging.getLogger("gpuwatch")
@@ -296,8 +302,6 @@ class Runtime:
 def make_nvml(settings: Settings, clock: Clock) -> Any:
     """Return the simulated NVML in demo mode, else the real pynvml module."""
     if settings.demo:
-        from gpuwatch.collect.fakenvml import FakeNvml
-
         try:
             return FakeNvml(
                 gpu_count=settings.demo_gpus, model=settings.demo_model, workload="mixed", clock=clock
@@ -398,3 +402,66 @@ def build_runtime(settings: Settings, hostname: str, clock: Clock | None = None,
     except BaseException:
         store.close()
         raise
+
+
+def _config_dir(settings: Settings) -> Path | None:
+    return settings.config_file.parent if settings.config_file is not None else None
+
+
+def configured_rule_groups(settings: Settings) -> list[Group]:
+    """Return the built-in groups (as `builtin_rules` and `language` say) and those of `rule_files`."""
+    return configured_groups(
+        settings.builtin_rules, settings.language, settings.rule_files, _config_dir(settings)
+    )
+
+
+def build_manager(settings: Settings, store: RuleStore, clock: Clock, queryable: Any) -> RuleManager:
+    """Return the rule manager for `settings`; raise ConfigError naming every bad rule file."""
+    try:
+        groups = configured_rule_groups(settings)
+    except RuleFileError as e:
+        raise ConfigError("config error: rule_files: " + "; ".join(e.errors)) from None
+    cache = RoundCache(queryable)
+    engine = Engine(
+        cache,
+        lookback_ms=int(settings.lookback * 1000),
+        max_samples=settings.query_max_samples,
+        timeout_s=settings.query_timeout,
+        monotonic=clock.monotonic,
+    )
+    return RuleManager(
+        store,
+        engine.instant,
+        clock,
+        groups,
+        default_interval_s=settings.evaluation_interval,
+        loader=lambda: configured_rule_groups(settings),
+        cache=cache,
+    )
+
+
+def external_url(settings: Settings, hostname: str) -> str:
+    """Return the URL gpuwatch is reached at, for `externalURL` and `generatorURL` in notifications."""
+    host = settings.host if settings.host not in ("0.0.0.0", "::", "") else hostname
+    return f"http://{host}:{settings.port}"
+
+
+def build_notifier(
+    settings: Settings, store: NotifyStore, clock: Clock, hostname: str, *, muted_by: MutedBy = no_silences
+) -> Notifier | None:
+    """Return the notifier for `settings`, or None when neither `notify` nor `alerting` is configured.
+
+    `muted_by(labels, now_ms)` returns the ids of the silences that mute an alert (none by default).
+    """
+    if settings.notify.route is None and not settings.alerting.alertmanagers:
+        return None
+    for key in settings.notify.ignored:
+        log.warning("notify: %s is not used: gpuwatch's Slack messages have no such part", key)
+    return Notifier(
+        load_templates(settings.notify, _config_dir(settings)),
+        settings.alerting,
+        store,
+        clock,
+        external_url=external_url(settings, hostname),
+        muted_by=muted_by,
+    )

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -11,54 +10,13 @@ from typing import Any
 
 import yaml
 
+from gpuwatch.collect.logconfig import LogFileConfig, parse_log_files
+from gpuwatch.collect.scrapeconfig import ScrapeConfig, parse_scrape_configs, parse_scrape_urls
 from gpuwatch.errors import ConfigError
-from gpuwatch.logconfig import LogFileConfig, parse_log_files
 from gpuwatch.notify.alerting import AlertingConfig, parse_alerting
 from gpuwatch.notify.config import NotifyConfig, parse_notify
-from gpuwatch.rulesconfig import BuiltinRules, parse_builtin_rules, parse_language
-from gpuwatch.scrapeconfig import ScrapeConfig, parse_scrape_configs, parse_scrape_urls
-
-_DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d|w|y)")
-_UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, "w": 604800.0, "y": 31536000.0}
-
-
-def parse_duration(text: object) -> float:
-    """Return seconds for a Prometheus-style duration ('15s', '1h30m', '30d') or a plain number."""
-    if isinstance(text, bool):
-        raise ValueError("expected a duration like 15s")
-    if isinstance(text, (int, float)):
-        if text < 0:
-            raise ValueError("expected a positive duration")
-        return float(text)
-    if not isinstance(text, str):
-        raise ValueError("expected a duration like 15s")
-    s = text.strip()
-    try:
-        value = float(s)
-    except ValueError:
-        pass
-    else:
-        if value < 0:
-            raise ValueError("expected a positive duration")
-        return value
-    pos, total = 0, 0.0
-    for m in _DURATION_PART.finditer(s):
-        if m.start() != pos:
-            break
-        total += float(m.group(1)) * _UNIT_SECONDS[m.group(2)]
-        pos = m.end()
-    if pos != len(s) or not s:
-        raise ValueError("expected a duration like 15s")
-    return total
-
-
-def format_duration(seconds: float) -> str:
-    """Return a short duration text ('30d', '1s', '500ms') for help tables."""
-    for unit in ("y", "w", "d", "h", "m", "s"):
-        size = _UNIT_SECONDS[unit]
-        if seconds >= size and seconds % size == 0:
-            return f"{int(seconds // size)}{unit}"
-    return f"{int(seconds * 1000)}ms"
+from gpuwatch.rules.config import BuiltinRules, parse_builtin_rules, parse_language
+from gpuwatch.units import format_duration, parse_duration
 
 
 def _parse_int(lo: int, hi: int) -> Callable[[object], int]:

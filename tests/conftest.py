@@ -20,11 +20,11 @@ import requests
 
 from gpuwatch.app import Runtime, build_runtime
 from gpuwatch.clock import FakeClock
-from gpuwatch.collect.fakenvml import FakeNvml
 from gpuwatch.config import load
+from gpuwatch.demo.nvml import FakeNvml
 
 ROOT = Path(__file__).resolve().parent.parent
-GPUWATCH = [sys.executable, "-m", "gpuwatch.cli"]
+GPUWATCH = [sys.executable, "-m", "gpuwatch.cli.main"]
 
 
 def free_port() -> int:

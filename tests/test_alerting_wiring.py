@@ -13,9 +13,9 @@ from flask.testing import FlaskClient
 
 from gpuwatch.app import Runtime, build_runtime
 from gpuwatch.clock import FakeClock
-from gpuwatch.collect.fakenvml import FakeNvml
 from gpuwatch.config import load
-from gpuwatch.silences import format_time
+from gpuwatch.demo.nvml import FakeNvml
+from gpuwatch.notify.silences import format_time
 from gpuwatch.web import create_app
 from tests.conftest import free_port
 

@@ -13,9 +13,9 @@ from prometheus_client import generate_latest
 
 from gpuwatch.app import build_runtime
 from gpuwatch.clock import FakeClock
-from gpuwatch.collect.fakenvml import FakeNvml
 from gpuwatch.config import load
-from gpuwatch.demo import (
+from gpuwatch.demo.nvml import FakeNvml
+from gpuwatch.demo.sources import (
     SGLANG_E2E,
     SGLANG_ITL,
     SGLANG_QUEUE_TIME,
@@ -28,8 +28,8 @@ from gpuwatch.demo import (
     VllmSim,
     local_url,
 )
-from gpuwatch.demotraining import TRAINING_RUN, TrainingSim
-from gpuwatch.textformat import ParseResult, parse
+from gpuwatch.demo.training import TRAINING_RUN, TrainingSim
+from gpuwatch.promtext.parser import ParseResult, parse
 
 VLLM_LABELS = {"engine": "0", "model_name": "meta-llama/Llama-3.1-8B-Instruct"}
 SGLANG_SCHED = {

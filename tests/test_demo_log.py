@@ -9,10 +9,10 @@ from typing import Any
 
 from gpuwatch.app import build_runtime
 from gpuwatch.clock import FakeClock
-from gpuwatch.collect.fakenvml import FakeNvml
 from gpuwatch.collect.logs import LogTailer
 from gpuwatch.config import load
-from gpuwatch.demotraining import TRAINING_LOG_JOB, TRAINING_RUN, TrainingSim, training_log_file
+from gpuwatch.demo.nvml import FakeNvml
+from gpuwatch.demo.training import TRAINING_LOG_JOB, TRAINING_RUN, TrainingSim, training_log_file
 from gpuwatch.model import make_labels
 from gpuwatch.query import Engine, Vector
 

@@ -6,8 +6,8 @@ import math
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from gpuwatch.exposition import format_text, format_value
 from gpuwatch.model import MetricInfo, Sample, make_labels
+from gpuwatch.promtext.writer import format_text, format_value
 
 
 def test_round_trip_through_prometheus_client_parser() -> None:

@@ -10,7 +10,7 @@ import pynvml
 import pytest
 
 from gpuwatch.clock import FakeClock
-from gpuwatch.collect.fakenvml import MODELS, FakeNvml
+from gpuwatch.demo.nvml import MODELS, FakeNvml
 
 COLLECTOR_SOURCES = [
     Path(__file__).resolve().parent.parent / "gpuwatch" / "collect" / name

@@ -1,4 +1,4 @@
-"""The serving process's garbage-collector settings (gpuwatch/gctune.py)."""
+"""The serving process's garbage-collector settings (gpuwatch/cli/gctune.py)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pytest
 def test_tune_for_serving_freezes_start_up_objects_and_raises_thresholds() -> None:
     # In a child process: freezing and thresholds are process-wide, and pytest's own objects must not be frozen.
     code = (
-        "import gc, json; from gpuwatch.gctune import THRESHOLDS, tune_for_serving\n"
+        "import gc, json; from gpuwatch.cli.gctune import THRESHOLDS, tune_for_serving\n"
         "before = gc.get_threshold(); tune_for_serving({})\n"
         "print(json.dumps([before, gc.get_threshold(), list(THRESHOLDS), gc.get_freeze_count(), gc.isenabled()]))"
     )
@@ -25,7 +25,7 @@ def test_tune_for_serving_freezes_start_up_objects_and_raises_thresholds() -> No
 _CHURN = """
 import json, resource, sys, threading
 import numpy as np
-from gpuwatch.gctune import tune_malloc
+from gpuwatch.cli.gctune import tune_malloc
 import os
 tuned = tune_malloc(os.environ) if sys.argv[1] == "tuned" else None
 faults = []

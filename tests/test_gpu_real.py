@@ -6,9 +6,9 @@ import time
 
 import pytest
 
+from gpuwatch.cli.smi import format_smi
 from gpuwatch.collect.gpu_metrics import GPU_METRICS
 from gpuwatch.collect.nvml import GpuCollector, load_nvml
-from gpuwatch.smi import format_smi
 
 pytestmark = pytest.mark.gpu
 

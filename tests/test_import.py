@@ -13,7 +13,7 @@ from flask import Flask
 from flask.testing import FlaskClient
 
 from gpuwatch.clock import FakeClock
-from gpuwatch.importer import import_text, prepare
+from gpuwatch.collect.importer import import_text, prepare
 from gpuwatch.model import Matcher
 from gpuwatch.store import Store
 from gpuwatch.web import importapi

@@ -18,8 +18,9 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 
 from gpuwatch.clock import FakeClock
 from gpuwatch.collect.scrape import FetchResult, TargetSpec
+from gpuwatch.collect.scrapeconfig import parse_scrape_configs
 from gpuwatch.collect.scrapepool import ScrapePool
-from gpuwatch.demo import (
+from gpuwatch.demo.sources import (
     SGLANG_E2E,
     SGLANG_MODEL,
     SGLANG_TTFT,
@@ -33,7 +34,6 @@ from gpuwatch.demo import (
 from gpuwatch.query import Engine, Vector
 from gpuwatch.rules.load import builtin_path, load_builtin
 from gpuwatch.rules.manager import RuleManager
-from gpuwatch.scrapeconfig import parse_scrape_configs
 from gpuwatch.store import Store
 from tests.conftest import require_tool
 

@@ -11,12 +11,12 @@ import pytest
 
 from gpuwatch.app import Runtime, build_runtime
 from gpuwatch.clock import FakeClock
-from gpuwatch.collect.fakenvml import FakeNvml
 from gpuwatch.collect.scrape import FetchResult, TargetSpec
+from gpuwatch.collect.scrapeconfig import parse_scrape_configs
 from gpuwatch.collect.scrapepool import ScrapePool
 from gpuwatch.config import load
+from gpuwatch.demo.nvml import FakeNvml
 from gpuwatch.errors import ScrapeError
-from gpuwatch.scrapeconfig import parse_scrape_configs
 from gpuwatch.web import create_app
 from tests.conftest import Server, clean_env, wait_until
 

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
+from gpuwatch.collect.logconfig import LogFileConfig, parse_log_files
 from gpuwatch.collect.logs import LogRound, LogTailer, guess_level
 from gpuwatch.config import load
 from gpuwatch.errors import ConfigError
-from gpuwatch.logconfig import LogFileConfig, parse_log_files
 from gpuwatch.model import LogOffset
 
 T0 = 1_790_000_000_000

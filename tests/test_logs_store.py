@@ -9,8 +9,8 @@ import pytest
 
 from gpuwatch.app import Runtime, build_runtime
 from gpuwatch.clock import FakeClock
-from gpuwatch.collect.fakenvml import FakeNvml
 from gpuwatch.config import load
+from gpuwatch.demo.nvml import FakeNvml
 from gpuwatch.model import Matcher
 from gpuwatch.web import create_app
 

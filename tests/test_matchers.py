@@ -1,4 +1,4 @@
-"""Alertmanager's label matchers (gpuwatch/matchers.py): both textual forms, matching as Alertmanager
+"""Alertmanager's label matchers (gpuwatch/notify/matchers.py): both textual forms, matching as Alertmanager
 matches (checked against Debian's amtool where installed), and the round trip through `str()`."""
 
 from __future__ import annotations
@@ -13,10 +13,10 @@ import yaml
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
-from gpuwatch.matchers import (
+from gpuwatch.notify.config import parse_notify
+from gpuwatch.notify.matchers import (
     LabelMatcher,
     MatcherError,
-    compile_quietly,
     format_matcher,
     format_matchers,
     matches_all,
@@ -24,7 +24,7 @@ from gpuwatch.matchers import (
     parse_matchers,
     sort_matchers,
 )
-from gpuwatch.notify.config import parse_notify
+from gpuwatch.query.regex import compile_quietly
 from tests.conftest import require_tool
 
 # -- the single-matcher form (amtool, API filter) -----------------------------------------------------

@@ -12,9 +12,9 @@ import yaml
 
 from gpuwatch.config import load
 from gpuwatch.errors import ConfigError
-from gpuwatch.matchers import parse_matchers
 from gpuwatch.notify.alerting import parse_alerting
 from gpuwatch.notify.config import parse_notify
+from gpuwatch.notify.matchers import parse_matchers
 from tests.conftest import GPUWATCH, clean_env
 
 ALERTMANAGER_YML = """

@@ -17,7 +17,8 @@ import yaml
 from gpuwatch.model import make_labels
 from gpuwatch.notify.alert import NotifyAlert, fingerprint, text, title, webhook_payload
 from gpuwatch.notify.config import Integration, parse_notify
-from gpuwatch.notify.receivers import DeliveryError, dingtalk_sign, feishu_sign, send
+from gpuwatch.notify.delivery import DeliveryError
+from gpuwatch.notify.receivers import dingtalk_sign, feishu_sign, send
 from tests.conftest import GPUWATCH, clean_env, free_port
 from tests.webhook_server import Hook, hook_server
 

@@ -14,11 +14,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gpuwatch.errors import ConfigError
-from gpuwatch.gotemplate import TemplateError, TemplateSet
 from gpuwatch.notify.config import load_templates, parse_notify
 from gpuwatch.notify.email import build_message
 from gpuwatch.notify.receivers import send
 from gpuwatch.notify.templates import FUNCS, default_set, render
+from gpuwatch.templating.template import TemplateError, TemplateSet
 from tests.conftest import start_alertmanager, wait_until
 from tests.test_notify_receivers import NOW, payload
 from tests.webhook_server import Hook, hook_server

@@ -12,10 +12,10 @@ import pynvml
 import pytest
 
 from gpuwatch.clock import FakeClock
-from gpuwatch.collect.fakenvml import FakeNvml
 from gpuwatch.collect.gpu_metrics import GPU_LABELS, GPU_METRICS, render_markdown_table
 from gpuwatch.collect.nvml import GpuCollector, GpuIdentity, XidEvent
 from gpuwatch.collect.processes import parse_container_id, parse_uid, read_process_info
+from gpuwatch.demo.nvml import FakeNvml
 from gpuwatch.errors import NvmlUnavailable
 from gpuwatch.model import Batch
 

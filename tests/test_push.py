@@ -23,11 +23,11 @@ from prometheus_client.exposition import delete_from_gateway, push_to_gateway, p
 
 from gpuwatch.app import Runtime, build_runtime
 from gpuwatch.clock import FakeClock
-from gpuwatch.collect.fakenvml import FakeNvml
+from gpuwatch.collect.push import PushError, parse_grouping_key, parse_training, training_name
+from gpuwatch.collect.runs import SeenThrottle
 from gpuwatch.config import load
+from gpuwatch.demo.nvml import FakeNvml
 from gpuwatch.model import Matcher, SeriesData, is_stale
-from gpuwatch.push import PushError, parse_grouping_key, parse_training, training_name
-from gpuwatch.runs import SeenThrottle
 from gpuwatch.web import create_app
 
 

@@ -1,4 +1,4 @@
-"""`gpuwatch import` and `gpuwatch query` through gpuwatch.cli.main, on a stopped data directory and a server."""
+"""`gpuwatch import` and `gpuwatch query` through gpuwatch.cli.main.main, on a stopped data directory and a server."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 import requests
 
-from gpuwatch.cli import main
+from gpuwatch.cli.main import main
+from gpuwatch.cli.query import UsageError, format_metric, parse_duration_ms, parse_time_ms, render_table
 from gpuwatch.clock import FakeClock
-from gpuwatch.querycli import UsageError, format_metric, parse_duration_ms, parse_time_ms, render_table
 from gpuwatch.store import Store
 
 T0 = 1_700_000_000  # seconds

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from gpuwatch.cli import main
+from gpuwatch.cli.main import main
 from gpuwatch.rules.evaluate import FIRING, INACTIVE, PENDING, evaluate, record_samples
 from gpuwatch.rules.load import Rule, RuleFileError, load_builtin, load_files, load_groups
 from gpuwatch.rules.template import check_template, go_float, humanize, humanize_duration, printf, render

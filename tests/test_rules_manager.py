@@ -10,8 +10,8 @@ import pytest
 
 from gpuwatch.app import Runtime, build_runtime
 from gpuwatch.clock import FakeClock
-from gpuwatch.collect.fakenvml import FakeNvml
 from gpuwatch.config import load
+from gpuwatch.demo.nvml import FakeNvml
 from gpuwatch.errors import ConfigError
 from gpuwatch.model import Batch, Sample, make_labels
 from gpuwatch.query import Engine, Vector

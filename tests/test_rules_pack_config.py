@@ -9,14 +9,13 @@ from pathlib import Path
 import pytest
 import yaml
 
-from gpuwatch.app import Runtime, build_runtime
+from gpuwatch.app import Runtime, build_runtime, configured_rule_groups
 from gpuwatch.clock import FakeClock
-from gpuwatch.collect.fakenvml import FakeNvml
 from gpuwatch.config import load
+from gpuwatch.demo.nvml import FakeNvml
 from gpuwatch.errors import ConfigError
 from gpuwatch.rules.evaluate import FIRING
 from gpuwatch.rules.load import builtin_files, load_builtin
-from gpuwatch.rules.manager import configured_groups
 from gpuwatch.web import create_app
 from tests.conftest import GPUWATCH, ROOT, clean_env, require_tool
 
@@ -25,7 +24,7 @@ DEMO_GPUS = 2
 
 def rules_of(settings_overrides: dict[str, object], tmp_path: Path) -> dict[str, object]:
     settings = load(None, {}, {"data_dir": str(tmp_path / "d"), **settings_overrides})
-    return {r.name: r for g in configured_groups(settings) for r in g.rules if r.kind == "alert"}
+    return {r.name: r for g in configured_rule_groups(settings) for r in g.rules if r.kind == "alert"}
 
 
 def test_disable_and_override_builtin_rules_by_name(tmp_path: Path) -> None:
@@ -289,7 +288,7 @@ def test_docs_table_lists_every_builtin_rule() -> None:
 
 def test_readme_names_every_self_metric() -> None:
     from gpuwatch.app import SELF_METRICS
-    from gpuwatch.runs import RUN_METRICS
+    from gpuwatch.collect.runs import RUN_METRICS
 
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
     missing = [m.name for m in (*SELF_METRICS, *RUN_METRICS) if f"`{m.name}`" not in readme]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from gpuwatch.app import Runtime
 from gpuwatch.clock import FakeClock
-from gpuwatch.collect.fakenvml import FakeNvml
+from gpuwatch.demo.nvml import FakeNvml
 from gpuwatch.model import Matcher
 
 DEMO_GPUS = 2

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from gpuwatch.clock import FakeClock
 from gpuwatch.errors import ScrapeError
 from gpuwatch.model import is_stale
-from gpuwatch.textformat import Parser, parse
+from gpuwatch.promtext.parser import Parser, parse
 from tests.test_scrape import FakeFetch, L, by_key, pool_for
 
 # Lines that share a series text with different values, and the lines that must not take a cached

@@ -15,8 +15,8 @@ import pytest
 
 from gpuwatch.clock import FakeClock
 from gpuwatch.collect.scrape import HttpFetcher, TargetSpec
+from gpuwatch.collect.scrapeconfig import Tls
 from gpuwatch.errors import ScrapeError
-from gpuwatch.scrapeconfig import Tls
 from tests.conftest import require_tool
 
 Answer = Callable[[int], bytes | None]  # request number on this server -> raw answer; None: close at once

@@ -14,9 +14,9 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, star
 
 from gpuwatch.clock import FakeClock, SystemClock
 from gpuwatch.collect.scrape import HttpFetcher
+from gpuwatch.collect.scrapeconfig import parse_scrape_configs
 from gpuwatch.collect.scrapepool import ScrapePool
 from gpuwatch.model import Batch, Labels
-from gpuwatch.scrapeconfig import parse_scrape_configs
 from tests.conftest import free_port, wait_until
 
 

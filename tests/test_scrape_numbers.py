@@ -15,11 +15,11 @@ from hypothesis import strategies as st
 import gpuwatch.collect.scrape as scrape_module
 from gpuwatch.clock import FakeClock
 from gpuwatch.collect.scrape import FetchResult, Target, TargetSpec
+from gpuwatch.collect.scrapeconfig import Relabel
 from gpuwatch.errors import ScrapeError
 from gpuwatch.model import STALE_NAN, STALE_NAN_BITS, Batch, Labels, Sample, SeriesTable, TableSamples
-from gpuwatch.scrapeconfig import Relabel
+from gpuwatch.promtext.parser import parse
 from gpuwatch.store.core import Store
-from gpuwatch.textformat import parse
 
 ALL = (-(2**62), 2**62)
 TARGET: Labels = (("instance", "h:1"), ("job", "j"))

@@ -6,8 +6,8 @@ from typing import Any
 
 from gpuwatch.clock import FakeClock
 from gpuwatch.collect.scrape import FetchResult, TargetSpec
+from gpuwatch.collect.scrapeconfig import parse_scrape_configs
 from gpuwatch.collect.scrapepool import ScrapePool, phase
-from gpuwatch.scrapeconfig import parse_scrape_configs
 
 
 class Recorder:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 
 from gpuwatch.collect.relabel import expand, relabel
-from gpuwatch.scrapeconfig import parse_scrape_configs
+from gpuwatch.collect.scrapeconfig import parse_scrape_configs
 
 
 def rules(*entries: dict[str, object]):  # type: ignore[no-untyped-def]

@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from gpuwatch import cli
+from gpuwatch.cli import main as cli
+from gpuwatch.collect.scrapeconfig import parse_scrape_configs, url_config
 from gpuwatch.config import load
 from gpuwatch.errors import ConfigError
-from gpuwatch.scrapeconfig import parse_scrape_configs, url_config
 
 PROMETHEUS_YML = """
 scrape_configs:

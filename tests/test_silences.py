@@ -12,8 +12,8 @@ import pytest
 
 from gpuwatch.clock import FakeClock
 from gpuwatch.errors import StoreError
-from gpuwatch.matchers import LabelMatcher, parse_matcher
-from gpuwatch.silences import (
+from gpuwatch.notify.matchers import LabelMatcher, parse_matcher
+from gpuwatch.notify.silences import (
     ACTIVE,
     EXPIRED,
     PENDING,

@@ -14,14 +14,14 @@ import pytest
 from flask.testing import FlaskClient
 from werkzeug.serving import make_server
 
-from gpuwatch.amapi import fingerprint
 from gpuwatch.app import Runtime, build_runtime
-from gpuwatch.cli import _parser, main
+from gpuwatch.cli.main import _parser, main
+from gpuwatch.cli.silence import run_silence
 from gpuwatch.clock import FakeClock
-from gpuwatch.collect.fakenvml import FakeNvml
 from gpuwatch.config import load
-from gpuwatch.silencecli import run_silence
-from gpuwatch.silences import format_time
+from gpuwatch.demo.nvml import FakeNvml
+from gpuwatch.notify.api import fingerprint
+from gpuwatch.notify.silences import format_time
 from gpuwatch.web import create_app
 from tests.conftest import free_port
 

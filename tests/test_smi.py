@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from gpuwatch.cli.smi import LOST_TEXT, format_smi
 from gpuwatch.collect.gpu_status import GpuProcess, GpuStatus
-from gpuwatch.smi import LOST_TEXT, format_smi
 
 CID = "0123456789ab" + "c" * 52
 

@@ -6,7 +6,13 @@ import math
 
 import pytest
 
-from gpuwatch.textformat import FamilyMeta, Parser, is_openmetrics_content_type, looks_like_openmetrics, parse
+from gpuwatch.promtext.parser import (
+    FamilyMeta,
+    Parser,
+    is_openmetrics_content_type,
+    looks_like_openmetrics,
+    parse,
+)
 
 
 def samples(text: str | bytes, **kw: object) -> list[tuple]:

@@ -20,9 +20,9 @@ from prometheus_client import (
 )
 from prometheus_client.openmetrics.exposition import generate_latest as generate_latest_om
 
-from gpuwatch.exposition import format_text
 from gpuwatch.model import MetricInfo, Sample, make_labels
-from gpuwatch.textformat import parse
+from gpuwatch.promtext.parser import parse
+from gpuwatch.promtext.writer import format_text
 
 sys.path.insert(0, str(Path(__file__).parent / "data"))
 from vllm_like import vllm_page, vllm_registry  # noqa: E402

@@ -9,8 +9,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from gpuwatch.app import Runtime, build_runtime
 from gpuwatch.clock import FakeClock
-from gpuwatch.collect.fakenvml import FakeNvml
 from gpuwatch.config import load
+from gpuwatch.demo.nvml import FakeNvml
 from gpuwatch.errors import ConfigError
 from gpuwatch.web import create_app
 

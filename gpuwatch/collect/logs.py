@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO, NamedTuple, Protocol
 
-from gpuwatch.logconfig import LogFileConfig
+from gpuwatch.collect.logconfig import LogFileConfig
 from gpuwatch.model import Batch, LogLine, LogOffset, MetricInfo, Sample, stable_labels
 
 MAX_BYTES_PER_ROUND = 4 * 1024 * 1024

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-from gpuwatch.scrapeconfig import LABEL_NAME, Relabel
+from gpuwatch.collect.scrapeconfig import LABEL_NAME, Relabel
 
 _GO_TEMPLATE = re.compile(r"\$\$|\$\{(\w+)\}|\$(\w+)")
 

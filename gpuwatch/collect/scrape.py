@@ -29,11 +29,11 @@ import numpy as np
 from gpuwatch import __version__
 from gpuwatch.clock import Clock
 from gpuwatch.collect.relabel import relabel
-from gpuwatch.config import format_duration
+from gpuwatch.collect.scrapeconfig import Auth, Relabel, ScrapeConfig, StaticGroup, Tls
 from gpuwatch.errors import ScrapeError
 from gpuwatch.model import STALE_NAN, Batch, Labels, Sample, SeriesTable, TableSamples, make_labels
-from gpuwatch.scrapeconfig import Auth, Relabel, ScrapeConfig, StaticGroup, Tls
-from gpuwatch.textformat import FamilyMeta, Parser, ParseResult, is_openmetrics_content_type
+from gpuwatch.promtext.parser import FamilyMeta, Parser, ParseResult, is_openmetrics_content_type
+from gpuwatch.units import format_duration
 
 # Text 0.0.4 only. prometheus_client 0.23-0.26 mangles `vllm:` names when it answers in OpenMetrics, and
 # its choose_encoder() ignores q-values: any mention of application/openmetrics-text gets OpenMetrics.

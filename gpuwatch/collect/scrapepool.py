@@ -23,9 +23,9 @@ import yaml
 
 from gpuwatch.clock import Clock
 from gpuwatch.collect.scrape import Fetch, HttpFetcher, Target, TargetSpec, target_specs
+from gpuwatch.collect.scrapeconfig import ScrapeConfig, StaticGroup, targets_group
 from gpuwatch.errors import ConfigError
 from gpuwatch.model import Batch
-from gpuwatch.scrapeconfig import ScrapeConfig, StaticGroup, targets_group
 
 log = logging.getLogger("gpuwatch.scrape")
 

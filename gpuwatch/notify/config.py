@@ -15,8 +15,9 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from gpuwatch.matchers import Matchers
+from gpuwatch.notify.matchers import Matchers
 from gpuwatch.notify.route import Route, parse_route
+from gpuwatch.notify.templates import default_set, template_set
 from gpuwatch.notify.timeintervals import TimeInterval, parse_time_intervals
 from gpuwatch.notify.yamlread import (
     boolean,
@@ -29,6 +30,7 @@ from gpuwatch.notify.yamlread import (
     matchers_from,
     text,
 )
+from gpuwatch.templating.template import TemplateError
 
 DEFAULT_TIMEOUT_S = 10.0
 WECOM_URL = "https://qyapi.weixin.qq.com/cgi-bin/webhook/send?key="
@@ -228,8 +230,6 @@ _SLACK_TEXT = (
 
 def _template(path: str, raw: object) -> str:
     """Read a message option: a Go template as in Alertmanager, checked for syntax now."""
-    from gpuwatch.gotemplate import TemplateError
-    from gpuwatch.notify.templates import default_set
 
     value = text(path, raw)
     try:
@@ -242,8 +242,6 @@ def _template(path: str, raw: object) -> str:
 def load_templates(config: NotifyConfig, base: Path | None) -> NotifyConfig:
     """Read `notify.templates` (globs, relative ones against `base`, the config file's folder) and give every
     integration the template set; raise ConfigError naming the file and the problem."""
-    from gpuwatch.gotemplate import TemplateError
-    from gpuwatch.notify.templates import template_set
 
     try:
         ts = template_set(config.template_files, base)
@@ -388,7 +386,6 @@ def _integration(
 
 
 def _check_apprise(path: str, urls: list[str]) -> None:
-    from gpuwatch.notify.receivers import import_apprise
 
     try:
         apprise = import_apprise()
@@ -553,3 +550,15 @@ def yaml_value(key: str, raw: str) -> object:
         return yaml.safe_load(raw)
     except yaml.YAMLError:
         raise fail(key, "expected YAML") from None
+
+
+def import_apprise() -> Any:
+    """Import apprise (an optional extra) without the DeprecationWarnings it causes on import."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        import apprise  # type: ignore[import-not-found,unused-ignore]
+
+        apprise.Apprise.instantiate("json://localhost/")  # loads every plugin module now, inside the filter
+    return apprise

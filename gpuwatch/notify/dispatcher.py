@@ -18,9 +18,9 @@ import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from gpuwatch.matchers import matches_all
 from gpuwatch.notify.alert import NotifyAlert
 from gpuwatch.notify.config import InhibitRule, NotifyConfig
+from gpuwatch.notify.matchers import matches_all
 from gpuwatch.notify.route import Route
 from gpuwatch.store.notify import NotifyEntry
 

@@ -14,12 +14,11 @@ from typing import Any
 
 from gpuwatch.notify.alert import text, title
 from gpuwatch.notify.config import Integration
-from gpuwatch.notify.receivers import DeliveryError, tls_context
+from gpuwatch.notify.delivery import DeliveryError, option_text, tls_context
 
 
 def build_message(integration: Integration, payload: Mapping[str, Any], now_ms: int) -> EmailMessage:
     """Return the e-mail for a notification."""
-    from gpuwatch.notify.receivers import option_text
 
     msg = EmailMessage()
     msg["Subject"] = option_text(integration, "header:Subject", payload, title(payload))

@@ -17,7 +17,8 @@ from typing import Any
 from gpuwatch.clock import Clock
 from gpuwatch.notify.alert import NotifyAlert
 from gpuwatch.notify.alerting import AlertingConfig, AlertmanagerTarget
-from gpuwatch.notify.receivers import DeliveryError, post_json
+from gpuwatch.notify.delivery import DeliveryError, backoff_s
+from gpuwatch.notify.receivers import post_json
 from gpuwatch.rules.api import format_time
 
 RETRY_MAX_S = 60.0
@@ -77,7 +78,6 @@ class Forwarder:
             return min((t.next_ms for t in self._targets if t.pending and not t.busy), default=None)
 
     def _post(self, t: _Target, batch: dict[str, NotifyAlert]) -> None:
-        from gpuwatch.notify.notifier import backoff_s
 
         body = [a.api_json() for a in sorted(batch.values(), key=lambda a: a.labels)]
         try:

@@ -26,16 +26,16 @@ from typing import Any, Protocol
 from urllib.parse import quote
 
 from gpuwatch.clock import Clock
-from gpuwatch.config import Settings
 from gpuwatch.errors import StoreError
 from gpuwatch.model import Labels, MetricInfo, Sample, make_labels, stable_labels
 from gpuwatch.notify.alert import NotifyAlert, webhook_payload
 from gpuwatch.notify.alerting import AlertingConfig
-from gpuwatch.notify.config import Integration, NotifyConfig, load_templates
+from gpuwatch.notify.config import Integration, NotifyConfig
+from gpuwatch.notify.delivery import DeliveryError, backoff_s
 from gpuwatch.notify.dispatcher import Dispatcher, MutedBy, Notification, no_silences
 from gpuwatch.notify.forward import Forwarder
-from gpuwatch.notify.receivers import DeliveryError
 from gpuwatch.notify.receivers import send as send_integration
+from gpuwatch.rules.api import format_time
 from gpuwatch.rules.evaluate import FIRING, INACTIVE, Alert
 from gpuwatch.rules.load import Rule
 from gpuwatch.store.notify import Delivery, NewNotification, NotifyEntry, QueuedNotification
@@ -44,8 +44,6 @@ log = logging.getLogger("gpuwatch.notify")
 
 RESEND_DELAY_S = 60.0  # Prometheus's --rules.alert.resend-delay
 GIVE_UP_S = 12 * 3600.0
-BACKOFF_FIRST_S = 5.0
-BACKOFF_MAX_S = 300.0
 LOG_RETENTION_MS = 7 * 86400 * 1000
 _IDLE_WAIT_S = 3600.0
 
@@ -85,13 +83,8 @@ class NotifyStore(Protocol):
 Sender = Callable[..., None]
 
 
-def backoff_s(attempts: int) -> float:
-    """Return how long to wait after the `attempts`-th failed attempt."""
-    return float(min(BACKOFF_MAX_S, BACKOFF_FIRST_S * 2 ** max(0, attempts - 1)))
-
-
 class PostedAlert(Protocol):
-    """An alert another sender posted (gpuwatch.amapi.AmAlert)."""
+    """An alert another sender posted (gpuwatch.notify.api.AmAlert)."""
 
     @property
     def labels(self) -> Mapping[str, str]: ...
@@ -441,7 +434,6 @@ class Notifier:
 
     def status(self, *, receiver: str | None = None, limit: int = 200) -> dict[str, Any]:
         """Return the delivery log, the queue and the Alertmanagers' state as JSON-friendly values."""
-        from gpuwatch.rules.api import format_time
 
         log_rows = self._store.notification_log(receiver=receiver, limit=limit)
         queued = [q for q in self._store.queued_notifications() if receiver is None or q.receiver == receiver]
@@ -480,31 +472,3 @@ class Notifier:
             "groups": self.dispatcher.groups(self._clock.now_ms()) if self.dispatcher is not None else [],
             "worker": {"wakeups": self.wakeups},
         }
-
-
-def external_url(settings: Settings, hostname: str) -> str:
-    """Return the URL gpuwatch is reached at, for `externalURL` and `generatorURL` in notifications."""
-    host = settings.host if settings.host not in ("0.0.0.0", "::", "") else hostname
-    return f"http://{host}:{settings.port}"
-
-
-def build_notifier(
-    settings: Settings, store: NotifyStore, clock: Clock, hostname: str, *, muted_by: MutedBy = no_silences
-) -> Notifier | None:
-    """Return the notifier for `settings`, or None when neither `notify` nor `alerting` is configured.
-
-    `muted_by(labels, now_ms)` returns the ids of the silences that mute an alert (none by default).
-    """
-    if settings.notify.route is None and not settings.alerting.alertmanagers:
-        return None
-    for key in settings.notify.ignored:
-        log.warning("notify: %s is not used: gpuwatch's Slack messages have no such part", key)
-    base = settings.config_file.parent if settings.config_file is not None else None
-    return Notifier(
-        load_templates(settings.notify, base),
-        settings.alerting,
-        store,
-        clock,
-        external_url=external_url(settings, hostname),
-        muted_by=muted_by,
-    )

@@ -9,7 +9,6 @@ import hashlib
 import hmac
 import json
 import logging
-import ssl
 from collections.abc import Mapping
 from typing import Any
 from urllib.parse import quote_plus, urlsplit
@@ -18,20 +17,14 @@ import requests
 
 from gpuwatch import __version__
 from gpuwatch.notify.alert import body_lines, title
-from gpuwatch.notify.config import HttpOptions, Integration
+from gpuwatch.notify.config import HttpOptions, Integration, import_apprise
+from gpuwatch.notify.delivery import DeliveryError, option_text
+from gpuwatch.notify.email import send_email
 
 USER_AGENT = f"gpuwatch/{__version__}"
 
 
 log = logging.getLogger("gpuwatch.notify")
-
-
-class DeliveryError(Exception):
-    """A notification could not be delivered; the message is one line for the delivery log."""
-
-    def __init__(self, message: str, *, permanent: bool = False) -> None:
-        super().__init__(message)
-        self.permanent = permanent
 
 
 def dingtalk_sign(secret: str, timestamp_ms: int) -> str:
@@ -120,27 +113,6 @@ def _markdown(payload: Mapping[str, Any]) -> str:
     return "\n".join(f"- {line}" for line in body_lines(payload))
 
 
-def option_text(integration: Integration, key: str, payload: Mapping[str, Any], default: str) -> str:
-    """Return a message option rendered for this notification, or `default` when it is not set.
-
-    A template that fails at run time (a missing `define`, a bad call) still sends: the default text,
-    followed by the error, so the alert is not lost and the mistake is visible where it was made.
-    """
-    raw = integration.option(key)
-    if raw is None:
-        return default
-    if key not in integration.templated:
-        return str(raw)
-    from gpuwatch.gotemplate import TemplateError
-    from gpuwatch.notify.templates import default_set, render
-
-    try:
-        return render(integration.templates or default_set(), raw, payload)
-    except TemplateError as e:
-        log.warning("notify: %s: template %s failed: %s", integration.name, key, e)
-        return f"{default} (template error in {key}: {e})"
-
-
 def send(
     integration: Integration,
     payload: Mapping[str, Any],
@@ -198,8 +170,6 @@ def send(
         resp = post_json(integration.url, body, http=http, timeout_s=timeout, session=session)
         _check_robot(resp, integration.url, ("errcode",))
     elif kind == "email":
-        from gpuwatch.notify.email import send_email
-
         send_email(integration, payload, now_ms=now_ms)
     elif kind == "apprise":
         _send_apprise(integration, payload)
@@ -226,24 +196,3 @@ def _send_apprise(integration: Integration, payload: Mapping[str, Any]) -> None:
     )
     if not ok:
         raise DeliveryError("Apprise could not deliver to at least one URL (see the log for its reason)")
-
-
-def import_apprise() -> Any:
-    """Import apprise (an optional extra) without the DeprecationWarnings it causes on import."""
-    import warnings
-
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", DeprecationWarning)
-        import apprise  # type: ignore[import-not-found,unused-ignore]
-
-        apprise.Apprise.instantiate("json://localhost/")  # loads every plugin module now, inside the filter
-    return apprise
-
-
-def tls_context(http: HttpOptions) -> ssl.SSLContext:
-    """Return an SSL context honouring `ca_file` and `insecure_skip_verify`."""
-    ctx = ssl.create_default_context(cafile=http.ca_file or None)
-    if http.insecure_skip_verify:
-        ctx.check_hostname = False
-        ctx.verify_mode = ssl.CERT_NONE
-    return ctx

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from gpuwatch.matchers import Matchers, format_matchers, matches_all
+from gpuwatch.notify.matchers import Matchers, format_matchers, matches_all
 from gpuwatch.notify.yamlread import (
     boolean,
     check_keys,

@@ -16,8 +16,8 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from gpuwatch.gofuncs import TemplateError, re_replace_all, regex_match
-from gpuwatch.gotemplate import TemplateSet
+from gpuwatch.templating.functions import TemplateError, re_replace_all, regex_match
+from gpuwatch.templating.template import TemplateSet
 
 DEFAULT_FILES = (Path(__file__).with_name("default.tmpl"), Path(__file__).with_name("email.tmpl"))
 

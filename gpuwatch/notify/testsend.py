@@ -6,8 +6,9 @@ from gpuwatch.clock import Clock
 from gpuwatch.model import make_labels
 from gpuwatch.notify.alert import NotifyAlert, webhook_payload
 from gpuwatch.notify.config import NotifyConfig
+from gpuwatch.notify.delivery import DeliveryError
 from gpuwatch.notify.dispatcher import format_label_set
-from gpuwatch.notify.receivers import DeliveryError, send
+from gpuwatch.notify.receivers import send
 
 
 class UnknownReceiver(LookupError):

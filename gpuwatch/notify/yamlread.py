@@ -1,6 +1,6 @@
 """The small YAML readers every notify config module shares: each problem is one sentence naming its
 path (`config error: notify.route.group_wait: ...`). Also the matchers of routes and inhibit rules,
-`matchers:` and the older `match`/`match_re` maps, read into `gpuwatch.matchers.LabelMatcher`s."""
+`matchers:` and the older `match`/`match_re` maps, read into `gpuwatch.notify.matchers.LabelMatcher`s."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from gpuwatch.errors import ConfigError
-from gpuwatch.matchers import (
+from gpuwatch.notify.matchers import (
     LABEL_NAME,
     LabelMatcher,
     MatcherError,
@@ -17,6 +17,7 @@ from gpuwatch.matchers import (
     parse_matchers,
     sort_matchers,
 )
+from gpuwatch.units import parse_duration
 
 
 def fail(path: str, message: str) -> ConfigError:
@@ -52,7 +53,6 @@ def boolean(path: str, raw: object) -> bool:
 
 
 def duration(path: str, raw: object, *, allow_zero: bool = False) -> float:
-    from gpuwatch.config import parse_duration
 
     try:
         value = parse_duration(raw)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import warnings
 
 _FLAGS = re.compile(r"\(\?([imsU-]+)\)")
 
@@ -61,3 +62,10 @@ def translate(pattern: str) -> str:
         i += 1
     out.append(")" * len(scoped[0]))
     return "".join(out)
+
+
+def compile_quietly(pattern: str) -> re.Pattern[str]:
+    """`re.compile`, without Python's FutureWarning about RE2-valid text such as `[[` (nested sets)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)
+        return re.compile(pattern)

@@ -13,14 +13,15 @@ import threading
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Protocol
 
 from gpuwatch.clock import Clock
-from gpuwatch.config import Settings
-from gpuwatch.errors import ConfigError, QueryError, StoreError
+from gpuwatch.errors import QueryError, StoreError
 from gpuwatch.model import STALE_NAN, Batch, Labels, Sample
-from gpuwatch.query import Engine, Scalar, Vector
+from gpuwatch.query import Scalar, Vector
 from gpuwatch.query.values import Result
+from gpuwatch.rules.config import BuiltinRules
 from gpuwatch.rules.evaluate import (
     INACTIVE,
     Alert,
@@ -421,33 +422,9 @@ class RuleManager:
         return out
 
 
-def configured_groups(settings: Settings) -> list[Group]:
+def configured_groups(
+    builtin: BuiltinRules, language: str, rule_files: Sequence[str], base: Path | None
+) -> list[Group]:
     """Return the built-in groups (as `builtin_rules` and `language` say) and those of `rule_files`."""
-    base = settings.config_file.parent if settings.config_file is not None else None
-    groups = apply_builtin(load_builtin(), settings.builtin_rules, settings.language)
-    return groups + load_files(expand(settings.rule_files, base))
-
-
-def build_manager(settings: Settings, store: RuleStore, clock: Clock, queryable: Any) -> RuleManager:
-    """Return the rule manager for `settings`; raise ConfigError naming every bad rule file."""
-    try:
-        groups = configured_groups(settings)
-    except RuleFileError as e:
-        raise ConfigError("config error: rule_files: " + "; ".join(e.errors)) from None
-    cache = RoundCache(queryable)
-    engine = Engine(
-        cache,
-        lookback_ms=int(settings.lookback * 1000),
-        max_samples=settings.query_max_samples,
-        timeout_s=settings.query_timeout,
-        monotonic=clock.monotonic,
-    )
-    return RuleManager(
-        store,
-        engine.instant,
-        clock,
-        groups,
-        default_interval_s=settings.evaluation_interval,
-        loader=lambda: configured_groups(settings),
-        cache=cache,
-    )
+    groups = apply_builtin(load_builtin(), builtin, language)
+    return groups + load_files(expand(rule_files, base))

@@ -9,9 +9,9 @@ from typing import Any
 
 import yaml
 
-from gpuwatch.config import format_duration
+from gpuwatch.rules.config import LANGUAGES, BuiltinRules
 from gpuwatch.rules.load import Group, Rule
-from gpuwatch.rulesconfig import LANGUAGES, BuiltinRules
+from gpuwatch.units import format_duration
 
 
 class _Dumper(yaml.SafeDumper):

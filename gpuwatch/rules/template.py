@@ -1,5 +1,5 @@
 """Prometheus's alert templates: labels and annotations of alerting rules, rendered with Go's text/template
-(`gpuwatch/gotemplate.py`, an interpreter that evaluates no code) as Prometheus renders them.
+(`gpuwatch/templating/template.py`, an interpreter that evaluates no code) as Prometheus renders them.
 
 The data is Prometheus's: `$labels` / `.Labels`, `$value` / `.Value`, `$externalLabels` / `.ExternalLabels`,
 `$externalURL`; the functions are Prometheus's `humanize`, `humanize1024`, `humanizePercentage`,
@@ -17,8 +17,8 @@ import math
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from gpuwatch.gofuncs import TemplateError, go_float, printf, re_replace_all, regex_match, sprint
-from gpuwatch.gotemplate import TemplateSet
+from gpuwatch.templating.functions import TemplateError, go_float, printf, re_replace_all, regex_match, sprint
+from gpuwatch.templating.template import TemplateSet
 
 __all__ = ["TemplateError", "check_template", "go_float", "humanize", "printf", "render"]
 

@@ -7,8 +7,18 @@ from typing import Any
 
 from flask import Flask
 
+from gpuwatch.web.alertmanager import bp as alertmanager_bp
 from gpuwatch.web.errors import register_error_handlers
+from gpuwatch.web.importapi import bp as import_bp
+from gpuwatch.web.logs import bp as logs_bp
+from gpuwatch.web.notify import bp as notify_bp
+from gpuwatch.web.ops import bp as ops_bp
+from gpuwatch.web.pages import bp as pages_bp
+from gpuwatch.web.promapi import bp as prom_bp
+from gpuwatch.web.push import bp as push_bp
 from gpuwatch.web.queryroutes import QueryRoutes
+from gpuwatch.web.rules import bp as rules_bp
+from gpuwatch.web.targets import bp as targets_bp
 
 
 def _asset_dir(name: str) -> str:
@@ -30,17 +40,6 @@ def create_app(runtime: Any) -> Flask:
     )
     app.extensions["gpuwatch"] = runtime
     app.json.sort_keys = False  # type: ignore[attr-defined]
-
-    from gpuwatch.web.alertmanager import bp as alertmanager_bp
-    from gpuwatch.web.importapi import bp as import_bp
-    from gpuwatch.web.logs import bp as logs_bp
-    from gpuwatch.web.notify import bp as notify_bp
-    from gpuwatch.web.ops import bp as ops_bp
-    from gpuwatch.web.pages import bp as pages_bp
-    from gpuwatch.web.promapi import bp as prom_bp
-    from gpuwatch.web.push import bp as push_bp
-    from gpuwatch.web.rules import bp as rules_bp
-    from gpuwatch.web.targets import bp as targets_bp
 
     for bp in (ops_bp, pages_bp, prom_bp, import_bp, push_bp, targets_bp, logs_bp, rules_bp):
         app.register_blueprint(bp)

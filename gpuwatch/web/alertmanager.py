@@ -11,10 +11,10 @@ from typing import Any
 from flask import Blueprint, Response, current_app, jsonify, request
 from flask.blueprints import BlueprintSetupState
 
-from gpuwatch import amapi
 from gpuwatch.errors import StoreError
-from gpuwatch.matchers import MatcherError
-from gpuwatch.silences import SilenceError, parse_postable
+from gpuwatch.notify import api as amapi
+from gpuwatch.notify.matchers import MatcherError
+from gpuwatch.notify.silences import SilenceError, parse_postable
 
 bp = Blueprint("alertmanager", __name__, url_prefix="/api/v2")
 

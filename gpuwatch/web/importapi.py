@@ -15,9 +15,9 @@ from typing import Any
 from flask import Blueprint, current_app, jsonify, request
 from flask.typing import ResponseReturnValue
 
+from gpuwatch.collect.importer import describe_errors, import_text
 from gpuwatch.errors import StoreError
-from gpuwatch.importer import describe_errors, import_text
-from gpuwatch.textformat import is_openmetrics_content_type
+from gpuwatch.promtext.parser import is_openmetrics_content_type
 
 bp = Blueprint("importapi", __name__)
 

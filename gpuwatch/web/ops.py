@@ -5,7 +5,7 @@ from __future__ import annotations
 from flask import Blueprint, Response, current_app, jsonify
 
 from gpuwatch import __version__
-from gpuwatch.exposition import CONTENT_TYPE
+from gpuwatch.promtext.writer import CONTENT_TYPE
 
 bp = Blueprint("ops", __name__)
 

@@ -6,7 +6,7 @@ from dataclasses import asdict
 
 from flask import Blueprint, current_app, jsonify, render_template
 
-from gpuwatch.overview import read_nodes, read_overview
+from gpuwatch.web.overview import read_nodes, read_overview
 
 bp = Blueprint("pages", __name__)
 

@@ -1,6 +1,6 @@
 """Pushes: the Pushgateway API (`/metrics/job/...`), JSON training pushes and training-run metadata.
 
-- `PUT`/`POST`/`DELETE /metrics/job/<job>{/<label>/<value>}`: as a Pushgateway (see `gpuwatch.push`).
+- `PUT`/`POST`/`DELETE /metrics/job/<job>{/<label>/<value>}`: as a Pushgateway (see `gpuwatch.collect.push`).
   Bodies in Prometheus text format (or OpenMetrics by Content-Type), gzip allowed.
 - `POST /api/v1/push`: `{"run", "step", "metrics": {...}, "time", "labels"}` or a list of them.
 - `GET /api/v1/runs`: runs with progress and ETA; `POST /api/v1/runs`: the SDK's init and finish.
@@ -20,11 +20,11 @@ from flask import Blueprint, Response, current_app, jsonify, request
 from flask.blueprints import BlueprintSetupState
 from flask.typing import ResponseReturnValue
 
+from gpuwatch.collect.push import PushError, families_from, parse_grouping_key, parse_training
+from gpuwatch.collect.runs import SeenThrottle, list_runs, parse_run_request
 from gpuwatch.errors import StoreError
 from gpuwatch.model import Batch, RunUpdate, Sample
-from gpuwatch.push import PushError, families_from, parse_grouping_key, parse_training
-from gpuwatch.runs import SeenThrottle, list_runs, parse_run_request
-from gpuwatch.textformat import Parser, is_openmetrics_content_type
+from gpuwatch.promtext.parser import Parser, is_openmetrics_content_type
 
 bp = Blueprint("push", __name__)
 
@@ -33,7 +33,7 @@ MAX_BODY_BYTES = 8 * 1024 * 1024
 
 @bp.record_once
 def _setup(state: BlueprintSetupState) -> None:
-    state.app.extensions["gpuwatch.push.seen"] = SeenThrottle()
+    state.app.extensions["gpuwatch.collect.push.seen"] = SeenThrottle()
 
 
 class _TooLarge(Exception):
@@ -119,7 +119,7 @@ def push_json() -> ResponseReturnValue:
             latest[p.run] = (p.time_ms, step)
     for t in sorted(by_time):
         runtime.store.append(Batch(t, by_time[t]))
-    throttle: SeenThrottle = current_app.extensions["gpuwatch.push.seen"]
+    throttle: SeenThrottle = current_app.extensions["gpuwatch.collect.push.seen"]
     now_ms = runtime.clock.now_ms()
     try:
         for run, (t, step) in latest.items():

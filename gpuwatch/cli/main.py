@@ -53,7 +53,7 @@ def _parser() -> argparse.ArgumentParser:
     p = sub.add_parser("smi", help="print the GPUs' current figures once, like nvidia-smi")
     _add_common(p)
 
-    from gpuwatch.querycli import add_import_arguments, add_query_arguments
+    from gpuwatch.cli.query import add_import_arguments, add_query_arguments
 
     help_text = "import Prometheus text or OpenMetrics files (with timestamps) into the store"
     add_import_arguments(sub.add_parser("import", help=help_text, description=help_text))
@@ -69,7 +69,7 @@ def _parser() -> argparse.ArgumentParser:
     export = rules.add_parser("export", help=help_text, description=help_text)
     export.add_argument("--config", type=Path, help="YAML settings file (also GPUWATCH_CONFIG)")
     export.add_argument("-o", "--output", type=Path, metavar="FILE", help="write here instead of stdout")
-    from gpuwatch.silencecli import add_silence_arguments
+    from gpuwatch.cli.silence import add_silence_arguments
 
     help_text = "add, list or expire silences of a running gpuwatch (Alertmanager's API)"
     add_silence_arguments(sub.add_parser("silence", help=help_text, description=help_text))
@@ -106,7 +106,7 @@ def _hostname(settings: Settings) -> str:
 
 def _serve(settings: Settings) -> int:
     from gpuwatch.app import build_runtime
-    from gpuwatch.gctune import tune_for_serving
+    from gpuwatch.cli.gctune import tune_for_serving
     from gpuwatch.web import create_app
     from gpuwatch.web.serving import make_server
 
@@ -180,9 +180,9 @@ def _serve(settings: Settings) -> int:
 
 def _smi(settings: Settings) -> int:
     from gpuwatch.app import make_nvml
+    from gpuwatch.cli.smi import format_smi
     from gpuwatch.clock import SystemClock
     from gpuwatch.collect.nvml import GpuCollector
-    from gpuwatch.smi import format_smi
 
     with tempfile.TemporaryDirectory(prefix="gpuwatch-smi-") as tmp:
         nvml = make_nvml(settings, SystemClock())
@@ -221,10 +221,10 @@ def _rules_check(files: Sequence[Path]) -> int:
 
 
 def _notify_test(args: argparse.Namespace, env: dict[str, str]) -> int:
+    from gpuwatch.app import external_url
     from gpuwatch.clock import SystemClock
     from gpuwatch.notify.config import load_templates
-    from gpuwatch.notify.notifier import external_url
-    from gpuwatch.notify.receivers import DeliveryError
+    from gpuwatch.notify.delivery import DeliveryError
     from gpuwatch.notify.testsend import UnknownReceiver, send_test
 
     settings = load(args.config, env, {})
@@ -259,18 +259,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "rules" and args.rules_command == "check":
         return _rules_check(args.files)
     if args.command == "rules":
-        from gpuwatch.rules.export import run_export
+        from gpuwatch.cli.rules import run_export
 
         return run_export(args.config, args.output, dict(os.environ))
     if args.command == "silence":
-        from gpuwatch.silencecli import run_silence
+        from gpuwatch.cli.silence import run_silence
 
         try:
             return run_silence(args, dict(os.environ))
         except KeyboardInterrupt:
             return 130
     if args.command in ("import", "query"):
-        from gpuwatch import querycli
+        from gpuwatch.cli import query as querycli
 
         run = querycli.run_import if args.command == "import" else querycli.run_query
         try:

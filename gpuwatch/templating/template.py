@@ -20,7 +20,15 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpuwatch.gofuncs import BUILTINS, MISSING, TemplateError, call_value, field_of, sprint, truth
+from gpuwatch.templating.functions import (
+    BUILTINS,
+    MISSING,
+    TemplateError,
+    call_value,
+    field_of,
+    sprint,
+    truth,
+)
 
 __all__ = ["TemplateError", "TemplateSet"]
 

@@ -9,7 +9,7 @@ the store first, so a restart keeps them. The rules for changing one follow Aler
 expires the old silence and makes a new one with a new id. Expired silences are kept five days
 (Alertmanager's `--data.retention` default), then deleted.
 
-Matchers are `gpuwatch.matchers.LabelMatcher`s, as Alertmanager's routes and filters use them.
+Matchers are `gpuwatch.notify.matchers.LabelMatcher`s, as Alertmanager's routes and filters use them.
 """
 
 from __future__ import annotations
@@ -25,10 +25,11 @@ from typing import Any, Protocol
 
 from gpuwatch.clock import Clock
 from gpuwatch.errors import GpuwatchError, StoreError
-from gpuwatch.matchers import LABEL_NAME, LabelMatcher, MatcherError, compile_quietly, matches_all
 from gpuwatch.model import SilenceRecord
+from gpuwatch.notify.matchers import LABEL_NAME, LabelMatcher, MatcherError, matches_all
+from gpuwatch.query.regex import compile_quietly
 
-log = logging.getLogger("gpuwatch.silences")
+log = logging.getLogger("gpuwatch.notify.silences")
 
 PENDING, ACTIVE, EXPIRED = "pending", "active", "expired"
 RETENTION_MS = 120 * 3600 * 1000

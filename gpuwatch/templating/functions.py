@@ -15,6 +15,7 @@ from decimal import Decimal
 from typing import Any
 from urllib.parse import quote_plus
 
+from gpuwatch.query.regex import compile_quietly
 from gpuwatch.query.values import format_value
 
 
@@ -56,8 +57,6 @@ def re_replace_all(pattern: str, repl: str, text: str) -> str:
 
 
 def _regex(pattern: str) -> re.Pattern[str]:
-    from gpuwatch.matchers import compile_quietly
-
     try:
         return compile_quietly(pattern)
     except re.error as e:

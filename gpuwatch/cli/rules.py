@@ -6,10 +6,10 @@ import sys
 from collections.abc import Mapping
 from pathlib import Path
 
+from gpuwatch.app import configured_rule_groups
 from gpuwatch.config import load
 from gpuwatch.errors import ConfigError
 from gpuwatch.rules.load import RuleFileError
-from gpuwatch.rules.manager import configured_groups
 from gpuwatch.rules.pack import export_text
 
 
@@ -21,7 +21,7 @@ def run_export(config: Path | None, output: Path | None, env: Mapping[str, str])
         print(f"gpuwatch: {e}", file=sys.stderr)
         return 2
     try:
-        groups = configured_groups(settings)
+        groups = configured_rule_groups(settings)
     except RuleFileError as e:
         print("gpuwatch: rule_files: " + "; ".join(e.errors), file=sys.stderr)
         return 1

@@ -16,6 +16,7 @@ from typing import Any
 from urllib.parse import parse_qsl, urlsplit
 
 from gpuwatch.errors import ConfigError
+from gpuwatch.units import parse_duration
 
 DEFAULT_TIMEOUT_S = 10.0
 DEFAULT_PATH = "/metrics"
@@ -118,7 +119,6 @@ def _fail(path: str, message: str, got: object = None, *, show: bool = True) -> 
 
 
 def _duration(path: str, raw: object) -> float:
-    from gpuwatch.config import parse_duration
 
     try:
         value = parse_duration(raw)

@@ -15,7 +15,7 @@ from typing import Protocol
 import numpy as np
 
 from gpuwatch.model import Labels
-from gpuwatch.textformat import ParseIssue, parse
+from gpuwatch.promtext.parser import ParseIssue, parse
 
 
 class SeriesSink(Protocol):

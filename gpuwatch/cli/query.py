@@ -279,7 +279,7 @@ def _read(name: str, stdin: Any) -> bytes:
 
 
 def _post(url: str, name: str, data: bytes, openmetrics: bool | None, partial: bool) -> tuple[int, int]:
-    from gpuwatch.textformat import OPENMETRICS_CONTENT_TYPE, TEXT_CONTENT_TYPE
+    from gpuwatch.promtext.parser import OPENMETRICS_CONTENT_TYPE, TEXT_CONTENT_TYPE
 
     headers = {}
     if openmetrics is not None:
@@ -308,7 +308,7 @@ def run_import(
 ) -> int:
     """Run `gpuwatch import`: check every file first, then import them all (or none)."""
     out, err, stdin = out or sys.stdout, err or sys.stderr, stdin or sys.stdin
-    from gpuwatch.importer import prepare, write
+    from gpuwatch.collect.importer import prepare, write
 
     clock = clock or SystemClock()
     now_ms = clock.now_ms()

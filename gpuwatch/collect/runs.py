@@ -8,6 +8,7 @@ import threading
 from dataclasses import replace
 from typing import Any, Protocol
 
+from gpuwatch.collect.push import MAX_NAME, PushError
 from gpuwatch.model import (
     Matcher,
     MetricInfo,
@@ -18,7 +19,6 @@ from gpuwatch.model import (
     is_stale,
     stable_labels,
 )
-from gpuwatch.push import MAX_NAME, PushError
 
 RATE_WINDOW_MS = 10 * 60 * 1000  # the step rate (and so the ETA) comes from the last 10 minutes
 STALLED_AFTER_MS = 10 * 60 * 1000  # a running run silent this long is reported as stalled

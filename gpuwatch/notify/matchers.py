@@ -17,12 +17,12 @@ matcher back as Alertmanager does (`name=~"value"`, with `\\`, `"` and newlines 
 from __future__ import annotations
 
 import re
-import warnings
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from gpuwatch.errors import GpuwatchError
+from gpuwatch.query.regex import compile_quietly
 
 OPS = ("=", "!=", "=~", "!~")  # Alertmanager's MatchType order, which sorting uses
 _OP_FLAGS = {"=": (False, True), "!=": (False, False), "=~": (True, True), "!~": (True, False)}
@@ -61,13 +61,6 @@ class MatcherRegexError(MatcherError):
 
 class MatcherFormatError(MatcherError):
     """A text is not `name<op>value` at all."""
-
-
-def compile_quietly(pattern: str) -> re.Pattern[str]:
-    """`re.compile`, without Python's FutureWarning about RE2-valid text such as `[[` (nested sets)."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", FutureWarning)
-        return re.compile(pattern)
 
 
 def compile_anchored(value: str) -> re.Pattern[str]:

@@ -18,12 +18,12 @@ from urllib.parse import quote
 
 import requests
 
+from gpuwatch.cli.query import UsageError, parse_duration_ms, parse_time_ms
 from gpuwatch.clock import Clock, SystemClock
 from gpuwatch.config import load
 from gpuwatch.errors import ConfigError, GpuwatchError
-from gpuwatch.matchers import format_matcher, parse_matcher
-from gpuwatch.querycli import UsageError, parse_duration_ms, parse_time_ms
-from gpuwatch.silences import format_time
+from gpuwatch.notify.matchers import format_matcher, parse_matcher
+from gpuwatch.notify.silences import format_time
 
 HTTP_TIMEOUT_S = 30.0
 
@@ -112,7 +112,7 @@ def _short_time(ms: int) -> str:
 
 
 def _table(silences: list[dict[str, Any]]) -> str:
-    from gpuwatch.silences import parse_time
+    from gpuwatch.notify.silences import parse_time
 
     def matchers(s: dict[str, Any]) -> str:
         return " ".join(

@@ -8,7 +8,7 @@ rest of the input is still parsed.
 Speed: one compiled regex over the whole text takes apart ordinary sample lines; label sets are split on
 commas and each `name="value"` piece is validated once and cached (a `Parser` keeps its caches across
 calls, so a scraper reuses one per target). Anything unusual (escapes, quoted names, odd spacing,
-exemplars in text) goes to the careful scanner in `gpuwatch.textscan`, which also words the errors.
+exemplars in text) goes to the careful scanner in `gpuwatch.promtext.scanner`, which also words the errors.
 
 What counts as an error (the line is dropped, nothing else): bad UTF-8; a malformed line; invalid
 metric or label names; a duplicate label name or a `__name__` label; a value or timestamp that does not
@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from gpuwatch.model import Labels
-from gpuwatch.textscan import (
+from gpuwatch.promtext.scanner import (
     FLOAT,
     FLOAT_RE,
     LABEL_NAME,

@@ -25,7 +25,7 @@ from typing import Any
 import pynvml
 
 from gpuwatch.clock import Clock, SystemClock
-from gpuwatch.collect.fakeworkload import MIB, MODELS, GpuModelSpec, Reading, Workload
+from gpuwatch.demo.workload import MIB, MODELS, GpuModelSpec, Reading, Workload
 
 __all__ = ["FakeNvml", "MODELS", "GpuModelSpec"]
 

@@ -15,9 +15,9 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
-from gpuwatch.amapi import AmAlert, fingerprint
 from gpuwatch.clock import Clock
-from gpuwatch.silences import SilenceError, parse_time
+from gpuwatch.notify.api import AmAlert, fingerprint
+from gpuwatch.notify.silences import SilenceError, parse_time
 
 RESOLVE_TIMEOUT_MS = 5 * 60 * 1000  # Alertmanager's global.resolve_timeout default
 RESOLVED_RETENTION_MS = 15 * 60 * 1000

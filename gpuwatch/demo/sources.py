@@ -27,10 +27,10 @@ from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
 from gpuwatch.clock import Clock, SystemClock
-from gpuwatch.demotraining import TrainingSim
-from gpuwatch.scrapeconfig import ScrapeConfig, StaticGroup
+from gpuwatch.collect.scrapeconfig import ScrapeConfig, StaticGroup
+from gpuwatch.demo.training import TrainingSim
 
-log = logging.getLogger("gpuwatch.demo")
+log = logging.getLogger("gpuwatch.demo.sources")
 
 VLLM_MODEL = "meta-llama/Llama-3.1-8B-Instruct"
 SGLANG_MODEL = "Qwen/Qwen2.5-7B-Instruct"

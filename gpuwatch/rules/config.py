@@ -18,7 +18,11 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from gpuwatch.errors import ConfigError
+from gpuwatch.errors import ConfigError, QueryError
+from gpuwatch.query.parse import parse as parse_promql
+from gpuwatch.rules.load import load_builtin
+from gpuwatch.rules.template import check_template
+from gpuwatch.units import parse_duration
 
 LANGUAGES = ("en", "zh")
 _KEYS = ("disable", "override")
@@ -78,7 +82,6 @@ def _fail(path: str, message: str) -> ConfigError:
 
 def builtin_rule_names() -> list[str]:
     """Return the names of every rule in the built-in pack, in file order."""
-    from gpuwatch.rules.load import load_builtin  # here: gpuwatch.rules imports gpuwatch.config
 
     return [r.name for g in load_builtin() for r in g.rules]
 
@@ -90,7 +93,6 @@ def _check_name(path: str, name: object, known: list[str]) -> str:
 
 
 def _string_map(path: str, raw: object) -> tuple[tuple[str, str], ...]:
-    from gpuwatch.rules.template import check_template
 
     if not isinstance(raw, dict):
         raise _fail(path, "expected a mapping of names to text")
@@ -108,7 +110,6 @@ def _string_map(path: str, raw: object) -> tuple[tuple[str, str], ...]:
 
 
 def _duration(path: str, raw: object) -> float:
-    from gpuwatch.config import parse_duration
 
     try:
         return parse_duration(raw)
@@ -117,8 +118,6 @@ def _duration(path: str, raw: object) -> float:
 
 
 def _override(path: str, raw: object) -> RuleOverride:
-    from gpuwatch.errors import QueryError
-    from gpuwatch.query.parse import parse as parse_promql
 
     if not isinstance(raw, dict) or not raw:
         raise _fail(path, f"expected a mapping with some of {', '.join(_OVERRIDE_KEYS)}")

@@ -28,7 +28,7 @@ from typing import Any
 
 from gpuwatch.errors import GpuwatchError
 from gpuwatch.model import STALE_NAN, Labels, MetricInfo, Sample, make_labels
-from gpuwatch.textformat import ParseResult
+from gpuwatch.promtext.parser import ParseResult
 
 REEMIT_INTERVAL_S = 15.0
 MAX_LABELS = 64  # per series, grouping key included

@@ -13,9 +13,9 @@ from typing import IO, Any
 
 from gpuwatch import client
 from gpuwatch.clock import Clock
-from gpuwatch.logconfig import LogFileConfig
+from gpuwatch.collect.logconfig import LogFileConfig
 
-log = logging.getLogger("gpuwatch.demo")
+log = logging.getLogger("gpuwatch.demo.sources")
 
 TRAINING_RUN = "demo-llama-7b-sft"
 TRAINING_LOG_JOB = "demo-log"  # the tailed log's figures get their own series next to the SDK's

@@ -1,0 +1,1 @@
+"""The `gpuwatch` command: serve, query, import, rules, silence, notify and smi."""

@@ -1,0 +1,1 @@
+"""The Prometheus text and OpenMetrics exposition formats: scanner, parser and writer."""
