@@ -18,6 +18,7 @@ _RFC3339 = re.compile(
     r"(\d{4})-(\d{2})-(\d{2})[Tt ](\d{2}):(\d{2}):(\d{2})(?:\.(\d+))?([Zz]|[+-]\d{2}:\d{2})"
 )
 GO_ZERO_TIME = "0001-01-01T00:00:00Z"
+_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 
 
 def parse_duration(text: object) -> float:
@@ -99,12 +100,15 @@ def format_rfc3339(ms: int | None) -> str:
     """Return Unix milliseconds as Go's RFC 3339 text (UTC, fraction without trailing zeros); None: Go's zero time."""
     if ms is None:
         return GO_ZERO_TIME
-    dt = datetime.fromtimestamp(ms // 1000, tz=timezone.utc)
     frac = f"{ms % 1000:03d}".rstrip("0")
-    return dt.strftime("%Y-%m-%dT%H:%M:%S") + (f".{frac}" if frac else "") + "Z"
+    return _seconds_text(ms) + (f".{frac}" if frac else "") + "Z"
 
 
 def format_rfc3339_millis(ms: int) -> str:
     """Return Unix milliseconds as Alertmanager writes times: `2024-05-01T12:00:00.000Z`."""
-    when = datetime.fromtimestamp(ms // 1000, tz=timezone.utc)
-    return when.strftime("%Y-%m-%dT%H:%M:%S") + f".{ms % 1000:03d}Z"
+    return _seconds_text(ms) + f".{ms % 1000:03d}Z"
+
+
+def _seconds_text(ms: int) -> str:
+    d = _EPOCH + timedelta(milliseconds=ms - ms % 1000)
+    return f"{d.year:04d}-{d.month:02d}-{d.day:02d}T{d.hour:02d}:{d.minute:02d}:{d.second:02d}"

@@ -15,7 +15,7 @@ from gpuwatch.app import Runtime, build_runtime
 from gpuwatch.clock import FakeClock
 from gpuwatch.config import load
 from gpuwatch.demo.nvml import FakeNvml
-from gpuwatch.notify.silences import format_time
+from gpuwatch.units import format_rfc3339_millis as format_time
 from gpuwatch.web import create_app
 from tests.conftest import free_port
 

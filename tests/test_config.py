@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from gpuwatch import config
-from gpuwatch.config import DEFAULT_PORT, OPTIONS, load, parse_duration
+from gpuwatch.config import DEFAULT_PORT, OPTIONS, load
 from gpuwatch.errors import ConfigError
 
 README = Path(__file__).resolve().parent.parent / "README.md"
@@ -65,32 +65,6 @@ def test_demo_flag_and_env_bool() -> None:
 def test_data_dir_expands_user(tmp_path: Path) -> None:
     s = load(None, {}, {"data_dir": str(tmp_path / "d")})
     assert s.data_dir == tmp_path / "d"
-
-
-@pytest.mark.parametrize(
-    ("text", "seconds"),
-    [
-        ("15s", 15),
-        ("1m30s", 90),
-        ("500ms", 0.5),
-        ("30d", 30 * 86400),
-        ("2", 2),
-        (3, 3),
-        ("1.5", 1.5),
-        ("1h", 3600),
-    ],
-)
-def test_parse_duration(text: object, seconds: float) -> None:
-    assert parse_duration(text) == seconds
-
-
-@pytest.mark.parametrize("text", ["fast", "", "15", "s", "1x", "-5s", "1s2", True, None, [1]])
-def test_parse_duration_rejects(text: object) -> None:
-    if text == "15":  # a plain number of seconds is fine
-        assert parse_duration(text) == 15
-        return
-    with pytest.raises(ValueError):
-        parse_duration(text)
 
 
 @pytest.mark.parametrize(

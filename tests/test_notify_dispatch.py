@@ -350,7 +350,7 @@ def test_notifications_api_shows_the_log(h: Harness) -> None:
 
 def test_forwarding_to_alertmanager_as_prometheus_sends(tmp_path: Path, clock: FakeClock) -> None:
     from gpuwatch.notify.alerting import parse_alerting
-    from gpuwatch.rules.api import format_time
+    from gpuwatch.units import format_rfc3339 as format_time
     from tests.conftest import free_port
     from tests.webhook_server import Hook
 

@@ -21,11 +21,11 @@ from gpuwatch.notify.silences import (
     SilenceError,
     SilenceNotFound,
     Silences,
-    format_time,
     parse_postable,
     parse_time,
 )
 from gpuwatch.store import Store
+from gpuwatch.units import format_rfc3339_millis as format_time
 
 H = 3600
 

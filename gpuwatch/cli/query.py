@@ -7,7 +7,6 @@ wrong, 2 the environment is (bad flag value, server unreachable, data directory 
 from __future__ import annotations
 
 import argparse
-import math
 import re
 import sys
 from collections.abc import Callable, Mapping
@@ -17,20 +16,11 @@ from typing import Any, TextIO
 
 import requests
 
+from gpuwatch import units
 from gpuwatch.clock import Clock, SystemClock
 from gpuwatch.config import Settings, load
 from gpuwatch.errors import ConfigError, GpuwatchError, StoreInUse
 
-_DURATION = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d|w|y)")
-_UNIT_MS = {
-    "ms": 1,
-    "s": 1000,
-    "m": 60_000,
-    "h": 3_600_000,
-    "d": 86_400_000,
-    "w": 604_800_000,
-    "y": 31_536_000_000,
-}
 _RELATIVE = re.compile(r"(?:now)?\s*([-+])\s*(\S+)")
 HTTP_TIMEOUT_S = 300.0
 
@@ -41,22 +31,10 @@ class UsageError(Exception):
 
 def parse_duration_ms(text: str) -> int:
     """Parse `15s`, `1m30s`, `1.5h` or plain seconds into milliseconds."""
-    text = text.strip()
     try:
-        seconds = float(text)
+        return units.parse_duration_ms(text)
     except ValueError:
-        pos, total = 0, 0.0
-        for m in _DURATION.finditer(text):
-            if m.start() != pos:
-                break
-            total += float(m.group(1)) * _UNIT_MS[m.group(2)]
-            pos = m.end()
-        if pos != len(text) or not text:
-            raise UsageError(f"cannot parse {text!r} as a duration like 15s, 5m or 1h30m") from None
-        return int(total)
-    if not math.isfinite(seconds):
-        raise UsageError(f"cannot parse {text!r} as a duration")
-    return int(round(seconds * 1000))
+        raise UsageError(f"cannot parse {text.strip()!r} as a duration like 15s, 5m or 1h30m") from None
 
 
 def parse_time_ms(text: str, now_ms: int) -> int:
@@ -69,22 +47,11 @@ def parse_time_ms(text: str, now_ms: int) -> int:
         delta = parse_duration_ms(m.group(2))
         return now_ms - delta if m.group(1) == "-" else now_ms + delta
     try:
-        seconds = float(text)
-    except ValueError:
-        pass
-    else:
-        if not math.isfinite(seconds):
-            raise UsageError(f"cannot parse {text!r} as a time")
-        return int(round(seconds * 1000))
-    try:
-        when = datetime.fromisoformat(text.replace("Z", "+00:00").replace("z", "+00:00"))
+        return units.parse_time_ms(text)
     except ValueError:
         raise UsageError(
             f"cannot parse {text!r} as a time: use RFC3339, Unix seconds, now or now-1h"
         ) from None
-    if when.tzinfo is None:
-        when = when.replace(tzinfo=timezone.utc)
-    return int(round(when.timestamp() * 1000))
 
 
 def add_query_arguments(p: argparse.ArgumentParser) -> None:

@@ -23,7 +23,7 @@ from gpuwatch.clock import Clock, SystemClock
 from gpuwatch.config import load
 from gpuwatch.errors import ConfigError, GpuwatchError
 from gpuwatch.notify.matchers import format_matcher, parse_matcher
-from gpuwatch.notify.silences import format_time
+from gpuwatch.units import format_rfc3339_millis as format_time
 
 HTTP_TIMEOUT_S = 30.0
 

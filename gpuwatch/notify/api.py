@@ -18,8 +18,9 @@ import yaml
 
 from gpuwatch import __version__
 from gpuwatch.notify.matchers import LabelMatcher, parse_matcher
-from gpuwatch.notify.silences import SilenceError, format_time
+from gpuwatch.notify.silences import SilenceError
 from gpuwatch.rules.evaluate import FIRING, Alert
+from gpuwatch.units import format_rfc3339_millis as format_time
 
 RESEND_DELAY_S = 60.0  # Prometheus's --rules.alert.resend-delay default
 API_VERSION = "0.25.0"  # the Alertmanager release whose API v2 this follows (amtool compares minor versions)

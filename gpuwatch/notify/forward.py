@@ -19,7 +19,7 @@ from gpuwatch.notify.alert import NotifyAlert
 from gpuwatch.notify.alerting import AlertingConfig, AlertmanagerTarget
 from gpuwatch.notify.delivery import DeliveryError, backoff_s
 from gpuwatch.notify.receivers import post_json
-from gpuwatch.rules.api import format_time
+from gpuwatch.units import format_rfc3339 as format_time
 
 RETRY_MAX_S = 60.0
 

@@ -35,10 +35,10 @@ from gpuwatch.notify.delivery import DeliveryError, backoff_s
 from gpuwatch.notify.dispatcher import Dispatcher, MutedBy, Notification, no_silences
 from gpuwatch.notify.forward import Forwarder
 from gpuwatch.notify.receivers import send as send_integration
-from gpuwatch.rules.api import format_time
 from gpuwatch.rules.evaluate import FIRING, INACTIVE, Alert
 from gpuwatch.rules.load import Rule
 from gpuwatch.store.notify import Delivery, NewNotification, NotifyEntry, QueuedNotification
+from gpuwatch.units import format_rfc3339 as format_time
 
 log = logging.getLogger("gpuwatch.notify")
 

@@ -18,11 +18,12 @@ from typing import Any
 from gpuwatch.clock import Clock
 from gpuwatch.notify.api import AmAlert, fingerprint
 from gpuwatch.notify.silences import SilenceError, parse_time
+from gpuwatch.units import GO_ZERO_TIME
 
 RESOLVE_TIMEOUT_MS = 5 * 60 * 1000  # Alertmanager's global.resolve_timeout default
 RESOLVED_RETENTION_MS = 15 * 60 * 1000
 MAX_ALERTS = 10_000
-_GO_ZERO_MS = parse_time("0001-01-01T00:00:00Z")
+_GO_ZERO_MS = parse_time(GO_ZERO_TIME)
 _NAME_FIRST = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ_")
 _NAME_REST = _NAME_FIRST | set("0123456789")
 

@@ -20,7 +20,6 @@ import threading
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from datetime import datetime, timedelta, timezone
 from typing import Any, Protocol
 
 from gpuwatch.clock import Clock
@@ -28,15 +27,13 @@ from gpuwatch.errors import GpuwatchError, StoreError
 from gpuwatch.model import SilenceRecord
 from gpuwatch.notify.matchers import LABEL_NAME, LabelMatcher, MatcherError, matches_all
 from gpuwatch.query.regex import compile_quietly
+from gpuwatch.units import format_rfc3339_millis, parse_rfc3339_ms
 
 log = logging.getLogger("gpuwatch.notify.silences")
 
 PENDING, ACTIVE, EXPIRED = "pending", "active", "expired"
 RETENTION_MS = 120 * 3600 * 1000
 _STATE_ORDER = {ACTIVE: 0, PENDING: 1, EXPIRED: 2}
-_RFC3339 = re.compile(
-    r"(\d{4})-(\d{2})-(\d{2})[Tt ](\d{2}):(\d{2}):(\d{2})(?:\.(\d+))?([Zz]|[+-]\d{2}:\d{2})"
-)
 
 
 class SilenceError(GpuwatchError):
@@ -56,26 +53,10 @@ class SilenceNotFound(SilenceError):
 
 def parse_time(text: str) -> int:
     """Parse an RFC 3339 time (`2024-05-01T12:00:00Z`, fractions and offsets allowed) into Unix ms."""
-    m = _RFC3339.fullmatch(text.strip()) if isinstance(text, str) else None
-    if m is None:
-        raise SilenceError(f"cannot parse {text!r} as an RFC 3339 time like 2024-05-01T12:00:00Z")
-    year, month, day, hour, minute, second = (int(g) for g in m.groups()[:6])
-    frac, zone = m.group(7) or "", m.group(8)
-    offset = timedelta(0)
-    if zone not in ("Z", "z"):
-        sign = -1 if zone[0] == "-" else 1
-        offset = sign * timedelta(hours=int(zone[1:3]), minutes=int(zone[4:6]))
     try:
-        when = datetime(year, month, day, hour, minute, second, tzinfo=timezone(offset))
+        return parse_rfc3339_ms(text if isinstance(text, str) else "")
     except ValueError as e:
-        raise SilenceError(f"cannot parse {text!r} as a time: {e}") from None
-    return int(when.timestamp()) * 1000 + int((frac + "000")[:3])
-
-
-def format_time(ms: int) -> str:
-    """Return Unix milliseconds as Alertmanager writes times: `2024-05-01T12:00:00.000Z`."""
-    when = datetime.fromtimestamp(ms // 1000, tz=timezone.utc)
-    return when.strftime("%Y-%m-%dT%H:%M:%S") + f".{ms % 1000:03d}Z"
+        raise SilenceError(f"cannot parse {text!r}: {e}") from None
 
 
 # -- matchers -----------------------------------------------------------------------------------------
@@ -129,12 +110,12 @@ class Silence:
         return {
             "id": self.id,
             "status": {"state": self.state(now_ms)},
-            "updatedAt": format_time(self.updated_at_ms),
+            "updatedAt": format_rfc3339_millis(self.updated_at_ms),
             "comment": self.comment,
             "createdBy": self.created_by,
-            "endsAt": format_time(self.ends_at_ms),
+            "endsAt": format_rfc3339_millis(self.ends_at_ms),
             "matchers": [m.to_json() for m in self.matchers],
-            "startsAt": format_time(self.starts_at_ms),
+            "startsAt": format_rfc3339_millis(self.starts_at_ms),
         }
 
     def record(self) -> SilenceRecord:

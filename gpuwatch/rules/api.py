@@ -4,25 +4,16 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from datetime import datetime, timezone
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
 from gpuwatch.model import Labels
 from gpuwatch.rules.evaluate import FIRING, INACTIVE, PENDING, Alert
 from gpuwatch.rules.load import Rule
+from gpuwatch.units import format_rfc3339
 
 if TYPE_CHECKING:
     from gpuwatch.rules.manager import GroupState, RuleStatus
-
-
-def format_time(ms: int | None) -> str:
-    """Return Unix milliseconds as Go's RFC 3339 time text (UTC, fraction without trailing zeros)."""
-    if ms is None:
-        return "0001-01-01T00:00:00Z"
-    dt = datetime.fromtimestamp(ms // 1000, tz=timezone.utc)
-    frac = f"{ms % 1000:03d}".rstrip("0")
-    return dt.strftime("%Y-%m-%dT%H:%M:%S") + (f".{frac}" if frac else "") + "Z"
 
 
 def format_value_e(v: float) -> str:
@@ -46,11 +37,11 @@ def alert_json(a: Alert) -> dict[str, Any]:
         "labels": dict(a.labels),
         "annotations": dict(a.annotations),
         "state": a.state,
-        "activeAt": format_time(a.active_at_ms),
+        "activeAt": format_rfc3339(a.active_at_ms),
         "value": format_value_e(a.value),
     }
     if a.keep_firing_since_ms is not None:
-        out["keepFiringSince"] = format_time(a.keep_firing_since_ms)
+        out["keepFiringSince"] = format_rfc3339(a.keep_firing_since_ms)
     return out
 
 
@@ -60,7 +51,7 @@ def rule_json(rule: Rule, alerts: Mapping[Labels, Alert], st: RuleStatus) -> dic
     tail: dict[str, Any] = {
         "health": st.health,
         "evaluationTime": st.duration_s,
-        "lastEvaluation": format_time(st.last_eval_ms),
+        "lastEvaluation": format_rfc3339(st.last_eval_ms),
     }
     if st.last_error:
         tail["lastError"] = st.last_error
@@ -96,5 +87,5 @@ def group_json(g: GroupState) -> dict[str, Any]:
         "interval": g.interval_s,
         "limit": 0,
         "evaluationTime": g.duration_s,
-        "lastEvaluation": format_time(g.last_eval_ms),
+        "lastEvaluation": format_rfc3339(g.last_eval_ms),
     }
