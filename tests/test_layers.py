@@ -1,7 +1,7 @@
 """The package layout: imports run one way along the flow, with no cycles and no hidden local imports.
 
 kernel -> promtext -> collect -> store -> query -> templating -> rules -> notify -> web -> demo ->
-config/app/jobs/cli. A module may import its own package and any package earlier in the flow; the
+config/app/cli. A module may import its own package and any package earlier in the flow; the
 walk sees every import, including those inside functions and under `if TYPE_CHECKING`.
 """
 
@@ -16,7 +16,7 @@ PACKAGE = Path(__file__).resolve().parent.parent / "gpuwatch"
 
 # The flow, earliest first; a top-level module is its own entry.
 FLOW: list[tuple[str, ...]] = [
-    ("gpuwatch", "model", "errors", "clock", "units", "client"),
+    ("gpuwatch", "model", "errors", "clock", "units", "jobs", "client"),
     ("promtext",),
     ("collect",),
     ("store",),
@@ -26,7 +26,7 @@ FLOW: list[tuple[str, ...]] = [
     ("notify",),
     ("web",),
     ("demo",),
-    ("config", "jobs", "app", "cli"),
+    ("config", "app", "cli"),
 ]
 RANK = {name: rank for rank, names in enumerate(FLOW) for name in names}
 # Imports inside functions are allowed only where they keep a command's start-up short.

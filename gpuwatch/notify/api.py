@@ -17,8 +17,11 @@ from urllib.parse import quote
 import yaml
 
 from gpuwatch import __version__
+from gpuwatch.notify.config import NotifyConfig
 from gpuwatch.notify.matchers import LabelMatcher, parse_matcher
-from gpuwatch.notify.silences import SilenceError
+from gpuwatch.notify.notifier import Notifier
+from gpuwatch.notify.route import Route
+from gpuwatch.notify.silences import SilenceError, Silences
 from gpuwatch.rules.evaluate import FIRING, Alert
 from gpuwatch.units import format_rfc3339_millis as format_time
 
@@ -178,38 +181,32 @@ def alert_groups(alerts: list[dict[str, Any]]) -> list[dict[str, Any]]:
 # -- hooks: where the notifier is wired in ------------------------------------------------------------
 
 
-def inhibited_by(runtime: Any, labels: Mapping[str, str], now_ms: int) -> list[str]:
-    """Return the fingerprints of the alerts that inhibit an alert with `labels` (Alertmanager's `inhibitedBy`)."""
-    notifier = getattr(runtime, "notifier", None)
-    return notifier.inhibited_by(labels, now_ms) if notifier is not None else []
-
-
-def receivers_for(runtime: Any, labels: Mapping[str, str]) -> list[str]:
+def receivers_for(route: Route | None, labels: Mapping[str, str]) -> list[str]:
     """Return the names of the receivers an alert with `labels` is routed to (none without `notify.route`)."""
-    route = runtime.settings.notify.route
     if route is None:
         return []
     return list(dict.fromkeys(r.receiver for r in route.match(labels)))
 
 
-def receiver_names(runtime: Any) -> list[str]:
+def receiver_names(notify: NotifyConfig) -> list[str]:
     """Return the names of every configured receiver (GET /api/v2/receivers)."""
-    return [r.name for r in runtime.settings.notify.receivers]
+    return [r.name for r in notify.receivers]
 
 
-def config_text(runtime: Any) -> str:
+def config_text(notify: NotifyConfig) -> str:
     """Return the notification configuration as YAML text (`config.original` of GET /api/v2/status)."""
-    notify = runtime.settings.notify
     if notify.route is None:
         return "# no notify: route is configured; gpuwatch only serves Alertmanager's API v2 here\n"
     return str(yaml.safe_dump(notify.public(), sort_keys=False))
 
 
-def suppression(runtime: Any, labels: Mapping[str, str], now_ms: int) -> tuple[list[str], list[str]]:
+def suppression(
+    silences: Silences | None, notifier: Notifier | None, labels: Mapping[str, str], now_ms: int
+) -> tuple[list[str], list[str]]:
     """Return (silencedBy, inhibitedBy) of an alert with `labels` at `now_ms`."""
-    silences = getattr(runtime, "silences", None)
     silenced = silences.muted_by(labels, now_ms) if silences is not None else []
-    return silenced, inhibited_by(runtime, labels, now_ms)
+    inhibited = notifier.inhibited_by(labels, now_ms) if notifier is not None else []
+    return silenced, inhibited
 
 
 def status_json(started_ms: int, config_text: str) -> dict[str, Any]:

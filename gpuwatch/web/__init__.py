@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 from flask import Flask
 
@@ -18,6 +17,7 @@ from gpuwatch.web.promapi import bp as prom_bp
 from gpuwatch.web.push import bp as push_bp
 from gpuwatch.web.queryroutes import QueryRoutes
 from gpuwatch.web.rules import bp as rules_bp
+from gpuwatch.web.runtime import WebRuntime
 from gpuwatch.web.targets import bp as targets_bp
 
 
@@ -30,7 +30,7 @@ def _asset_dir(name: str) -> str:
     raise FileNotFoundError(f"gpuwatch is installed without its {name}/ folder")
 
 
-def create_app(runtime: Any) -> Flask:
+def create_app(runtime: WebRuntime) -> Flask:
     """Build the Flask app around `runtime`; opens no files and starts no threads."""
     app = Flask(
         __name__,

@@ -14,23 +14,19 @@ from flask.blueprints import BlueprintSetupState
 from gpuwatch.errors import StoreError
 from gpuwatch.notify import api as amapi
 from gpuwatch.notify.matchers import MatcherError
-from gpuwatch.notify.silences import SilenceError, parse_postable
+from gpuwatch.notify.silences import SilenceError, Silences, parse_postable
+from gpuwatch.web.runtime import runtime
 
 bp = Blueprint("alertmanager", __name__, url_prefix="/api/v2")
 
 
 @bp.record
 def _remember_start(state: BlueprintSetupState) -> None:
-    clock = getattr(state.app.extensions["gpuwatch"], "clock", None)
-    state.app.extensions["gpuwatch.started_ms"] = clock.now_ms() if clock is not None else 0
+    state.app.extensions["gpuwatch.started_ms"] = state.app.extensions["gpuwatch"].clock.now_ms()
 
 
-def _runtime() -> Any:
-    return current_app.extensions["gpuwatch"]
-
-
-def _silences() -> Any:
-    silences = getattr(_runtime(), "silences", None)
+def _silences() -> Silences:
+    silences = runtime().silences
     if silences is None:
         raise StoreError("silences are not available in this process")
     return silences
@@ -50,19 +46,19 @@ def _store(e: StoreError) -> tuple[Response, int]:
 @bp.get("/status")
 def status():  # type: ignore[no-untyped-def]
     started = int(current_app.extensions.get("gpuwatch.started_ms", 0))
-    return jsonify(amapi.status_json(started, amapi.config_text(_runtime())))
+    return jsonify(amapi.status_json(started, amapi.config_text(runtime().settings.notify)))
 
 
 @bp.get("/receivers")
 def receivers():  # type: ignore[no-untyped-def]
-    return jsonify([{"name": n} for n in amapi.receiver_names(_runtime())])
+    return jsonify([{"name": n} for n in amapi.receiver_names(runtime().settings.notify)])
 
 
 @bp.get("/silences")
 def silences():  # type: ignore[no-untyped-def]
     wanted = amapi.parse_filter(request.args.getlist("filter"))
     creators = set(request.args.getlist("creator"))
-    now_ms = _runtime().clock.now_ms()
+    now_ms = runtime().clock.now_ms()
     found = [
         s.to_json(now_ms)
         for s in _silences().list()
@@ -81,7 +77,7 @@ def post_silence():  # type: ignore[no-untyped-def]
 
 @bp.get("/silence/<silence_id>")
 def get_silence(silence_id: str):  # type: ignore[no-untyped-def]
-    return jsonify(_silences().get(silence_id).to_json(_runtime().clock.now_ms()))
+    return jsonify(_silences().get(silence_id).to_json(runtime().clock.now_ms()))
 
 
 @bp.delete("/silence/<silence_id>")
@@ -91,7 +87,7 @@ def delete_silence(silence_id: str):  # type: ignore[no-untyped-def]
 
 
 def _alerts() -> list[dict[str, Any]]:
-    runtime = _runtime()
+    rt = runtime()
     args = request.args
     receiver = None
     if args.get("receiver"):
@@ -100,16 +96,17 @@ def _alerts() -> list[dict[str, Any]]:
         except re.error as e:
             raise SilenceError(f"failed to parse receiver param: {e}") from None
         receiver = lambda name: pattern.fullmatch(name) is not None  # noqa: E731
-    manager = runtime.rules
-    received = getattr(runtime, "received", None)
-    now_ms = runtime.clock.now_ms()
+    manager = rt.rules
+    received = rt.received
+    now_ms = rt.clock.now_ms()
+    route = rt.settings.notify.route
     return amapi.select_alerts(
         [
             *amapi.firing_alerts(manager.groups() if manager is not None else [], request.host_url),
             *(received.firing(now_ms) if received is not None else []),
         ],
-        lambda labels: amapi.suppression(runtime, labels, now_ms),
-        lambda labels: amapi.receivers_for(runtime, labels),
+        lambda labels: amapi.suppression(rt.silences, rt.notifier, labels, now_ms),
+        lambda labels: amapi.receivers_for(route, labels),
         matchers=amapi.parse_filter(args.getlist("filter")),
         active=amapi.parse_bool("active", args.get("active")),
         silenced=amapi.parse_bool("silenced", args.get("silenced")),
@@ -126,7 +123,7 @@ def alerts():  # type: ignore[no-untyped-def]
 
 @bp.post("/alerts")
 def post_alerts():  # type: ignore[no-untyped-def]
-    received = getattr(_runtime(), "received", None)
+    received = runtime().received
     if received is None:
         raise StoreError("receiving alerts is not available in this process")
     received.put(request.get_json(force=True, silent=True))

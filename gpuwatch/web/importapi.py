@@ -4,7 +4,7 @@ The body may be gzip-compressed (`Content-Encoding: gzip`). `Content-Type:
 application/openmetrics-text` (or `?format=openmetrics`) forces OpenMetrics, `text/plain` (or
 `?format=text`) the text format; otherwise a final `# EOF` decides. With any invalid line the answer
 is 400 with the first 20 errors and nothing is written, unless `?partial=1`. Dependencies come from
-`current_app.extensions["gpuwatch"]`: `store` and `clock`.
+`runtime()`: `store` and `clock`.
 """
 
 from __future__ import annotations
@@ -12,12 +12,13 @@ from __future__ import annotations
 import zlib
 from typing import Any
 
-from flask import Blueprint, current_app, jsonify, request
+from flask import Blueprint, jsonify, request
 from flask.typing import ResponseReturnValue
 
 from gpuwatch.collect.importer import describe_errors, import_text
 from gpuwatch.errors import StoreError
 from gpuwatch.promtext.parser import is_openmetrics_content_type
+from gpuwatch.web.runtime import runtime
 
 bp = Blueprint("importapi", __name__)
 
@@ -69,12 +70,10 @@ def import_prometheus() -> ResponseReturnValue:
         return _error("bad_data", f"cannot decompress the gzip body: {exc}", 400)
     if data is None:
         return _too_large()
-    runtime = current_app.extensions["gpuwatch"]
+    rt = runtime()
     partial = request.args.get("partial", "").lower() in _TRUE
     try:
-        result = import_text(
-            runtime.store, data, now_ms=runtime.clock.now_ms(), openmetrics=_format(), partial=partial
-        )
+        result = import_text(rt.store, data, now_ms=rt.clock.now_ms(), openmetrics=_format(), partial=partial)
     except StoreError as exc:
         return _error("unavailable", str(exc), 503)
     errors = [{"line": e.line_no, "error": e.message} for e in result.errors[:MAX_ERRORS]]

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from flask import Blueprint, current_app, jsonify, request
+from flask import Blueprint, jsonify, request
+
+from gpuwatch.web.runtime import runtime
 
 bp = Blueprint("notify", __name__)
 
@@ -14,7 +16,7 @@ def notifications():  # type: ignore[no-untyped-def]
         return jsonify(
             {"status": "error", "errorType": "bad_data", "error": f"limit: expected 1 to 5000, got {raw!r}"}
         ), 400
-    notifier = current_app.extensions["gpuwatch"].notifier
+    notifier = runtime().notifier
     if notifier is None:
         data = {"deliveries": [], "queue": [], "alertmanagers": [], "groups": [], "worker": {"wakeups": 0}}
     else:

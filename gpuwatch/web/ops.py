@@ -2,21 +2,18 @@
 
 from __future__ import annotations
 
-from flask import Blueprint, Response, current_app, jsonify
+from flask import Blueprint, Response, jsonify
 
 from gpuwatch import __version__
 from gpuwatch.promtext.writer import CONTENT_TYPE
+from gpuwatch.web.runtime import runtime
 
 bp = Blueprint("ops", __name__)
 
 
-def _runtime():  # type: ignore[no-untyped-def]
-    return current_app.extensions["gpuwatch"]
-
-
 @bp.get("/-/health")
 def health():  # type: ignore[no-untyped-def]
-    return jsonify(_runtime().status())
+    return jsonify(runtime().status())
 
 
 @bp.get("/-/ready")
@@ -31,14 +28,14 @@ def version():  # type: ignore[no-untyped-def]
 
 @bp.get("/-/jobs")
 def jobs():  # type: ignore[no-untyped-def]
-    return jsonify({"jobs": _runtime().jobs.states()})
+    return jsonify({"jobs": runtime().jobs.states()})
 
 
 @bp.get("/-/settings")
 def settings():  # type: ignore[no-untyped-def]
-    return jsonify(_runtime().settings.public())
+    return jsonify(runtime().settings.public())
 
 
 @bp.get("/metrics")
 def metrics() -> Response:
-    return Response(_runtime().exposition(), mimetype=None, content_type=CONTENT_TYPE)
+    return Response(runtime().exposition(), mimetype=None, content_type=CONTENT_TYPE)

@@ -6,7 +6,7 @@
 - `GET /api/v1/runs`: runs with progress and ETA; `POST /api/v1/runs`: the SDK's init and finish.
 
 Bodies are untrusted: at most 8 MiB (413), and anything malformed gets a 400 JSON error naming the
-problem. Dependencies come from `current_app.extensions["gpuwatch"]`: `store`, `clock`, `pushes`.
+problem. Dependencies come from `runtime()`: `store`, `clock`, `pushes`.
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ from gpuwatch.collect.runs import SeenThrottle, list_runs, parse_run_request
 from gpuwatch.errors import StoreError
 from gpuwatch.model import Batch, RunUpdate, Sample
 from gpuwatch.promtext.parser import Parser, is_openmetrics_content_type
+from gpuwatch.web.runtime import runtime
 
 bp = Blueprint("push", __name__)
 
@@ -65,10 +66,6 @@ def _body() -> bytes:
     return data
 
 
-def _runtime() -> Any:
-    return current_app.extensions["gpuwatch"]
-
-
 def _too_large() -> ResponseReturnValue:
     return _error(f"request body larger than {MAX_BODY_BYTES // (1024 * 1024)} MiB", 413)
 
@@ -76,35 +73,35 @@ def _too_large() -> ResponseReturnValue:
 @bp.route("/metrics/<path:grouping>", methods=["PUT", "POST", "DELETE"])
 def pushgateway(grouping: str) -> ResponseReturnValue:
     """Replace (PUT), update (POST) or delete (DELETE) one push group, as a Pushgateway does."""
-    runtime = _runtime()
+    rt = runtime()
     try:
         key = parse_grouping_key(grouping)
-        now_ms = runtime.clock.now_ms()
+        now_ms = rt.clock.now_ms()
         if request.method == "DELETE":
-            samples = runtime.pushes.delete(key)
+            samples = rt.pushes.delete(key)
         else:
             content_type = request.headers.get("Content-Type", "")
             if "protobuf" in content_type.lower():
                 return _error("the protobuf push format is not supported; push the text format", 415)
             result = Parser().parse(_body(), openmetrics=is_openmetrics_content_type(content_type))
             families = families_from(result, key)
-            samples = runtime.pushes.push(key, families, now_ms, replace_all=request.method == "PUT")
+            samples = rt.pushes.push(key, families, now_ms, replace_all=request.method == "PUT")
     except _TooLarge:
         return _too_large()
     except PushError as exc:
         return _error(str(exc))
     if samples:
-        runtime.store.append(Batch(now_ms, samples))
+        rt.store.append(Batch(now_ms, samples))
     return Response(status=200)
 
 
 @bp.route("/api/v1/push", methods=["POST"])
 def push_json() -> ResponseReturnValue:
     """Store training metrics sent as JSON (one object or a list) and note each run's last step."""
-    runtime = _runtime()
+    rt = runtime()
     try:
         body = _json_body()
-        points = parse_training(body, runtime.clock.now_ms())
+        points = parse_training(body, rt.clock.now_ms())
     except _TooLarge:
         return _too_large()
     except PushError as exc:
@@ -118,13 +115,13 @@ def push_json() -> ResponseReturnValue:
             step = p.step if p.step is not None else (seen[1] if seen else None)
             latest[p.run] = (p.time_ms, step)
     for t in sorted(by_time):
-        runtime.store.append(Batch(t, by_time[t]))
+        rt.store.append(Batch(t, by_time[t]))
     throttle: SeenThrottle = current_app.extensions["gpuwatch.collect.push.seen"]
-    now_ms = runtime.clock.now_ms()
+    now_ms = rt.clock.now_ms()
     try:
         for run, (t, step) in latest.items():
             if throttle.admit(run, now_ms):
-                runtime.store.upsert_run(RunUpdate(run, "seen", t, last_step=step))
+                rt.store.upsert_run(RunUpdate(run, "seen", t, last_step=step))
     except StoreError as exc:
         return _error(str(exc), 503, "unavailable")
     return jsonify(
@@ -150,22 +147,22 @@ def _json_body() -> Any:
 @bp.route("/api/v1/runs", methods=["GET"])
 def runs_list() -> ResponseReturnValue:
     """List training runs with progress (last step / total steps) and an ETA from the recent step rate."""
-    runtime = _runtime()
-    return jsonify({"status": "success", "data": list_runs(runtime.store, runtime.clock.now_ms())})
+    rt = runtime()
+    return jsonify({"status": "success", "data": list_runs(rt.store, rt.clock.now_ms())})
 
 
 @bp.route("/api/v1/runs", methods=["POST"])
 def runs_update() -> ResponseReturnValue:
     """Start (`action: init`) or finish (`action: finish`, `status: ok|failed`) a training run."""
-    runtime = _runtime()
+    rt = runtime()
     try:
-        update = parse_run_request(_json_body(), runtime.clock.now_ms())
+        update = parse_run_request(_json_body(), rt.clock.now_ms())
     except _TooLarge:
         return _too_large()
     except PushError as exc:
         return _error(str(exc))
     try:
-        runtime.store.upsert_run(update)
+        rt.store.upsert_run(update)
     except StoreError as exc:
         return _error(str(exc), 503, "unavailable")
     return jsonify({"status": "success", "data": {"run": update.name, "action": update.action}})

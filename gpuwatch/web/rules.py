@@ -2,17 +2,17 @@
 
 from __future__ import annotations
 
-from typing import Any
-
-from flask import Blueprint, current_app, jsonify, request
+from flask import Blueprint, jsonify, request
 
 from gpuwatch.rules.api import alert_json, group_json
+from gpuwatch.rules.manager import RuleManager
+from gpuwatch.web.runtime import runtime
 
 bp = Blueprint("rules", __name__)
 
 
-def _manager() -> Any:
-    return current_app.extensions["gpuwatch"].rules
+def _manager() -> RuleManager | None:
+    return runtime().rules
 
 
 @bp.get("/api/v1/alerts")

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from flask import Blueprint, current_app, jsonify, request
+from flask import Blueprint, jsonify, request
+
+from gpuwatch.web.runtime import runtime
 
 bp = Blueprint("targets", __name__)
 
@@ -11,13 +13,13 @@ bp = Blueprint("targets", __name__)
 def targets():  # type: ignore[no-untyped-def]
     state = request.args.get("state", "any")
     pools = request.args.getlist("scrapePool")
-    runtime = current_app.extensions["gpuwatch"]
+    rt = runtime()
     data: dict[str, list[dict[str, object]]] = {}
     if state != "dropped":
-        active = runtime.targets()
+        active = rt.targets()
         data["activeTargets"] = [t for t in active if t["scrapePool"] in pools] if pools else active
     if state != "active":
-        dropped = runtime.dropped_targets()
+        dropped = rt.dropped_targets()
         if pools:
             dropped = [t for t in dropped if t["discoveredLabels"].get("job") in pools]
         data["droppedTargets"] = dropped

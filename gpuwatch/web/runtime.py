@@ -1,0 +1,75 @@
+"""What the web layer needs from the process: the runtime's parts, as a Protocol the app's Runtime meets.
+
+Routes reach it through `runtime()`; `create_app(runtime)` puts it in `app.extensions["gpuwatch"]`.
+Parts a process may lack (rules, silences, a notifier, ...) are None, never missing attributes.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol, cast
+
+from flask import current_app
+
+from gpuwatch.clock import Clock
+from gpuwatch.collect.push import PushGroups
+from gpuwatch.jobs import JobRegistry
+from gpuwatch.model import MetricInfo
+from gpuwatch.notify.config import NotifyConfig
+from gpuwatch.notify.notifier import Notifier
+from gpuwatch.notify.received import ReceivedAlerts
+from gpuwatch.notify.silences import Silences
+from gpuwatch.rules.manager import RuleManager
+from gpuwatch.store import Store
+
+
+class WebSettings(Protocol):
+    """The settings pages and APIs read."""
+
+    @property
+    def sample_interval(self) -> float: ...
+    @property
+    def flush_interval(self) -> float: ...
+    @property
+    def lookback(self) -> float: ...
+    @property
+    def query_timeout(self) -> float: ...
+    @property
+    def query_max_samples(self) -> int: ...
+    @property
+    def notify(self) -> NotifyConfig: ...
+    def public(self) -> dict[str, Any]: ...
+
+
+class WebRuntime(Protocol):
+    """The process as routes see it."""
+
+    @property
+    def settings(self) -> WebSettings: ...
+    @property
+    def clock(self) -> Clock: ...
+    @property
+    def store(self) -> Store: ...
+    @property
+    def jobs(self) -> JobRegistry: ...
+    @property
+    def metadata(self) -> dict[str, MetricInfo]: ...
+    @property
+    def pushes(self) -> PushGroups: ...
+    @property
+    def rules(self) -> RuleManager | None: ...
+    @property
+    def silences(self) -> Silences | None: ...
+    @property
+    def received(self) -> ReceivedAlerts | None: ...
+    @property
+    def notifier(self) -> Notifier | None: ...
+    def status(self) -> dict[str, Any]: ...
+    def exposition(self) -> str: ...
+    def targets(self) -> list[dict[str, Any]]: ...
+    def dropped_targets(self) -> list[dict[str, Any]]: ...
+    def metric_metadata(self) -> dict[str, list[dict[str, str]]]: ...
+
+
+def runtime() -> WebRuntime:
+    """Return the runtime of the app handling the current request."""
+    return cast(WebRuntime, current_app.extensions["gpuwatch"])
