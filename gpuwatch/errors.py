@@ -4,7 +4,9 @@ from __future__ import annotations
 
 
 class GpuwatchError(Exception):
-    """Root of every error gpuwatch raises on purpose."""
+    """Root of every error gpuwatch raises on purpose; `http_status` is the API's answer to it."""
+
+    http_status: int = 422
 
 
 class ConfigError(GpuwatchError):

@@ -35,7 +35,7 @@ def register_error_handlers(app: Flask) -> None:
 
     @app.errorhandler(GpuwatchError)
     def domain_error(e: GpuwatchError):  # type: ignore[no-untyped-def]
-        code = int(getattr(e, "http_status", 422))
+        code = e.http_status
         if _wants_json():
             return jsonify({"status": "error", "errorType": "execution", "error": str(e)}), code
         return render_template("error.html", code=code, message=str(e)), code
