@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import functools
 import math
-import re
 import struct
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -12,7 +10,9 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from gpuwatch import regex
 from gpuwatch.errors import QueryError
+from gpuwatch.regex import Regex
 
 # A label set: (name, value) pairs sorted by name; never contains "__name__".
 Labels = tuple[tuple[str, str], ...]
@@ -130,7 +130,7 @@ class TableSamples(Sequence[Sample]):
 class Matcher(NamedTuple):
     """A label matcher as in PromQL: op is one of '=', '!=', '=~', '!~'.
 
-    Regexes are anchored (`^(?:value)$`), as in Prometheus. The metric name is
+    Regexes are RE2, anchored (`^(?s:value)$`), as in Prometheus. The metric name is
     matched as the label `__name__`.
     """
 
@@ -139,12 +139,11 @@ class Matcher(NamedTuple):
     value: str
 
 
-@functools.lru_cache(maxsize=512)
-def _matcher_regex(pattern: str) -> re.Pattern[str]:
+def _matcher_regex(pattern: str) -> Regex:
     try:
-        return re.compile(pattern, re.DOTALL)
-    except re.error as exc:
-        raise QueryError(f"invalid regular expression {pattern!r}: {exc}") from None
+        return regex.compile_anchored(pattern)
+    except regex.RegexError as e:
+        raise QueryError(str(e)) from None
 
 
 def matcher_predicate(m: Matcher) -> Callable[[str], bool]:
@@ -156,8 +155,8 @@ def matcher_predicate(m: Matcher) -> Callable[[str], bool]:
     if m.op in ("=~", "!~"):
         rx = _matcher_regex(m.value)
         if m.op == "=~":
-            return lambda v: rx.fullmatch(v) is not None
-        return lambda v: rx.fullmatch(v) is None
+            return lambda v: rx.search(v) is not None
+        return lambda v: rx.search(v) is None
     raise QueryError(f"unknown matcher operator {m.op!r}; expected one of =, !=, =~, !~")
 
 

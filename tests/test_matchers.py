@@ -3,7 +3,6 @@ matches (checked against Debian's amtool where installed), and the round trip th
 
 from __future__ import annotations
 
-import re
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -13,6 +12,7 @@ import yaml
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
+from gpuwatch import regex
 from gpuwatch.notify.config import parse_notify
 from gpuwatch.notify.matchers import (
     LabelMatcher,
@@ -24,7 +24,6 @@ from gpuwatch.notify.matchers import (
     parse_matchers,
     sort_matchers,
 )
-from gpuwatch.query.regex import compile_quietly
 from tests.conftest import require_tool
 
 # -- the single-matcher form (amtool, API filter) -----------------------------------------------------
@@ -56,11 +55,8 @@ def test_one_matcher_parses_as_amtool_parses_it(text: str, expected: LabelMatche
         ("GPUHot", "bad matcher format: GPUHot"),
         ('a="b', 'matcher value contains unescaped double quote: "b'),
         ('a=b"c', 'matcher value contains unescaped double quote: b"c'),
-        ("a=~(", "invalid regular expression '(': missing ), unterminated subpattern at position 0"),
-        (
-            "a=~x{99999999999}",
-            "invalid regular expression 'x{99999999999}': the repetition number is too large",
-        ),
+        ("a=~(", "invalid regular expression '(': missing ): ("),
+        ("a=~x{1001}", "invalid regular expression 'x{1001}': invalid repetition size: {1001}"),
         ("0gpu=1", "bad matcher format: 0gpu=1"),
     ],
 )
@@ -219,8 +215,8 @@ def matchers(draw: st.DrawFn) -> LabelMatcher:
     name, op, value = draw(names), draw(st.sampled_from(["=", "!=", "=~", "!~"])), draw(st.text(max_size=20))
     if op in ("=~", "!~"):
         try:
-            compile_quietly(value)
-        except (re.error, OverflowError):
+            regex.check(value)
+        except regex.RegexError:
             assume(False)
     try:
         return LabelMatcher(name, op, value)

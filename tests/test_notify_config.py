@@ -102,7 +102,7 @@ def test_matcher_syntax(text: str, parsed: list[tuple[str, str, str]]) -> None:
         (
             {"route": {"receiver": "default", "routes": [{"match_re": {"gpu": "(["}}]}},
             "config error: notify.route.routes[0].match_re.gpu: invalid regular expression '([' "
-            "(unterminated character set at position 1)",
+            "(missing ]: [)",
         ),
         (
             {"receivers": [{"name": "default", "pagerduty_configs": [{}]}]},

@@ -15,7 +15,9 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import parse_qsl, urlsplit
 
+from gpuwatch import regex
 from gpuwatch.errors import ConfigError
+from gpuwatch.regex import Regex
 from gpuwatch.units import parse_duration
 
 DEFAULT_TIMEOUT_S = 10.0
@@ -32,7 +34,7 @@ class Relabel:
     action: str = "replace"
     source_labels: tuple[str, ...] = ()
     separator: str = ";"
-    regex: re.Pattern[str] = field(default_factory=lambda: re.compile("(?:(.*))\\Z", re.S))
+    regex: Regex = field(default_factory=lambda: regex.compile_anchored("(.*)"))
     target_label: str = ""
     replacement: str = "$1"
 
@@ -194,12 +196,12 @@ def targets_group(path: str, raw: object) -> StaticGroup:
     return StaticGroup(targets, _labels(f"{path}.labels", data.get("labels") or {}))
 
 
-def _regex(path: str, raw: object) -> re.Pattern[str]:
+def _regex(path: str, raw: object) -> Regex:
     text = _text(path, raw) if not isinstance(raw, (int, float)) or isinstance(raw, bool) else str(raw)
     try:
-        return re.compile(f"(?:{text})\\Z", re.S)
-    except re.error as e:
-        raise _fail(path, f"invalid regular expression ({e})", raw) from None
+        return regex.compile_anchored(text)
+    except regex.RegexError as e:
+        raise _fail(path, f"invalid regular expression ({e.reason})", raw) from None
 
 
 def _relabel(path: str, raw: object) -> Relabel:

@@ -4,9 +4,8 @@
 A matcher has a name, an operator (`=`, `!=`, `=~`, `!~`) and a value. A label an alert lacks matches
 as the empty string. A regex matches the whole value: Alertmanager compiles `^(?:value)$` with Go's
 RE2, so `.` does not match a newline, and the anchors wrap the text as written (`a)|(b` is accepted and
-matches values starting with `a` or ending with `b`, as in Alertmanager). Python's `re` stands in for
-RE2; they agree on everything but exotic constructs (leading flags such as `(?i)` are supported, flags
-in mid-pattern are not). Not PromQL's selector matcher (`gpuwatch.model.Matcher`).
+matches values starting with `a` or ending with `b`, as in Alertmanager); `gpuwatch.regex` is RE2 too.
+Not PromQL's selector matcher (`gpuwatch.model.Matcher`).
 
 Two textual forms, both Alertmanager's: one matcher as amtool and the API's `filter` take it
 (`parse_matcher`, Go's `labels.ParseMatcher`) and a comma list, optionally in braces, as the
@@ -21,8 +20,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from gpuwatch import regex
 from gpuwatch.errors import GpuwatchError
-from gpuwatch.query.regex import compile_quietly
+from gpuwatch.regex import Regex
 
 OPS = ("=", "!=", "=~", "!~")  # Alertmanager's MatchType order, which sorting uses
 _OP_FLAGS = {"=": (False, True), "!=": (False, False), "=~": (True, True), "!~": (True, False)}
@@ -34,14 +34,11 @@ LABEL_NAME = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*")
 _ONE = re.compile(
     r"[\t\n\f\r ]*([a-zA-Z_:][a-zA-Z0-9_:]*)[\t\n\f\r ]*(=~|=|!=|!~)[\t\n\f\r ]*((?s:.*?))[\t\n\f\r ]*\Z"
 )
-_LEADING_FLAGS = re.compile(r"\(\?[ims]+\)")
 # Go's unicode.IsSpace, which strings.TrimSpace uses (Python's str.strip also takes \x1c-\x1f).
 _GO_SPACE = (
     "\t\n\v\f\r \x85\xa0\u1680" + "".join(map(chr, range(0x2000, 0x200B))) + "\u2028\u2029\u202f\u205f\u3000"
 )
 _UNESCAPE = {"n": "\n", '"': '"', "\\": "\\"}
-# What re.compile raises for a bad pattern: a syntax error, `a{99999999999}`, nesting too deep.
-_REGEX_ERRORS = (re.error, OverflowError, RecursionError)
 
 
 class MatcherError(GpuwatchError, ValueError):
@@ -63,19 +60,12 @@ class MatcherFormatError(MatcherError):
     """A text is not `name<op>value` at all."""
 
 
-def compile_anchored(value: str) -> re.Pattern[str]:
-    """Compile `value` as Alertmanager does (`^(?:value)$`); use `.search`; raise MatcherRegexError."""
-    flags = _LEADING_FLAGS.match(value)
-    head = flags.group(0) if flags else ""  # Python wants global flags first, RE2 takes them anywhere
+def compile_anchored(value: str) -> Regex:
+    """Compile `value` as Alertmanager does (`^(?:value)$`, RE2); raise MatcherRegexError."""
     try:
-        return compile_quietly(f"{head}\\A(?:{value[len(head) :]})\\Z")
-    except _REGEX_ERRORS as e:
-        reason = str(e)
-        try:
-            compile_quietly(value)  # the error about the user's text, with its positions
-        except _REGEX_ERRORS as own:
-            reason = str(own)
-        raise MatcherRegexError(value, reason) from None
+        return regex.compile_anchored(value, dot_all=False)
+    except regex.RegexError as e:
+        raise MatcherRegexError(e.pattern, e.reason) from None
 
 
 @dataclass(frozen=True)
@@ -85,7 +75,7 @@ class LabelMatcher:
     name: str
     op: str
     value: str
-    regex: re.Pattern[str] | None = field(default=None, compare=False, repr=False)
+    regex: Regex | None = field(default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         if self.op not in _OP_FLAGS:

@@ -15,18 +15,17 @@ Matchers are `gpuwatch.notify.matchers.LabelMatcher`s, as Alertmanager's routes 
 from __future__ import annotations
 
 import logging
-import re
 import threading
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
+from gpuwatch import regex
 from gpuwatch.clock import Clock
 from gpuwatch.errors import GpuwatchError, StoreError
 from gpuwatch.model import SilenceRecord
 from gpuwatch.notify.matchers import LABEL_NAME, LabelMatcher, MatcherError, matches_all
-from gpuwatch.query.regex import compile_quietly
 from gpuwatch.units import format_rfc3339_millis, parse_rfc3339_ms
 
 log = logging.getLogger("gpuwatch.notify.silences")
@@ -72,10 +71,10 @@ def silence_matcher(name: str, value: str, is_regex: bool, is_equal: bool = True
         raise SilenceError(f"invalid label name {name!r}")
     try:
         if is_regex:
-            compile_quietly(value)
+            regex.check(value)
         return LabelMatcher.of(name, value, is_regex, is_equal)
-    except (re.error, OverflowError, RecursionError) as e:
-        raise SilenceError(f"invalid regular expression {value!r}: {e}") from None
+    except regex.RegexError as e:
+        raise SilenceError(str(e)) from None
     except MatcherError as e:
         raise SilenceError(str(e)) from None
 

@@ -7,9 +7,10 @@ from collections.abc import Callable
 
 import numpy as np
 
+from gpuwatch import regex
 from gpuwatch.query.errors import PromQLEvalError
 from gpuwatch.query.frames import NAME, LabelSet, VectorFrame, drop_name, label_value, merge_same_labels
-from gpuwatch.query.regex import translate
+from gpuwatch.regex import Regex
 
 
 def _sgn(v: np.ndarray) -> np.ndarray:
@@ -123,45 +124,6 @@ def is_date_function(name: str) -> bool:
 _LABEL_NAME = re.compile(r"^[^\x00]+$")
 
 
-def _expand_template(template: str, match: re.Match[str]) -> str:
-    """Expand Go's regexp template syntax ($1, ${1}, $name, ${name}, $$)."""
-    out: list[str] = []
-    i = 0
-    while i < len(template):
-        ch = template[i]
-        if ch != "$" or i + 1 >= len(template):
-            out.append(ch)
-            i += 1
-            continue
-        nxt = template[i + 1]
-        if nxt == "$":
-            out.append("$")
-            i += 2
-            continue
-        if nxt == "{":
-            end = template.find("}", i + 2)
-            if end < 0:
-                out.append(ch)
-                i += 1
-                continue
-            name = template[i + 2 : end]
-            i = end + 1
-        else:
-            m = re.match(r"[A-Za-z0-9_]+", template[i + 1 :])
-            if not m:
-                out.append(ch)
-                i += 1
-                continue
-            name = m.group(0)
-            i += 1 + len(name)
-        try:
-            group = match.group(int(name)) if name.isdigit() else match.group(name)
-        except IndexError:
-            group = ""
-        out.append(group or "")
-    return "".join(out)
-
-
 def _set_label(labels: LabelSet, name: str, value: str) -> LabelSet:
     rest = [p for p in labels if p[0] != name]
     if value != "":
@@ -169,24 +131,24 @@ def _set_label(labels: LabelSet, name: str, value: str) -> LabelSet:
     return tuple(sorted(rest))
 
 
-def _compile_go_regex(pattern: str) -> re.Pattern[str]:
+def _compile_go_regex(pattern: str) -> Regex:
     try:
-        return re.compile("^(?s:" + translate(pattern) + ")$")
-    except re.error:
+        return regex.compile_anchored(pattern)
+    except regex.RegexError:
         raise PromQLEvalError(f"invalid regular expression in label_replace(): {pattern}") from None
 
 
-def label_replace(frame: VectorFrame, dst: str, repl: str, src: str, regex: str) -> VectorFrame:
-    rx = _compile_go_regex(regex)
+def label_replace(frame: VectorFrame, dst: str, repl: str, src: str, pattern: str) -> VectorFrame:
+    rx = _compile_go_regex(pattern)
     if not _LABEL_NAME.match(dst):
         raise PromQLEvalError(f"invalid destination label name in label_replace(): {dst}")
     labels: list[LabelSet] = []
     for ls in frame.labels:
-        m = rx.match(label_value(ls, src))
+        m = rx.search(label_value(ls, src))
         if m is None:
             labels.append(ls)
         else:
-            labels.append(_set_label(ls, dst, _expand_template(repl, m)))
+            labels.append(_set_label(ls, dst, regex.expand(repl, m)))
     return merge_same_labels(VectorFrame(labels, frame.values, frame.present))
 
 

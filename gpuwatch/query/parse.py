@@ -13,7 +13,6 @@ import promql_parser as pp
 from gpuwatch.model import Matcher
 from gpuwatch.query.durations import check_modifier_use, rewrite, unsupported_modifier
 from gpuwatch.query.errors import PromQLParseError, Unsupported
-from gpuwatch.query.regex import translate
 
 # Functions that only make sense on native histograms (the store holds floats only).
 NATIVE_HISTOGRAM_FUNCTIONS = frozenset(
@@ -202,13 +201,13 @@ _MATCH_OPS = {"MatchOp.Equal": "=", "MatchOp.NotEqual": "!=", "MatchOp.Re": "=~"
 
 
 def matchers_of(vs: Any) -> tuple[Matcher, ...]:
-    """Return a vector selector's matchers (metric name as `__name__`), regexes made Python-ready."""
+    """Return a vector selector's matchers (metric name as `__name__`)."""
     out = []
     if vs.name:
         out.append(Matcher("__name__", "=", vs.name))
     for m in vs.matchers.matchers:
         op = _MATCH_OPS[str(m.op)]
-        out.append(Matcher(m.name, op, translate(m.value) if op in ("=~", "!~") else m.value))
+        out.append(Matcher(m.name, op, m.value))
     return tuple(out)
 
 

@@ -15,8 +15,9 @@ from decimal import Decimal
 from typing import Any
 from urllib.parse import quote_plus
 
-from gpuwatch.query.regex import compile_quietly
+from gpuwatch import regex
 from gpuwatch.query.values import format_value
+from gpuwatch.regex import Regex
 
 
 class TemplateError(Exception):
@@ -45,22 +46,14 @@ def regex_match(pattern: str, text: str) -> bool:
 
 def re_replace_all(pattern: str, repl: str, text: str) -> str:
     """Go's Regexp.ReplaceAllString: `$1`, `${1}`, `${name}` in the replacement; `$$` is a dollar."""
+    return _regex(pattern).sub(lambda m: regex.expand(repl, m), text)
 
-    def expand(m: re.Match[str]) -> str:
-        return "$" if m.group(1) == "$" else f"\\g<{m.group(2) or m.group(3)}>"
 
-    py = re.sub(r"\$(\$|\{(\w+)\}|(\w+))", expand, repl.replace("\\", "\\\\"))
+def _regex(pattern: str) -> Regex:
     try:
-        return _regex(pattern).sub(py, text)
-    except (re.error, IndexError) as e:
-        raise TemplateError(f"reReplaceAll: {e}") from None
-
-
-def _regex(pattern: str) -> re.Pattern[str]:
-    try:
-        return compile_quietly(pattern)
-    except re.error as e:
-        raise TemplateError(f"invalid regular expression {pattern!r}: {e}") from None
+        return regex.compile(pattern)
+    except regex.RegexError as e:
+        raise TemplateError(str(e)) from None
 
 
 # -- values -------------------------------------------------------------------------------------------

@@ -5,12 +5,12 @@ Errors answer as Alertmanager does: the status code and the message as a JSON st
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 from flask import Blueprint, Response, current_app, jsonify, request
 from flask.blueprints import BlueprintSetupState
 
+from gpuwatch import regex
 from gpuwatch.errors import StoreError
 from gpuwatch.notify import api as amapi
 from gpuwatch.notify.matchers import MatcherError
@@ -92,9 +92,9 @@ def _alerts() -> list[dict[str, Any]]:
     receiver = None
     if args.get("receiver"):
         try:
-            pattern = re.compile(args["receiver"])
-        except re.error as e:
-            raise SilenceError(f"failed to parse receiver param: {e}") from None
+            pattern = regex.compile_anchored(args["receiver"], dot_all=False)
+        except regex.RegexError as e:
+            raise SilenceError(f"failed to parse receiver param: {e.reason}") from None
         receiver = lambda name: pattern.fullmatch(name) is not None  # noqa: E731
     manager = rt.rules
     received = rt.received

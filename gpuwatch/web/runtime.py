@@ -6,7 +6,7 @@ Parts a process may lack (rules, silences, a notifier, ...) are None, never miss
 
 from __future__ import annotations
 
-from typing import Any, Protocol, cast
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from flask import current_app
 
@@ -19,7 +19,9 @@ from gpuwatch.notify.notifier import Notifier
 from gpuwatch.notify.received import ReceivedAlerts
 from gpuwatch.notify.silences import Silences
 from gpuwatch.rules.manager import RuleManager
-from gpuwatch.store import Store
+
+if TYPE_CHECKING:  # the type only: importing the store would load DuckDB into every route module
+    from gpuwatch.store import Store
 
 
 class WebSettings(Protocol):
