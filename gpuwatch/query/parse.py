@@ -13,6 +13,7 @@ import promql_parser as pp
 from gpuwatch.model import Matcher
 from gpuwatch.query.durations import check_modifier_use, rewrite, unsupported_modifier
 from gpuwatch.query.errors import PromQLParseError, Unsupported
+from gpuwatch.query.limits import MAX_DEPTH, MAX_LENGTH, check_text, walk
 
 # Functions that only make sense on native histograms (the store holds floats only).
 NATIVE_HISTOGRAM_FUNCTIONS = frozenset(
@@ -135,15 +136,24 @@ def _parse_text(text: str) -> Any:
         raise PromQLParseError(f"parse error: {exc}") from None
 
 
-def parse(text: str, *, step_ms: int = 0, range_ms: int = 0) -> ParsedQuery:
+def parse(
+    text: str,
+    *,
+    step_ms: int = 0,
+    range_ms: int = 0,
+    max_length: int = MAX_LENGTH,
+    max_depth: int = MAX_DEPTH,
+) -> ParsedQuery:
     """Parse `text`, raising PromQLParseError or Unsupported.
 
     `step_ms` and `range_ms` are the query's step and end - start (0 for an instant query): the
     values of `step()` and `range()` in duration expressions, which promql-parser cannot read and
-    which are therefore evaluated into plain durations before parsing.
+    which are therefore evaluated into plain durations before parsing. A text longer than
+    `max_length` bytes or nesting deeper than `max_depth` is refused before the parser sees it.
     """
     if not text.strip():
         raise PromQLParseError("empty query")
+    check_text(text, max_length=max_length, max_depth=max_depth)
     try:
         return _parse_as_written(text)
     except PromQLParseError as first:
@@ -172,8 +182,7 @@ def _parse_as_written(text: str) -> ParsedQuery:
 
 def check_supported(expr: Any) -> None:
     """Raise Unsupported when `expr` uses a feature gpuwatch does not evaluate."""
-
-    def visit(node: Any) -> bool:
+    for node in walk(expr):
         if isinstance(node, pp.Call):
             name = node.func.name
             if name in NATIVE_HISTOGRAM_FUNCTIONS:
@@ -192,9 +201,6 @@ def check_supported(expr: Any) -> None:
             if mod is not None and mod.fill_values is not None:
                 if mod.fill_values.lhs is not None or mod.fill_values.rhs is not None:
                     raise Unsupported("fill() modifiers")
-        return True
-
-    pp.walk(expr, visit)
 
 
 _MATCH_OPS = {"MatchOp.Equal": "=", "MatchOp.NotEqual": "!=", "MatchOp.Re": "=~", "MatchOp.NotRe": "!~"}

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Iterable
-from typing import Any
 
 import promql_parser as pp
 
 from gpuwatch.errors import QueryError
 from gpuwatch.model import Matcher, matcher_predicate
+from gpuwatch.query.limits import walk
 from gpuwatch.query.parse import matchers_of, parse
 from gpuwatch.rules.roundcache import NAME
 
@@ -21,17 +21,11 @@ def _name_matchers(expr: str) -> tuple[tuple[Matcher, ...], ...] | None:
         tree = parse(expr).expr
     except QueryError:
         return None
-    found: list[tuple[Matcher, ...]] = []
-
-    def visit(node: Any) -> bool:
-        if isinstance(node, pp.MatrixSelector):
-            node = node.vector_selector
-        if isinstance(node, pp.VectorSelector):
-            found.append(tuple(m for m in matchers_of(node) if m.name == NAME))
-        return True
-
-    pp.walk(tree, visit)
-    return tuple(found)
+    return tuple(
+        tuple(m for m in matchers_of(node) if m.name == NAME)
+        for node in walk(tree)
+        if isinstance(node, pp.VectorSelector)
+    )
 
 
 def may_read(expr: str, names: Iterable[str], *, by_name: bool = True) -> bool:
