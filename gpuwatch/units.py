@@ -18,6 +18,11 @@ _RFC3339 = re.compile(
     r"(\d{4})-(\d{2})-(\d{2})[Tt ](\d{2}):(\d{2}):(\d{2})(?:\.(\d+))?([Zz]|[+-]\d{2}:\d{2})"
 )
 GO_ZERO_TIME = "0001-01-01T00:00:00Z"
+# The times gpuwatch takes, in Unix ms: half of what int64 holds, so that adding a range cannot overflow.
+MAX_TIME_MS = 2**62
+MIN_TIME_MS = -(2**62)
+MAX_TIME_S = MAX_TIME_MS / 1000
+MIN_TIME_S = MIN_TIME_MS / 1000
 _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 
 
@@ -63,7 +68,7 @@ def format_duration(seconds: float) -> str:
         size = UNIT_SECONDS[unit]
         if seconds >= size and seconds % size == 0:
             return f"{int(seconds // size)}{unit}"
-    return f"{int(seconds * 1000)}ms"
+    return f"{round(seconds * 1000)}ms"
 
 
 def parse_time_ms(text: str) -> int:
@@ -75,6 +80,8 @@ def parse_time_ms(text: str) -> int:
         return parse_rfc3339_ms(s)
     if not math.isfinite(seconds):
         raise ValueError("expected a finite time")
+    if not MIN_TIME_S <= seconds <= MAX_TIME_S:
+        raise ValueError(f"time out of range: more than {MAX_TIME_S:.0f} seconds from 1970")
     return int(round(seconds * 1000))
 
 

@@ -381,3 +381,14 @@ def test_json_endpoints_never_answer_500(client: FlaskClient, body: Any) -> None
 def test_pushgateway_never_answers_500(client: FlaskClient, path: str, body: bytes, method: str) -> None:
     resp = client.open("/metrics/job/" + path, method=method, data=body)
     assert resp.status_code in (200, 400, 404, 405), resp.get_data(as_text=True)
+
+
+@pytest.mark.parametrize("number", ["9" * 5000, "-" + "1" * 4400])
+def test_json_numbers_too_big_to_read_are_a_400(client: FlaskClient, number: str) -> None:
+    for path, text in (
+        ("/api/v1/push", '{"run": "r", "step": 1, "metrics": {"loss": %s}}' % number),
+        ("/api/v1/runs", '{"action": "init", "run": "r", "total_steps": %s}' % number),
+    ):
+        resp = client.post(path, data=text, content_type="application/json")
+        body = resp.get_json()
+        assert resp.status_code == 400 and body["errorType"] == "bad_data", (path, body)

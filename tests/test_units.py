@@ -93,3 +93,14 @@ def test_rfc3339_texts_as_go_and_alertmanager_write_them() -> None:
     assert format_rfc3339(1714564800_000) == "2024-05-01T12:00:00Z"
     assert format_rfc3339(None) == GO_ZERO_TIME
     assert format_rfc3339_millis(1714564800_000) == "2024-05-01T12:00:00.000Z"
+
+
+@pytest.mark.parametrize("text", ["1e20", "-1e20", "5e15", "1e300"])
+def test_times_beyond_what_milliseconds_hold_are_refused(text: str) -> None:
+    with pytest.raises(ValueError, match="time out of range"):
+        parse_time_ms(text)
+
+
+def test_the_furthest_times_parse() -> None:
+    assert parse_time_ms("4.6e15") == 4_600_000_000_000_000_000
+    assert parse_time_ms("-4.6e15") == -4_600_000_000_000_000_000

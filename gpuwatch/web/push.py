@@ -140,6 +140,8 @@ def _json_body() -> Any:
         raise PushError("the body is not UTF-8") from None
     except json.JSONDecodeError as exc:
         raise PushError(f"the body is not valid JSON: {exc}") from None
+    except ValueError as exc:  # an integer of more than 4300 digits
+        raise PushError(f"the body has a number gpuwatch cannot read: {exc}") from None
     except RecursionError:
         raise PushError("the body is nested too deeply") from None
 
