@@ -386,8 +386,8 @@ def test_pushgateway_never_answers_500(client: FlaskClient, path: str, body: byt
 @pytest.mark.parametrize("number", ["9" * 5000, "-" + "1" * 4400])
 def test_json_numbers_too_big_to_read_are_a_400(client: FlaskClient, number: str) -> None:
     for path, text in (
-        ("/api/v1/push", '{"run": "r", "step": 1, "metrics": {"loss": %s}}' % number),
-        ("/api/v1/runs", '{"action": "init", "run": "r", "total_steps": %s}' % number),
+        ("/api/v1/push", '{"run": "r", "step": 1, "metrics": {"loss": ' + number + "}}"),
+        ("/api/v1/runs", '{"action": "init", "run": "r", "total_steps": ' + number + "}"),
     ):
         resp = client.post(path, data=text, content_type="application/json")
         body = resp.get_json()
