@@ -1,9 +1,10 @@
-"""Run Prometheus's PromQL conformance files against gpuwatch's engine (spec: promql-testdata/HARNESS.md).
+"""Run Prometheus's PromQL conformance files against gpuwatch's engine (spec: tests/promqltest/HARNESS.md).
 
 Usage: python -m tests.promql_harness [--tiers core,extended|all] [--markdown] [--failures] [--jsonl FILE]
        [--strict-messages] [--check-range-mode] [--backend store|array] [--floor FILE] [FILE.test ...]
 
 The pieces live in `tests/promqltest/`: `reader` (the .test DSL), `stores`, `compare`, `runner`, `report`.
+The data (Prometheus's files, `cases.tsv`, the floor) is in `tests/data/promql/`.
 """
 
 from __future__ import annotations
@@ -107,10 +108,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     core_failed = any(o.tier == "core" and o.outcome in ("failed", "error") for o in outcomes)
     below = any(passed.get(t, 0) < n for t, n in floor.items() if t in tiers)
     return 1 if core_failed or below else 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
 
 
 if __name__ == "__main__":

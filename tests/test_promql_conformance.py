@@ -6,11 +6,6 @@ import pytest
 
 from tests import promql_harness as harness
 
-pytestmark = pytest.mark.skipif(
-    not (harness.DATA_DIR / "cases.tsv").exists(),
-    reason=f"PromQL conformance data not found at {harness.DATA_DIR}",
-)
-
 # Extended cases that fail for a documented reason (docs/promql.md): they depend on delayed
 # `__name__` removal. Any other failure is a regression.
 KNOWN_FAILURES = {("name_label_dropping.test", line) for line in (59, 64, 69, 74, 89, 115, 119, 123)}

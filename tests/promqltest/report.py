@@ -7,7 +7,7 @@ from pathlib import Path
 
 from tests.promqltest.runner import TIERS, CaseInfo, Outcome
 
-FLOOR_FILE = Path(__file__).resolve().parent.parent / "promql_floor.txt"
+FLOOR_FILE = Path(__file__).resolve().parent.parent / "data" / "promql" / "floor.txt"
 
 
 def tally(outcomes: Iterable[Outcome]) -> dict[tuple[str, str], dict[str, int]]:

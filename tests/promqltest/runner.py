@@ -18,7 +18,7 @@ from tests.promqltest.compare import almost_equal, compare_instant, compare_rang
 from tests.promqltest.reader import OMITTED, Case, HarnessFileError, parse_file
 from tests.promqltest.stores import make_store
 
-DATA_DIR = Path(__file__).resolve().parents[2].parent / "shared" / "promql-testdata"
+DATA_DIR = Path(__file__).resolve().parent.parent / "data" / "promql"
 TIERS = ("core", "extended", "out")
 CASE_TIMEOUT_S = 10.0
 
