@@ -1,4 +1,5 @@
-"""Shared fixtures: free ports, a running `gpuwatch serve` subprocess, HTTP helpers."""
+"""Shared fixtures: a runtime on a fake clock, its Flask app and test client, free ports, a running
+`gpuwatch serve` subprocess, HTTP helpers."""
 
 from __future__ import annotations
 
@@ -17,11 +18,14 @@ from typing import IO
 
 import pytest
 import requests
+from flask import Flask
+from flask.testing import FlaskClient
 
 from gpuwatch.app import Runtime, build_runtime
 from gpuwatch.clock import FakeClock
 from gpuwatch.config import load
 from gpuwatch.demo.nvml import FakeNvml
+from gpuwatch.web import create_app
 
 ROOT = Path(__file__).resolve().parent.parent
 GPUWATCH = [sys.executable, "-m", "gpuwatch.cli.main"]
@@ -159,6 +163,18 @@ def runtime(tmp_path: Path, clock: FakeClock, nvml: FakeNvml) -> Iterator[Runtim
     rt = build_runtime(settings, "node-1", clock=clock, nvml=nvml)
     yield rt
     rt.close()
+
+
+@pytest.fixture
+def app(runtime: Runtime) -> Flask:
+    """The Flask app around `runtime` (a module's own `runtime` fixture, where it has one)."""
+    return create_app(runtime)
+
+
+@pytest.fixture
+def client(app: Flask) -> FlaskClient:
+    """A test client of `app`: requests without a socket."""
+    return app.test_client()
 
 
 def require_tool(name: str) -> str:

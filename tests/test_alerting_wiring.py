@@ -16,7 +16,6 @@ from gpuwatch.clock import FakeClock
 from gpuwatch.config import load
 from gpuwatch.demo.nvml import FakeNvml
 from gpuwatch.units import format_rfc3339_millis as format_time
-from gpuwatch.web import create_app
 from tests.conftest import free_port
 
 RULES = """
@@ -60,11 +59,6 @@ def runtime(tmp_path: Path, clock: FakeClock) -> Iterator[Runtime]:
     rt = build_runtime(settings, "node-1", clock=clock, nvml=FakeNvml(gpu_count=1, clock=clock))
     yield rt
     rt.close()
-
-
-@pytest.fixture
-def client(runtime: Runtime) -> FlaskClient:
-    return create_app(runtime).test_client()
 
 
 def queued_alertnames(runtime: Runtime) -> set[str]:

@@ -9,7 +9,6 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
-from flask import Flask
 from flask.testing import FlaskClient
 
 from gpuwatch.clock import FakeClock
@@ -36,11 +35,9 @@ def store() -> Iterator[Store]:
 
 
 @pytest.fixture
-def client(store: Store) -> FlaskClient:
-    app = Flask(__name__)
-    app.register_blueprint(importapi.bp)
-    app.extensions["gpuwatch"] = SimpleNamespace(store=store, clock=FakeClock(NOW_MS / 1000))
-    return app.test_client()
+def runtime(store: Store) -> SimpleNamespace:
+    """What the import API reads of a runtime: the store and the clock (conftest's `client` serves it)."""
+    return SimpleNamespace(store=store, clock=FakeClock(NOW_MS / 1000))
 
 
 def _all(store: Store) -> dict[tuple[str, tuple], list[tuple[int, float]]]:

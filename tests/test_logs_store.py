@@ -6,13 +6,13 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from flask.testing import FlaskClient
 
 from gpuwatch.app import Runtime, build_runtime
 from gpuwatch.clock import FakeClock
 from gpuwatch.config import load
 from gpuwatch.demo.nvml import FakeNvml
 from gpuwatch.model import Matcher
-from gpuwatch.web import create_app
 
 LOSS = r"step (?P<step>\d+).*loss[:=] ?(?P<loss>[0-9.eE+-]+)"
 
@@ -114,11 +114,10 @@ def test_retention_drops_old_lines(runtime: Runtime, clock: FakeClock, logdir: P
     assert stored_texts(runtime) == ["new"]
 
 
-def test_logs_api(runtime: Runtime, clock: FakeClock, logdir: Path) -> None:
+def test_logs_api(runtime: Runtime, client: FlaskClient, clock: FakeClock, logdir: Path) -> None:
     (logdir / "a.log").write_text("INFO step 1 loss: 3.0\nWARNING slow <b>step</b>\n")
     (logdir / "b.log").write_text("ERROR boom\n")
     runtime.jobs.run("logs")
-    client = create_app(runtime).test_client()
     body = client.get("/api/v1/logs").get_json()
     assert body["status"] == "success"
     data = body["data"]

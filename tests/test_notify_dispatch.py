@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 import yaml
+from flask.testing import FlaskClient
 
 from gpuwatch.clock import FakeClock
 from gpuwatch.model import make_labels
@@ -309,10 +310,7 @@ def test_rule_manager_hands_alerts_to_the_notifier(tmp_path: Path, clock: FakeCl
         h.store.close()
 
 
-def test_notifications_api(runtime) -> None:  # type: ignore[no-untyped-def]
-    from gpuwatch.web import create_app
-
-    client = create_app(runtime).test_client()
+def test_notifications_api(client: FlaskClient) -> None:
     empty = client.get("/api/v1/notifications").get_json()
     assert empty["status"] == "success" and empty["data"]["deliveries"] == [] and empty["data"]["queue"] == []
     bad = client.get("/api/v1/notifications?limit=lots")

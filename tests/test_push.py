@@ -28,7 +28,6 @@ from gpuwatch.collect.runs import SeenThrottle
 from gpuwatch.config import load
 from gpuwatch.demo.nvml import FakeNvml
 from gpuwatch.model import Matcher, SeriesData, is_stale
-from gpuwatch.web import create_app
 
 
 @pytest.fixture
@@ -43,11 +42,6 @@ def runtime(tmp_path: Path, clock: FakeClock) -> Iterator[Runtime]:
     rt = build_runtime(settings, "node-1", clock=clock, nvml=nvml)
     yield rt
     rt.close()
-
-
-@pytest.fixture
-def client(runtime: Runtime) -> FlaskClient:
-    return create_app(runtime).test_client()
 
 
 def handler_for(client: FlaskClient) -> Callable[..., Callable[[], None]]:

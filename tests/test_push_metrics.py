@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
+from flask.testing import FlaskClient
 from prometheus_client.parser import text_string_to_metric_families
 
 from gpuwatch.app import Runtime
 from gpuwatch.clock import FakeClock
-from gpuwatch.web import create_app
 
 
 def scraped(client) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:  # type: ignore[no-untyped-def]
@@ -18,8 +18,9 @@ def scraped(client) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:  # 
     }
 
 
-def test_pushed_groups_and_push_time_on_own_metrics(runtime: Runtime, clock: FakeClock) -> None:
-    client = create_app(runtime).test_client()
+def test_pushed_groups_and_push_time_on_own_metrics(
+    runtime: Runtime, client: FlaskClient, clock: FakeClock
+) -> None:
     runtime.jobs.run("sample")
     body = b'# TYPE batch_rows gauge\nbatch_rows{table="t"} 42\n'
     assert client.put("/metrics/job/nightly/instance/node-1", data=body).status_code == 200

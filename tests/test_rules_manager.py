@@ -7,6 +7,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from flask.testing import FlaskClient
 
 from gpuwatch.app import Runtime, build_runtime
 from gpuwatch.clock import FakeClock
@@ -19,7 +20,6 @@ from gpuwatch.rules.evaluate import FIRING, INACTIVE, PENDING
 from gpuwatch.rules.load import load_builtin, load_groups
 from gpuwatch.rules.manager import RuleManager
 from gpuwatch.store import Store
-from gpuwatch.web import create_app
 
 T0 = 1_800_000_000.0
 GPU = {"gpu": "0", "Hostname": "n1", "UUID": "GPU-0"}
@@ -266,11 +266,10 @@ def runtime(tmp_path: Path, clock: FakeClock) -> Iterator[Runtime]:
 
 
 def test_api_alerts_and_rules_in_prometheus_shapes(
-    runtime: Runtime, clock: FakeClock, tmp_path: Path
+    runtime: Runtime, client: FlaskClient, clock: FakeClock, tmp_path: Path
 ) -> None:
     put(runtime.store, clock, "DCGM_FI_DEV_GPU_TEMP", 90.5)
     assert runtime.jobs.run("rules")
-    client = create_app(runtime).test_client()
     alerts = client.get("/api/v1/alerts").get_json()
     assert alerts["status"] == "success"
     builtin, hot = [
@@ -301,8 +300,9 @@ def test_api_alerts_and_rules_in_prometheus_shapes(
     assert client.get("/api/v1/rules?type=bogus").status_code == 400
 
 
-def test_reload_keeps_previous_rules_when_a_file_is_bad(runtime: Runtime, tmp_path: Path) -> None:
-    client = create_app(runtime).test_client()
+def test_reload_keeps_previous_rules_when_a_file_is_bad(
+    runtime: Runtime, client: FlaskClient, tmp_path: Path
+) -> None:
     (tmp_path / "more.yml").write_text("groups: [{name: more, rules: [{record: 'x:y', expr: vector(1)}]}]")
     assert client.post("/-/reload").get_json() == {"status": "success"}
     names = [

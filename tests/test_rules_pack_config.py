@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from flask.testing import FlaskClient
 
 from gpuwatch.app import Runtime, build_runtime, configured_rule_groups
 from gpuwatch.clock import FakeClock
@@ -240,8 +241,9 @@ def test_pcie_replays_from_the_simulated_gpu_fire(runtime: Runtime, nvml: FakeNv
     assert _alerts(runtime).get(("GPUPCIeReplays", "1")) == FIRING
 
 
-def test_a_run_that_stops_logging_is_stalled_until_it_finishes(runtime: Runtime, clock: FakeClock) -> None:
-    client = create_app(runtime).test_client()
+def test_a_run_that_stops_logging_is_stalled_until_it_finishes(
+    runtime: Runtime, client: FlaskClient, clock: FakeClock
+) -> None:
     assert (
         client.post("/api/v1/runs", json={"run": "sft", "action": "init", "total_steps": 100}).status_code
         == 200

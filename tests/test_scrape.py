@@ -9,6 +9,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from flask.testing import FlaskClient
 
 from gpuwatch.app import Runtime, build_runtime
 from gpuwatch.clock import FakeClock
@@ -19,7 +20,6 @@ from gpuwatch.config import load
 from gpuwatch.demo.nvml import FakeNvml
 from gpuwatch.errors import ScrapeError
 from gpuwatch.model import Batch, Labels, is_stale
-from gpuwatch.web import create_app
 
 
 class FakeFetch:
@@ -271,7 +271,7 @@ def runtime(tmp_path: Path, clock: FakeClock) -> Iterator[Runtime]:
     rt.close()
 
 
-def test_runtime_targets_api_and_queries(runtime: Runtime, clock: FakeClock) -> None:
+def test_runtime_targets_api_and_queries(runtime: Runtime, client: FlaskClient, clock: FakeClock) -> None:
     assert runtime.scrapes is not None
     fetch = FakeFetch()
     fetch.bodies["h:1"] = (
@@ -281,7 +281,6 @@ def test_runtime_targets_api_and_queries(runtime: Runtime, clock: FakeClock) -> 
     runtime.scrapes = ScrapePool(
         runtime.scrapes.configs, default_interval_s=15.0, sink=runtime.store.append, clock=clock, fetch=fetch
     )
-    client = create_app(runtime).test_client()
     before = client.get("/api/v1/targets").get_json()
     assert before["data"]["activeTargets"][0]["health"] == "unknown"
     assert before["data"]["activeTargets"][0]["lastScrape"] == "0001-01-01T00:00:00Z"

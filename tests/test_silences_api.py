@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from flask import Flask
 from flask.testing import FlaskClient
 from werkzeug.serving import make_server
 
@@ -22,7 +23,6 @@ from gpuwatch.config import load
 from gpuwatch.demo.nvml import FakeNvml
 from gpuwatch.notify.api import fingerprint
 from gpuwatch.units import format_rfc3339_millis as format_time
-from gpuwatch.web import create_app
 from tests.conftest import free_port
 
 RULES = """
@@ -57,11 +57,6 @@ def runtime(tmp_path: Path, clock: FakeClock) -> Iterator[Runtime]:
     assert rt.jobs.run("rules")
     yield rt
     rt.close()
-
-
-@pytest.fixture
-def client(runtime: Runtime) -> FlaskClient:
-    return create_app(runtime).test_client()
 
 
 def silence_body(
@@ -283,8 +278,8 @@ def test_bad_posted_alerts_are_named_and_the_good_ones_kept(client: FlaskClient)
 
 
 @pytest.fixture
-def url(runtime: Runtime) -> Iterator[str]:
-    server = make_server("127.0.0.1", 0, create_app(runtime), threaded=True)
+def url(app: Flask) -> Iterator[str]:
+    server = make_server("127.0.0.1", 0, app, threaded=True)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     yield f"http://127.0.0.1:{server.server_port}"

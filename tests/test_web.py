@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from flask.testing import FlaskClient
 from prometheus_client.parser import text_string_to_metric_families
 
 from gpuwatch.app import Runtime, build_runtime
@@ -22,8 +23,7 @@ def tick(runtime: Runtime, clock: FakeClock, n: int = 3) -> None:
     runtime.store.flush()
 
 
-def test_overview_page_and_json(runtime: Runtime, clock: FakeClock) -> None:
-    client = create_app(runtime).test_client()
+def test_overview_page_and_json(runtime: Runtime, client: FlaskClient, clock: FakeClock) -> None:
     empty = client.get("/")
     assert empty.status_code == 200 and b"Waiting for the first samples of 4 GPU(s)" in empty.data
     tick(runtime, clock)
@@ -41,8 +41,9 @@ def test_overview_page_and_json(runtime: Runtime, clock: FakeClock) -> None:
     assert page.count("data-uuid=") == 4 and "node-1" in page
 
 
-def test_lost_gpu_is_shown_and_others_keep_coming(runtime: Runtime, clock: FakeClock, nvml: FakeNvml) -> None:
-    client = create_app(runtime).test_client()
+def test_lost_gpu_is_shown_and_others_keep_coming(
+    runtime: Runtime, client: FlaskClient, clock: FakeClock, nvml: FakeNvml
+) -> None:
     tick(runtime, clock)
     nvml.lose_gpu(2)
     tick(runtime, clock)
@@ -52,8 +53,9 @@ def test_lost_gpu_is_shown_and_others_keep_coming(runtime: Runtime, clock: FakeC
     assert "fell off the bus" in client.get("/").get_data(as_text=True)
 
 
-def test_metrics_endpoint_has_dcgm_names_and_self_metrics(runtime: Runtime, clock: FakeClock) -> None:
-    client = create_app(runtime).test_client()
+def test_metrics_endpoint_has_dcgm_names_and_self_metrics(
+    runtime: Runtime, client: FlaskClient, clock: FakeClock
+) -> None:
     tick(runtime, clock, 2)
     resp = client.get("/metrics")
     assert resp.content_type.startswith("text/plain; version=0.0.4")
@@ -72,8 +74,7 @@ def test_metrics_endpoint_has_dcgm_names_and_self_metrics(runtime: Runtime, cloc
     assert jobs["sample"] >= 1
 
 
-def test_introspection_and_errors(runtime: Runtime, clock: FakeClock) -> None:
-    client = create_app(runtime).test_client()
+def test_introspection_and_errors(runtime: Runtime, client: FlaskClient, clock: FakeClock) -> None:
     tick(runtime, clock, 1)
     assert client.get("/-/health").get_json()["status"] == "ok"
     jobs = {j["name"]: j for j in client.get("/-/jobs").get_json()["jobs"]}
