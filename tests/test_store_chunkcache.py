@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import tempfile
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -10,134 +9,52 @@ from typing import Any
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gpuwatch.clock import FakeClock
 from gpuwatch.errors import StoreError
-from gpuwatch.model import STALE_NAN, Batch, Matcher, Sample, make_labels
+from gpuwatch.model import Batch, Matcher, Sample, make_labels
 from gpuwatch.store import Store
-from gpuwatch.store import writer as writer_module
 from gpuwatch.store.chunkcache import ChunkCache, ChunkIndex
 from gpuwatch.store.chunking import WINDOW_MS
+from tests.storemodel import NAME, T0, ModelledStore, Op, bits, modelled_store, operations, read
 
-NAME = Matcher("__name__", "=", "m")
-T0 = 1_800_000_000_000 // WINDOW_MS * WINDOW_MS
 STEP = 600_000  # 10 minutes: a window holds 12 samples, so ops cross windows and compaction merges them
 RANGES = [(T0, T0 + 30 * STEP), (T0 + 5 * STEP, T0 + 14 * STEP), (T0 + 13 * STEP + 1, T0 + 13 * STEP + 1)]
-Model = dict[str, dict[int, float]]
 
 
-def _bits(v: float) -> int:
-    return int(np.float64(v).view(np.uint64))
+def _cache(store: Store) -> ChunkCache:
+    cache = store._chunks
+    assert cache is not None
+    return cache
 
 
-def _expected(model: Model, start: int, end: int) -> list[tuple[str, list[int], list[int]]]:
-    out = []
-    for s, pts in sorted(model.items()):
-        ts = sorted(t for t in pts if start <= t <= end)
-        if ts:
-            out.append((s, ts, [_bits(pts[t]) for t in ts]))
-    return out
-
-
-def _got(store: Store, start: int, end: int) -> list[tuple[str, list[int], list[int]]]:
-    return sorted(
-        (dict(sd.labels)["s"], sd.timestamps_ms.tolist(), sd.values.view(np.uint64).tolist())
-        for sd in store.select([NAME], start, end)
-    )
-
-
-def _agree(store: Store, model: Model) -> None:
-    for start, end in RANGES:
-        assert _got(store, start, end) == _expected(model, start, end), (start, end)
-    last = {s for s, _, _ in _expected(model, T0, T0 + 40 * STEP)}
-    assert {dict(sd.labels)["s"] for sd in store.select_last([NAME], T0, T0 + 40 * STEP)} == last
-
-
-_value = st.one_of(st.floats(-5, 5, allow_nan=False), st.just(STALE_NAN))
-_op = st.one_of(
-    st.tuples(
-        st.just("batch"), st.integers(0, 30), st.lists(st.tuples(st.sampled_from("ab"), _value), max_size=3)
-    ),
-    st.tuples(
-        st.just("series"),
-        st.sampled_from("abc"),
-        st.lists(st.tuples(st.integers(0, 30), _value), min_size=1, max_size=12),
-    ),
-    st.tuples(st.just("compact")),
-    st.tuples(st.just("retention"), st.integers(0, 20)),
-    st.tuples(st.just("reopen")),
-)
-
-
-def _apply(store: Store, model: Model, op: tuple[Any, ...]) -> None:
-    kind = op[0]
-    if kind == "batch":
-        t = T0 + op[1] * STEP
-        store.append(Batch(t, [Sample("m", make_labels({"s": s}), v) for s, v in op[2]]))
-        for s, v in op[2]:
-            model.setdefault(s, {})[t] = v
-    elif kind == "series":
-        t = np.array([T0 + x * STEP for x, _ in op[2]], np.int64)
-        v = np.array([v for _, v in op[2]], np.float64)
-        store.append_series("m", make_labels({"s": op[1]}), t, v)
-        for ti, vi in zip(t.tolist(), v.tolist(), strict=True):
-            model.setdefault(op[1], {})[ti] = vi
-    elif kind == "compact":
-        store.compact()
-    elif kind == "retention":
-        cutoff = T0 + op[1] * STEP
-        store.apply_retention(cutoff)
-        for pts in model.values():
-            for t in [t for t in pts if t < cutoff]:
-                del pts[t]
-
-
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(ops=st.lists(_op, min_size=1, max_size=14), cache_kb=st.sampled_from([1, 4, 1024]))
+@settings(max_examples=25, deadline=None)
+@given(ops=operations(slots=30, retention_slots=20), cache_kb=st.sampled_from([1, 4, 1024]))
 def test_reads_return_what_was_written_through_compaction_retention_and_reopening(
-    ops: list[tuple[Any, ...]], cache_kb: int, monkeypatch: pytest.MonkeyPatch
+    ops: list[Op], cache_kb: int
 ) -> None:
-    monkeypatch.setattr(writer_module, "_BULK_MIN", 6)  # imports of 6+ samples become chunks directly
-    clock = FakeClock(T0 / 1000)
-
-    def open_store(tmp: str, **kw: Any) -> Store:
-        return Store.open(Path(tmp), clock=clock, chunk_cache_mb=cache_kb / 1024, **kw)
-
-    model: Model = {}
-    with tempfile.TemporaryDirectory() as tmp:
-        store = open_store(tmp, flush_interval_s=3600, retention_s=0)
-        try:
-            for op in ops:
-                if op[0] == "reopen":
-                    store.close()
-                    store = open_store(tmp, flush_interval_s=3600, retention_s=0)
-                else:
-                    _apply(store, model, op)
-                store.flush()
-                _agree(store, model)
-                _agree(store, model)  # again: now from the cache where it kept them
-                cache = store._chunks
-                assert cache is not None and cache.bytes <= cache.max_bytes
-            store.close()
-            store = open_store(tmp, read_only=True)
-            _agree(store, model)
-            _agree(store, model)
-        finally:
-            store.close()
+    with modelled_store(step_ms=STEP, chunk_cache_mb=cache_kb / 1024) as m:
+        for op in ops:
+            m.apply(op)
+            m.agree(RANGES)
+            m.agree(RANGES)  # again: now from the cache where it kept them
+            cache = _cache(m.store)
+            assert cache.bytes <= cache.max_bytes
+        m.reopen_read_only()
+        m.agree(RANGES)
+        m.agree(RANGES)
 
 
-def _store_with_chunks_and_head() -> tuple[Store, Model]:
+def _store_with_chunks_and_head() -> ModelledStore:
     """Two compacted windows of series a and b, and a head row of each in the third."""
-    store = Store.open(None, clock=FakeClock(T0 / 1000), flush_interval_s=3600)
-    model: Model = {}
+    m = ModelledStore(None, step_ms=STEP, retention_s=30 * 86400)
     for k in range(24):
-        _apply(store, model, ("batch", k, [("a", float(k)), ("b", -float(k))]))
-    store.compact()
-    _apply(store, model, ("batch", 24, [("a", 24.0), ("b", -24.0)]))
-    store.flush()
-    return store, model
+        m.apply(("batch", k, [("a", float(k)), ("b", -float(k))]), flush=False)
+    m.store.compact()
+    m.apply(("batch", 24, [("a", 24.0), ("b", -24.0)]))
+    return m
 
 
 def _once(action: Callable[[], None]) -> Callable[[], None]:
@@ -156,9 +73,9 @@ def test_a_compaction_between_the_index_and_the_head_read_loses_nothing(
 ) -> None:
     """The head rows move into new chunks after the reader took the chunk index and before it reads the
     head: the index misses the new chunks and the head is empty, so the read must notice and read again."""
-    store, model = _store_with_chunks_and_head()
-    with store:
-        _agree(store, model)  # the index is built and the chunks cached
+    m = _store_with_chunks_and_head()
+    with m.store as store:
+        m.agree(RANGES)  # the index is built and the chunks cached
         compact = _once(store.compact)
         original = ChunkCache.index
 
@@ -168,16 +85,16 @@ def test_a_compaction_between_the_index_and_the_head_read_loses_nothing(
             return found
 
         monkeypatch.setattr(ChunkCache, "index", index_then_compact)
-        assert _got(store, T0, T0 + 30 * STEP) == _expected(model, T0, T0 + 30 * STEP)
+        assert m.read(T0, T0 + 30 * STEP) == m.expected(T0, T0 + 30 * STEP)
         assert store.stats()["head_samples"] == 0  # the compaction did happen inside the read
-        _agree(store, model)
+        m.agree(RANGES)
 
 
 def test_an_index_built_while_the_writer_rewrites_chunks_is_not_kept(monkeypatch: pytest.MonkeyPatch) -> None:
-    store, model = _store_with_chunks_and_head()
-    with store:
-        before = _expected(model, T0, T0 + 30 * STEP)
-        _apply(store, model, ("batch", 25, [("a", 25.0)]))
+    m = _store_with_chunks_and_head()
+    with m.store as store:
+        before = m.expected(T0, T0 + 30 * STEP)
+        m.apply(("batch", 25, [("a", 25.0)]), flush=False)
 
         def rewrite() -> None:
             store.compact()  # moves the head rows (t 24 and 25) into chunks
@@ -193,32 +110,30 @@ def test_an_index_built_while_the_writer_rewrites_chunks_is_not_kept(monkeypatch
 
         monkeypatch.setattr(ChunkIndex, "load", classmethod(load_then_rewrite))
         store.flush()
-        assert _got(store, T0, T0 + 30 * STEP) in (before, _expected(model, T0, T0 + 30 * STEP))
-        cache = store._chunks
-        assert cache is not None and cache._index is None  # built during a write: not kept
-        _agree(store, model)  # the next reads build it again and see the new chunks
+        assert m.read(T0, T0 + 30 * STEP) in (before, m.expected(T0, T0 + 30 * STEP))
+        assert _cache(store)._index is None  # built during a write: not kept
+        m.agree(RANGES)  # the next reads build it again and see the new chunks
 
 
 def test_chunks_rewritten_after_they_were_cached_are_read_anew() -> None:
     """Compaction merges a window's chunks into one and retention trims them: cached chunks of before are
     not what is stored any more, and reads must show what is."""
-    store = Store.open(None, clock=FakeClock(T0 / 1000), flush_interval_s=3600, retention_s=0)
-    model: Model = {}
-    with store:
+    m = ModelledStore(None, step_ms=STEP)
+    with m.store as store:
         for k in range(0, 12, 2):
-            _apply(store, model, ("batch", k, [("a", float(k))]))
+            m.apply(("batch", k, [("a", float(k))]), flush=False)
         store.compact()
-        _agree(store, model)
+        m.agree(RANGES)
         for k in range(1, 12, 2):  # the same window again: compaction merges the two chunks into one
-            _apply(store, model, ("batch", k, [("a", 100.0 + k)]))
-        _apply(store, model, ("batch", 4, [("a", -4.0)]))  # and overwrites a sample
+            m.apply(("batch", k, [("a", 100.0 + k)]), flush=False)
+        m.apply(("batch", 4, [("a", -4.0)]), flush=False)  # and overwrites a sample
         store.compact()
-        _agree(store, model)
-        _apply(store, model, ("retention", 7))
-        _agree(store, model)
+        m.agree(RANGES)
+        m.apply(("retention", 7), flush=False)
+        m.agree(RANGES)
         # What the cache holds is what is stored now: the chunks before the merge and the trim are gone.
-        cache = store._chunks
-        assert cache is not None and cache._index is not None
+        cache = _cache(store)
+        assert cache._index is not None
         live = set(cache._index.keys(np.arange(cache._index.sid.size)))
         assert cache._where and set(cache._where) <= live
         assert cache.bytes == sum(b.nbytes for b in cache._blocks.values())
@@ -259,7 +174,7 @@ def test_a_store_without_a_cache_reads_the_same() -> None:
             store.append(Batch(int(t[-1]) + 15_000, [Sample("m", make_labels({"s": "a"}), 7.0)]))
             store.flush()
             assert (store._chunks is None) == (mb == 0)
-            answers.append(_got(store, int(t[100]), int(t[-1]) + 15_000))
+            answers.append(read(store, int(t[100]), int(t[-1]) + 15_000))
     assert answers[0] == answers[1]
     assert answers[0][0][1][-1] == int(t[-1]) + 15_000  # the head row
 
@@ -430,27 +345,18 @@ def _read(store: Store) -> list[float]:
 
 
 @pytest.mark.parametrize("cache_mb", [0.0, 1.0])
-def test_a_head_row_overwritten_by_a_later_import_stays_overwritten(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, cache_mb: float
-) -> None:
+def test_a_head_row_overwritten_by_a_later_import_stays_overwritten(cache_mb: float) -> None:
     # Found by Hypothesis: a sample written live (head), then an import of the same time (a bulk chunk, newer),
     # then a newer live sample of the same series at another time. Reads took the head part's newest seq for
     # all its rows, and compaction gave the old row the chunk's newest seq: the old value came back.
-    monkeypatch.setattr(writer_module, "_BULK_MIN", 6)
-    a = make_labels({"s": "a"})
-    with Store.open(
-        tmp_path, clock=FakeClock(T0 / 1000), chunk_cache_mb=cache_mb, flush_interval_s=3600
-    ) as store:
-        store.append(Batch(T0 + STEP, [Sample("m", a, 1.0)]))
-        store.flush()
-        store.append_series("m", a, np.array([T0] * 5 + [T0 + STEP], np.int64), np.array([2.0] * 5 + [0.0]))
-        store.flush()
-        store.append(Batch(T0, [Sample("m", a, 3.0)]))
-        store.flush()
-        want = [("a", [T0, T0 + STEP], [_bits(3.0), _bits(0.0)])]
-        assert _got(store, T0, T0 + 30 * STEP) == want
-        assert _got(store, T0, T0 + 30 * STEP) == want  # again, from the cache where kept
-        store.compact()
-        assert _got(store, T0, T0 + 30 * STEP) == want
-    with Store.open(tmp_path, clock=FakeClock(T0 / 1000), read_only=True) as store:
-        assert _got(store, T0, T0 + 30 * STEP) == want
+    with modelled_store(step_ms=STEP, chunk_cache_mb=cache_mb) as m:
+        m.apply(("batch", 1, [("a", 1.0)]))
+        m.apply(("series", "a", [(0, 2.0)] * 5 + [(1, 0.0)]))  # 6 samples: a chunk of its own
+        m.apply(("batch", 0, [("a", 3.0)]))
+        want = [("a", [T0, T0 + STEP], [bits(3.0), bits(0.0)])]
+        assert m.read(T0, T0 + 30 * STEP) == want
+        assert m.read(T0, T0 + 30 * STEP) == want  # again, from the cache where kept
+        m.apply(("compact",))
+        assert m.read(T0, T0 + 30 * STEP) == want
+        m.reopen_read_only()
+        assert m.read(T0, T0 + 30 * STEP) == want
