@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import os
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -37,7 +37,12 @@ class FakeFetch:
         return FetchResult(body, "text/plain; version=0.0.4")
 
 
-def pool_for(jobs: list[dict[str, object]], fetch: FakeFetch, clock: FakeClock, **kw: object):  # type: ignore[no-untyped-def]
+def pool_for(
+    jobs: list[dict[str, object]],
+    fetch: Callable[[TargetSpec, float], FetchResult],
+    clock: FakeClock,
+    **kw: object,
+):  # type: ignore[no-untyped-def]
     batches: list[Batch] = []
     pool = ScrapePool(
         parse_scrape_configs(jobs),
@@ -318,18 +323,18 @@ def test_runtime_targets_api_and_queries(runtime: Runtime, client: FlaskClient, 
 
 def test_removing_a_target_mid_scrape_does_not_block_and_still_ends_its_series(clock: FakeClock) -> None:
     release, entered = threading.Event(), threading.Event()
-    fetch = FakeFetch()
-    fetch.bodies["h:1"] = b"m 1\n"
+    fetches: list[str] = []
+
+    def fetch(spec: TargetSpec, timeout_s: float) -> FetchResult:
+        fetches.append(spec.address)
+        if len(fetches) > 1:  # the second scrape hangs until released
+            entered.set()
+            assert release.wait(10)
+        return FetchResult(f"m {len(fetches)}\n".encode(), None)
+
     pool, batches = pool_for([{"job_name": "j", "static_configs": [{"targets": ["h:1"]}]}], fetch, clock)
     pool.scrape_all()
     (target,) = pool.targets()
-
-    def slow(spec: TargetSpec, timeout_s: float) -> FetchResult:
-        entered.set()
-        assert release.wait(10)
-        return FetchResult(b"m 2\n", None)
-
-    target._fetch = slow
     worker = threading.Thread(target=pool.scrape, args=(target,))
     worker.start()
     assert entered.wait(10)

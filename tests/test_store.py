@@ -481,16 +481,7 @@ def test_compaction_of_a_store_with_many_chunks_stays_within_duckdbs_memory_cap(
             store.compact()
         (sd,) = store.select([Matcher("__name__", "=", "temp")], w0, w0 + 2 * WINDOW_MS)
         assert sd.timestamps_ms.tolist() == t.tolist() and sd.values.tolist() == (t / 1e3).tolist()
-        per_window = (
-            store._cursor()
-            .execute(
-                "SELECT count(*) FROM chunks WHERE series_id = (SELECT series_id FROM series WHERE name = 'temp') "
-                "GROUP BY t_min_ms // ?",
-                [WINDOW_MS],
-            )
-            .fetchall()
-        )
-        assert per_window == [(1,), (1,)]
+        assert store.stats()["chunks"] == 504_000 + 2  # the others' and one of temp's in each window
 
 
 def test_a_failed_write_is_one_line_in_the_error_and_the_log(
