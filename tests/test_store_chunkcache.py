@@ -25,6 +25,7 @@ RANGES = [(T0, T0 + 30 * STEP), (T0 + 5 * STEP, T0 + 14 * STEP), (T0 + 13 * STEP
 
 
 def _cache(store: Store) -> ChunkCache:
+    """The store's chunk cache (private: the store has no public view of it)."""
     cache = store._chunks
     assert cache is not None
     return cache
@@ -146,8 +147,7 @@ def test_the_cache_keeps_within_its_size_and_skips_reads_bigger_than_half_of_it(
         for s in range(6):
             store.append_series("m", make_labels({"s": str(s)}), t, np.sin(t / 1e6 + s))
         store.flush()
-        cache = store._chunks
-        assert cache is not None
+        cache = _cache(store)
         small = [Matcher("__name__", "=", "m"), Matcher("s", "=", "0")]
         first = store.select(small, int(t[0]), int(t[-1]))
         assert cache.bytes > 2_000 * 16
@@ -187,8 +187,7 @@ def test_the_setting_sizes_the_cache_of_gpuwatch_serve(tmp_path: Path, clock: Fa
     settings = load(None, {"GPUWATCH_CHUNK_CACHE_MB": "16"}, {"data_dir": str(tmp_path / "d"), "demo": True})
     runtime = build_runtime(settings, "node-1", clock=clock, nvml=nvml)
     try:
-        cache = runtime.store._chunks
-        assert cache is not None and cache.max_bytes == 16 * 2**20
+        assert _cache(runtime.store).max_bytes == 16 * 2**20
     finally:
         runtime.close()
     with pytest.raises(ConfigError, match="chunk_cache_mb"):
@@ -294,7 +293,7 @@ def test_a_store_from_before_the_chunk_hash_column_is_upgraded_and_read_alike(tm
         for _ in range(2):
             (sd,) = store.select([NAME], T0, T0 + 40 * STEP)
             assert sd.timestamps_ms.tolist() == t.tolist() and sd.values.tolist() == (t / 1000.0).tolist()
-        assert store._chunks is not None and store._chunks.served == 1  # the second read, from memory
+        assert _cache(store).served == 1  # the second read, from memory
         store.append_series("m", make_labels({"s": "b"}), t, np.ones(t.size))
         store.compact()  # b's chunks, and a's merged again
         cur = store._cursor()
