@@ -15,7 +15,6 @@ from gpuwatch import regex
 from gpuwatch.app import Runtime
 from gpuwatch.clock import FakeClock
 from gpuwatch.model import Batch, Sample
-from gpuwatch.web import create_app
 
 HOSTILE = ["(a+)+$", "(.*.*)*z", "(x+x+)+y", "(a|aa)+$", "((a*)*)*b"]
 
@@ -56,40 +55,37 @@ def test_expand_as_go_does() -> None:
     assert regex.expand("[$3][$9][${nope}][$]", m) == "[][][][$]"
 
 
-def _client(runtime: Runtime, clock: FakeClock) -> FlaskClient:
+@pytest.fixture
+def marker(runtime: Runtime, clock: FakeClock) -> None:
+    """One series `marker` with a 5 001-character label value."""
     labels = (("__name__", "marker"), ("v", "a" * 5000 + "!"))
     runtime.store.append(Batch(clock.now_ms(), [Sample("marker", labels, 1.0)]))
     runtime.store.flush()
-    return create_app(runtime).test_client()
 
 
 @pytest.mark.parametrize("pattern", HOSTILE)
-def test_a_hostile_selector_is_answered(runtime: Runtime, clock: FakeClock, pattern: str) -> None:
-    client = _client(runtime, clock)
+def test_a_hostile_selector_is_answered(client: FlaskClient, marker: None, pattern: str) -> None:
     r = client.get("/api/v1/query", query_string={"query": f'marker{{v=~"{pattern}"}}'})
     assert r.status_code == 200 and r.get_json()["data"]["result"] == []
     r = client.get("/api/v1/series", query_string={"match[]": f'{{__name__=~"{pattern}"}}'})
     assert r.status_code == 200 and r.get_json()["data"] == []
 
 
-def test_a_selector_re2_rejects_is_a_400_naming_it(runtime: Runtime, clock: FakeClock) -> None:
-    client = _client(runtime, clock)
+def test_a_selector_re2_rejects_is_a_400_naming_it(client: FlaskClient, marker: None) -> None:
     r = client.get("/api/v1/query", query_string={"query": 'marker{v=~"(?<=a)b"}'})
     body = r.get_json()
     assert r.status_code == 400 and body["errorType"] == "bad_data" and "(?<=a)b" in body["error"]
 
 
-def test_label_replace_is_re2(runtime: Runtime, clock: FakeClock) -> None:
-    client = _client(runtime, clock)
+def test_label_replace_is_re2(client: FlaskClient, marker: None) -> None:
     q = 'label_replace(marker, "short", "$1", "v", "(a{3})(a+)+!")'
     r = client.get("/api/v1/query", query_string={"query": q})
     assert r.status_code == 200 and r.get_json()["data"]["result"][0]["metric"]["short"] == "aaa"
 
 
 def test_silences_with_hostile_regexes_are_stored_and_alerts_stay_answerable(
-    runtime: Runtime, clock: FakeClock, tmp_path: Path
+    client: FlaskClient, clock: FakeClock, tmp_path: Path
 ) -> None:
-    client = create_app(runtime).test_client()
     now = clock.now_ms()
     body = {
         "matchers": [{"name": "alertname", "value": "(.*.*)*z", "isRegex": True, "isEqual": True}],
@@ -107,8 +103,7 @@ def test_silences_with_hostile_regexes_are_stored_and_alerts_stay_answerable(
     assert [a["status"]["silencedBy"] for a in alerts] == [[]]
 
 
-def test_a_silence_re2_rejects_is_refused_naming_it(runtime: Runtime) -> None:
-    client = create_app(runtime).test_client()
+def test_a_silence_re2_rejects_is_refused_naming_it(client: FlaskClient) -> None:
     body = {
         "matchers": [{"name": "alertname", "value": "(a)\\1", "isRegex": True, "isEqual": True}],
         "startsAt": "2020-01-01T00:00:00Z",

@@ -300,9 +300,7 @@ def test_api_alerts_and_rules_in_prometheus_shapes(
     assert client.get("/api/v1/rules?type=bogus").status_code == 400
 
 
-def test_reload_keeps_previous_rules_when_a_file_is_bad(
-    runtime: Runtime, client: FlaskClient, tmp_path: Path
-) -> None:
+def test_reload_keeps_previous_rules_when_a_file_is_bad(client: FlaskClient, tmp_path: Path) -> None:
     (tmp_path / "more.yml").write_text("groups: [{name: more, rules: [{record: 'x:y', expr: vector(1)}]}]")
     assert client.post("/-/reload").get_json() == {"status": "success"}
     names = [
