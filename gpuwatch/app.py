@@ -324,6 +324,7 @@ def scrape_pool(
         sink=store.append,
         clock=clock,
         base_dir=settings.config_file.parent if settings.config_file is not None else None,
+        label_limits=settings.label_limits,
     )
 
 
@@ -378,7 +379,7 @@ def build_runtime(settings: Settings, hostname: str, clock: Clock | None = None,
         jobs.add("rules", runtime.rules.run_due, runtime.rules.min_interval_s)
         runtime.silences = Silences(store, clock)
         jobs.add("silences", runtime.silences.gc, 3600.0)
-        runtime.received = ReceivedAlerts(clock)
+        runtime.received = ReceivedAlerts(clock, label_limits=settings.label_limits)
         runtime.notifier = build_notifier(
             settings, store, clock, hostname, muted_by=runtime.silences.muted_by
         )

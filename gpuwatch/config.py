@@ -13,6 +13,7 @@ import yaml
 from gpuwatch.collect.logconfig import LogFileConfig, parse_log_files
 from gpuwatch.collect.scrapeconfig import ScrapeConfig, parse_scrape_configs, parse_scrape_urls
 from gpuwatch.errors import ConfigError
+from gpuwatch.model import LabelLimits
 from gpuwatch.notify.alerting import AlertingConfig, parse_alerting
 from gpuwatch.notify.config import NotifyConfig, parse_notify
 from gpuwatch.rules.config import BuiltinRules, parse_builtin_rules, parse_language
@@ -138,6 +139,37 @@ OPTIONS: tuple[Option, ...] = (
     Option("query_timeout", _parse_positive_duration(0.1, 3600), 120.0, "Longest time one query may run."),
     Option("query_max_samples", _parse_int(1000, 10**10), 50_000_000, "Most samples one query may load."),
     Option(
+        "query_max_length",
+        _parse_int(64, 10**7),
+        16384,
+        "Most bytes one query's text may have; a longer one is refused (400) before it is parsed.",
+    ),
+    Option(
+        "query_max_depth",
+        _parse_int(2, 150),
+        100,
+        "Most nesting levels (brackets plus operators) one query may have; a deeper one is refused (400).",
+    ),
+    Option(
+        "label_limit",
+        _parse_int(0, 10_000),
+        64,
+        "Most labels a series may have (metric name included) on every write path: scrape, push, import, "
+        "posted alerts (0: no limit).",
+    ),
+    Option(
+        "label_name_length_limit",
+        _parse_int(0, 10**6),
+        1024,
+        "Longest label name on every write path (0: no limit).",
+    ),
+    Option(
+        "label_value_length_limit",
+        _parse_int(0, 10**7),
+        4096,
+        "Longest label value on every write path (0: no limit).",
+    ),
+    Option(
         "chunk_cache_mb",
         _parse_int(0, 1_000_000),
         128,
@@ -250,7 +282,17 @@ class Settings:
     alerting: AlertingConfig = AlertingConfig()
     demo_sources: bool = True
     chunk_cache_mb: int = 128
+    query_max_length: int = 16384
+    query_max_depth: int = 100
+    label_limit: int = 64
+    label_name_length_limit: int = 1024
+    label_value_length_limit: int = 4096
     config_file: Path | None = None
+
+    @property
+    def label_limits(self) -> LabelLimits:
+        """The limits every write path checks labels against."""
+        return LabelLimits(self.label_limit, self.label_name_length_limit, self.label_value_length_limit)
 
     @property
     def query_timeout_s(self) -> float:

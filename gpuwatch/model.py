@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 import struct
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
@@ -25,6 +25,33 @@ STALE_NAN: float = struct.unpack("<d", struct.pack("<Q", STALE_NAN_BITS))[0]
 def is_stale(value: float) -> bool:
     """Tell whether `value` is Prometheus's staleness marker (not any NaN)."""
     return math.isnan(value) and struct.unpack("<Q", struct.pack("<d", value))[0] == STALE_NAN_BITS
+
+
+@dataclass(frozen=True)
+class LabelLimits:
+    """How many labels a series may carry and how long their names and values may be: the same on
+    every write path (scrape, push, import, alerts posted by other senders), so that no request can
+    make gpuwatch hold an unbounded label. 0 means no limit, as in Prometheus's scrape configs."""
+
+    labels: int = 64
+    name_length: int = 1024
+    value_length: int = 4096
+
+    def problem(self, labels: Iterable[tuple[str, str]]) -> str | None:
+        """Return what is over a limit in `labels` (metric name included as `__name__`), or None."""
+        n = 0
+        for name, value in labels:
+            n += 1
+            if self.name_length and len(name) > self.name_length:
+                return f"label name {name[:40]!r}... is longer than {self.name_length} characters (label_name_length_limit)"
+            if self.value_length and len(value) > self.value_length:
+                return f"value of label {name!r} is longer than {self.value_length} characters (label_value_length_limit)"
+        if self.labels and n > self.labels:
+            return f"more than {self.labels} labels (label_limit)"
+        return None
+
+
+DEFAULT_LABEL_LIMITS = LabelLimits()
 
 
 def make_labels(labels: Mapping[str, str]) -> Labels:

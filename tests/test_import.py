@@ -13,7 +13,7 @@ from flask.testing import FlaskClient
 
 from gpuwatch.clock import FakeClock
 from gpuwatch.collect.importer import import_text, prepare
-from gpuwatch.model import Matcher
+from gpuwatch.model import LabelLimits, Matcher
 from gpuwatch.store import Store
 from gpuwatch.web import importapi
 
@@ -37,7 +37,8 @@ def store() -> Iterator[Store]:
 @pytest.fixture
 def runtime(store: Store) -> SimpleNamespace:
     """What the import API reads of a runtime: the store and the clock (conftest's `client` serves it)."""
-    return SimpleNamespace(store=store, clock=FakeClock(NOW_MS / 1000))
+    settings = SimpleNamespace(label_limits=LabelLimits())
+    return SimpleNamespace(store=store, clock=FakeClock(NOW_MS / 1000), settings=settings)
 
 
 def _all(store: Store) -> dict[tuple[str, tuple], list[tuple[int, float]]]:
@@ -142,3 +143,23 @@ def test_api_body_size_cap(client: FlaskClient, monkeypatch: pytest.MonkeyPatch)
 def test_api_bad_gzip(client: FlaskClient) -> None:
     resp = client.post("/api/v1/import/prometheus", data=b"not gzip", headers={"Content-Encoding": "gzip"})
     assert resp.status_code == 400 and "gzip" in resp.json["error"]
+
+
+@pytest.mark.parametrize(
+    ("line", "problem"),
+    [
+        ('big{v="' + "x" * 5000 + '"} 1 1000', "value of label 'v' is longer than 4096 characters"),
+        ("many{" + ",".join(f'l{i}="v"' for i in range(70)) + "} 1 1000", "more than 64 labels"),
+        ("y{" + "l" * 2000 + '="v"} 1 1000', "is longer than 1024 characters"),
+    ],
+)
+def test_series_over_the_label_limits_are_refused_as_push_refuses_them(
+    client: FlaskClient, store: Store, line: str, problem: str
+) -> None:
+    body = "ok 1 1000\n" + line + "\n" + line.replace(" 1 1000", " 2 2000") + "\n"
+    r = client.post("/api/v1/import/prometheus", data=body)
+    assert r.status_code == 400 and problem in r.get_json()["error"]
+    assert r.get_json()["error"].count(problem) == 1, "one error per series, not per sample"
+    assert _all(store) == {}, "all or nothing"
+    r = client.post("/api/v1/import/prometheus?partial=true", data=body)
+    assert r.status_code == 200 and list(_all(store)) == [("ok", ())]

@@ -19,7 +19,7 @@ from gpuwatch.collect.scrapepool import ScrapePool
 from gpuwatch.config import load
 from gpuwatch.demo.nvml import FakeNvml
 from gpuwatch.errors import ScrapeError
-from gpuwatch.model import Batch, Labels, is_stale
+from gpuwatch.model import Batch, LabelLimits, Labels, is_stale
 
 
 class FakeFetch:
@@ -177,6 +177,38 @@ def test_sample_limit_fails_the_scrape(clock: FakeClock) -> None:
     (state,) = pool.states()
     assert state["health"] == "down"
     assert state["lastError"] == "sample_limit exceeded: 3 samples after relabelling, limit 2"
+
+
+@pytest.mark.parametrize(
+    ("body", "error"),
+    [
+        (
+            b'big{v="' + b"x" * 5000 + b'"} 1\n',
+            "label limits exceeded: big: value of label 'v' is longer than 100",
+        ),
+        (b"wide{" + b",".join(b'l%d="v"' % i for i in range(9)) + b"} 1\n", "wide: more than 8 labels"),
+    ],
+)
+def test_label_limits_fail_the_scrape(clock: FakeClock, body: bytes, error: str) -> None:
+    fetch = FakeFetch()
+    fetch.bodies["h:1"] = b"a 1\n"
+    jobs = [{"job_name": "j", "static_configs": [{"targets": ["h:1"]}]}]
+    pool, batches = pool_for(jobs, fetch, clock, label_limits=LabelLimits(8, 100, 100))
+    pool.scrape_all()
+    fetch.bodies["h:1"] = b"a 2\n" + body
+    clock.advance(15)
+    del batches[:]
+    pool.scrape_all()
+    got = by_key(batches)
+    t = L(job="j", instance="h:1")
+    assert got[("up", t)] == 0 and is_stale(got[("a", t)])
+    (state,) = pool.states()
+    assert state["health"] == "down" and error in state["lastError"]
+    fetch.bodies["h:1"] = b"a 3\n"
+    clock.advance(15)
+    del batches[:]
+    pool.scrape_all()
+    assert by_key(batches)[("up", t)] == 1, "the next clean page is taken again"
 
 
 def test_staleness_for_a_vanished_series_and_a_target_going_down(clock: FakeClock) -> None:

@@ -362,3 +362,18 @@ def test_cli_defaults_to_the_configured_port(
     config.write_text(f"port: {port}\n")
     assert main(["silence", "list", "--config", str(config)]) == 2
     assert capsys.readouterr().err == f"gpuwatch: cannot reach http://127.0.0.1:{port}: ConnectionError\n"
+
+
+def test_posted_alerts_over_the_label_limits_are_refused(client: FlaskClient) -> None:
+    huge = {"labels": {"alertname": "Big", "blob": "x" * 20_000_000}, "annotations": {}}
+    many = {"labels": {"alertname": "Many", **{f"l{i}": "v" for i in range(80)}}}
+    long_note = {"labels": {"alertname": "Note"}, "annotations": {"summary": "y" * 5000}}
+    ok = {"labels": {"alertname": "Fine"}}
+    r = client.post("/api/v2/alerts", json=[huge, many, long_note, ok])
+    assert r.status_code == 400
+    text = r.get_json()
+    assert "alert 0: labels: value of label 'blob' is longer than 4096 characters" in text
+    assert "alert 1: labels: more than 64 labels" in text
+    assert "alert 2: annotations: value of label 'summary' is longer than 4096 characters" in text
+    names = [a["labels"]["alertname"] for a in client.get("/api/v2/alerts").get_json()]
+    assert "Fine" in names and not {"Big", "Many", "Note"} & set(names)

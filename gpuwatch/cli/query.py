@@ -285,12 +285,13 @@ def run_import(
         settings = _settings(args, env)
         files = [(name, _read(name, stdin)) for name in args.files]
         prepared = [
-            (name, data, prepare(data, now_ms=now_ms, openmetrics=openmetrics)) for name, data in files
+            (name, data, prepare(data, now_ms=now_ms, openmetrics=openmetrics, limits=settings.label_limits))
+            for name, data in files
         ]
         bad = 0
         for name, _, p in prepared:
             for e in p.errors:
-                print(f"{name}:{e.line_no}: {e.message}", file=err)
+                print(f"{name}:{e.line_no}: {e.message}" if e.line_no else f"{name}: {e.message}", file=err)
                 bad += 1
         if bad and not args.partial:
             say(f"{bad} invalid line(s); nothing imported (use --partial to import the valid lines)")

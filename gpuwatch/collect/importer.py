@@ -14,7 +14,7 @@ from typing import Protocol
 
 import numpy as np
 
-from gpuwatch.model import Labels
+from gpuwatch.model import DEFAULT_LABEL_LIMITS, LabelLimits, Labels
 from gpuwatch.promtext.parser import ParseIssue, parse
 
 
@@ -65,10 +65,19 @@ class ImportResult:
         return bool(self.errors) and self.samples == 0 and self.series == 0
 
 
-def prepare(data: bytes | str, *, now_ms: int, openmetrics: bool | None = None) -> Prepared:
-    """Parse `data` and group its samples per series, sorted by time; nothing is written."""
+def prepare(
+    data: bytes | str,
+    *,
+    now_ms: int,
+    openmetrics: bool | None = None,
+    limits: LabelLimits = DEFAULT_LABEL_LIMITS,
+) -> Prepared:
+    """Parse `data` and group its samples per series, sorted by time; nothing is written. A series
+    over the label limits is an error (one per series) and is left out."""
     result = parse(data, openmetrics=openmetrics, default_timestamp_ms=now_ms)
+    errors = list(result.errors)
     groups: dict[tuple[str, Labels], tuple[list[int], list[float]]] = {}
+    refused: set[tuple[str, Labels]] = set()
     clean: dict[Labels, Labels] = {}
     for name, labels, ts, value in result.samples:
         kept = clean.get(labels)
@@ -76,6 +85,13 @@ def prepare(data: bytes | str, *, now_ms: int, openmetrics: bool | None = None) 
             kept = clean[labels] = tuple(p for p in labels if p[1] != "")
         entry = groups.get((name, kept))
         if entry is None:
+            if (name, kept) in refused:
+                continue
+            problem = limits.problem((("__name__", name), *kept))
+            if problem is not None:
+                refused.add((name, kept))
+                errors.append(ParseIssue(0, f"series {name}: {problem}", name))
+                continue
             entry = groups[(name, kept)] = ([], [])
         entry[0].append(now_ms if ts is None else ts)
         entry[1].append(value)
@@ -88,7 +104,7 @@ def prepare(data: bytes | str, *, now_ms: int, openmetrics: bool | None = None) 
         keep = np.ones(len(t), dtype=bool)
         keep[:-1] = t[1:] != t[:-1]  # a repeated timestamp: keep the last line's value
         series.append(PreparedSeries(name, labels, t[keep], v[keep]))
-    return Prepared(series, result.errors, result.lines)
+    return Prepared(series, errors, result.lines)
 
 
 def write(store: SeriesSink, prepared: Prepared) -> ImportResult:
@@ -110,9 +126,10 @@ def import_text(
     now_ms: int,
     openmetrics: bool | None = None,
     partial: bool = False,
+    limits: LabelLimits = DEFAULT_LABEL_LIMITS,
 ) -> ImportResult:
     """Parse and import one body; with errors and not `partial`, write nothing and return the errors."""
-    prepared = prepare(data, now_ms=now_ms, openmetrics=openmetrics)
+    prepared = prepare(data, now_ms=now_ms, openmetrics=openmetrics, limits=limits)
     if prepared.errors and not partial:
         return ImportResult(0, 0, list(prepared.errors))
     return write(store, prepared)

@@ -27,12 +27,18 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpuwatch.errors import GpuwatchError
-from gpuwatch.model import STALE_NAN, Labels, MetricInfo, Sample, make_labels
+from gpuwatch.model import (
+    DEFAULT_LABEL_LIMITS,
+    STALE_NAN,
+    LabelLimits,
+    Labels,
+    MetricInfo,
+    Sample,
+    make_labels,
+)
 from gpuwatch.promtext.parser import ParseResult
 
 REEMIT_INTERVAL_S = 15.0
-MAX_LABELS = 64  # per series, grouping key included
-MAX_LABEL_VALUE = 4096  # characters
 MAX_SERIES_PER_GROUP = 50_000
 MAX_GROUPS = 10_000
 MAX_POINTS = 10_000  # objects in one JSON push
@@ -96,11 +102,15 @@ class PushError(GpuwatchError):
 def _check_label(name: str, value: str, where: str) -> None:
     if not LABEL_NAME.fullmatch(name) or name.startswith("__"):
         raise PushError(f"{where}: invalid label name {name!r}")
-    if len(value) > MAX_LABEL_VALUE:
-        raise PushError(f"{where}: value of label {name!r} is longer than {MAX_LABEL_VALUE} characters")
 
 
-def parse_grouping_key(path: str) -> Labels:
+def _check_limits(labels: Mapping[str, str], where: str, limits: LabelLimits) -> None:
+    problem = limits.problem(labels.items())
+    if problem is not None:
+        raise PushError(f"{where}: {problem}")
+
+
+def parse_grouping_key(path: str, limits: LabelLimits = DEFAULT_LABEL_LIMITS) -> Labels:
     """Turn `job/<job>{/<label>/<value>}` (as after `/metrics/`) into the group's labels.
 
     A `<label>@base64` segment means the value is URL-safe base64 (padding optional; `=` is empty).
@@ -128,8 +138,7 @@ def parse_grouping_key(path: str) -> Labels:
         key[name] = value
     if not key.get("job"):
         raise PushError("grouping key: the job name is empty")
-    if len(key) > MAX_LABELS:
-        raise PushError(f"grouping key: more than {MAX_LABELS} labels")
+    _check_limits(key, "grouping key", limits)
     return make_labels(key)
 
 
@@ -147,7 +156,7 @@ def _family(name: str, metadata: Mapping[str, Any]) -> str:
 Families = dict[str, dict[tuple[str, Labels], float]]
 
 
-def families_from(result: ParseResult, key: Labels) -> Families:
+def families_from(result: ParseResult, key: Labels, limits: LabelLimits = DEFAULT_LABEL_LIMITS) -> Families:
     """Group a parsed push body by family, adding the grouping-key labels; raise PushError if invalid."""
     if result.errors:
         first = result.errors[0]
@@ -168,8 +177,7 @@ def families_from(result: ParseResult, key: Labels) -> Families:
                     f"{name}: label {k}={v!r} conflicts with the grouping key's {k}={key_map[k]!r}"
                 )
         merged.update(key_map)
-        if len(merged) > MAX_LABELS:
-            raise PushError(f"{name}: more than {MAX_LABELS} labels")
+        _check_limits({"__name__": name, **merged}, name, limits)
         fam = out.setdefault(_family(name, result.metadata), {})
         series = (name, make_labels(merged))
         if series in fam:
@@ -271,17 +279,18 @@ class TrainingPoint:
     samples: list[Sample]
 
 
-def parse_training(body: Any, now_ms: int) -> list[TrainingPoint]:
+def parse_training(body: Any, now_ms: int, limits: LabelLimits = DEFAULT_LABEL_LIMITS) -> list[TrainingPoint]:
     """Validate a JSON push (one object or a list) and turn it into samples; raise PushError if invalid."""
     items = body if isinstance(body, list) else [body]
     if len(items) > MAX_POINTS:
         raise PushError(f"{len(items)} objects in one push, at most {MAX_POINTS}")
     return [
-        _training_point(item, i if isinstance(body, list) else None, now_ms) for i, item in enumerate(items)
+        _training_point(item, i if isinstance(body, list) else None, now_ms, limits)
+        for i, item in enumerate(items)
     ]
 
 
-def _training_point(item: Any, index: int | None, now_ms: int) -> TrainingPoint:
+def _training_point(item: Any, index: int | None, now_ms: int, limits: LabelLimits) -> TrainingPoint:
     where = "body" if index is None else f"body[{index}]"
     if not isinstance(item, dict):
         raise PushError(f"{where}: expected an object with run and metrics")
@@ -314,8 +323,7 @@ def _training_point(item: Any, index: int | None, now_ms: int) -> TrainingPoint:
     labels.setdefault("job", TRAINING_JOB)
     labels["run"] = run
     _check_label("run", run, where)
-    if len(labels) > MAX_LABELS:
-        raise PushError(f"{where}.labels: more than {MAX_LABELS} labels")
+    _check_limits({"__name__": "training_step", **labels}, f"{where}.labels", limits)
     key = make_labels(labels)
     samples: list[Sample] = []
     step: float | None = None

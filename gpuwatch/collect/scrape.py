@@ -31,7 +31,17 @@ from gpuwatch.clock import Clock
 from gpuwatch.collect.relabel import relabel
 from gpuwatch.collect.scrapeconfig import Auth, Relabel, ScrapeConfig, StaticGroup, Tls
 from gpuwatch.errors import ScrapeError
-from gpuwatch.model import STALE_NAN, Batch, Labels, Sample, SeriesTable, TableSamples, make_labels
+from gpuwatch.model import (
+    DEFAULT_LABEL_LIMITS,
+    STALE_NAN,
+    Batch,
+    LabelLimits,
+    Labels,
+    Sample,
+    SeriesTable,
+    TableSamples,
+    make_labels,
+)
 from gpuwatch.promtext.parser import FamilyMeta, Parser, ParseResult, is_openmetrics_content_type
 from gpuwatch.units import format_duration
 
@@ -73,6 +83,7 @@ class TargetSpec:
     honor_labels: bool = False
     honor_timestamps: bool = True
     sample_limit: int = 0
+    label_limits: LabelLimits = DEFAULT_LABEL_LIMITS
     relabel: tuple[Relabel, ...] = ()
     auth: Auth | None = None
     tls: Tls = Tls()
@@ -89,6 +100,7 @@ def target_specs(
     groups: tuple[StaticGroup, ...],
     default_interval_s: float,
     dropped: list[dict[str, str]] | None = None,
+    label_limits: LabelLimits = DEFAULT_LABEL_LIMITS,
 ) -> list[TargetSpec]:
     """Expand a job's target groups into specs, applying `relabel_configs` as Prometheus does.
 
@@ -136,6 +148,7 @@ def target_specs(
                     honor_labels=config.honor_labels,
                     honor_timestamps=config.honor_timestamps,
                     sample_limit=config.sample_limit,
+                    label_limits=label_limits,
                     relabel=config.metric_relabel_configs,
                     auth=config.auth,
                     tls=config.tls,
@@ -426,6 +439,9 @@ class Target:
             return -1
         found = self._series.get(final)
         if found is None:
+            problem = self.spec.label_limits.problem((("__name__", final[0]), *final[1]))
+            if problem is not None:  # as Prometheus's label limits: the whole scrape fails
+                raise ScrapeError(f"label limits exceeded: {final[0]}: {problem}")
             found = self._series[final] = self._table.add(*final)
         return found
 

@@ -25,7 +25,7 @@ from gpuwatch.clock import Clock
 from gpuwatch.collect.scrape import Fetch, HttpFetcher, Target, TargetSpec, target_specs
 from gpuwatch.collect.scrapeconfig import ScrapeConfig, StaticGroup, targets_group
 from gpuwatch.errors import ConfigError
-from gpuwatch.model import Batch
+from gpuwatch.model import DEFAULT_LABEL_LIMITS, Batch, LabelLimits
 
 log = logging.getLogger("gpuwatch.scrape")
 
@@ -69,8 +69,10 @@ class ScrapePool:
         clock: Clock,
         fetch: Fetch | None = None,
         base_dir: Path | None = None,
+        label_limits: LabelLimits = DEFAULT_LABEL_LIMITS,
     ) -> None:
         self.configs = tuple(configs)
+        self.label_limits = label_limits
         self.default_interval_s = default_interval_s
         self._sink = sink
         self._clock = clock
@@ -121,7 +123,11 @@ class ScrapePool:
         specs: list[TargetSpec] = []
         dropped: list[dict[str, str]] = []
         for config in self.configs:
-            specs.extend(target_specs(config, self._groups(config), self.default_interval_s, dropped))
+            specs.extend(
+                target_specs(
+                    config, self._groups(config), self.default_interval_s, dropped, self.label_limits
+                )
+            )
         self.dropped = dropped
         now = self._clock.monotonic()
         removed: list[Target] = []

@@ -16,6 +16,7 @@ from dataclasses import replace
 from typing import Any
 
 from gpuwatch.clock import Clock
+from gpuwatch.model import DEFAULT_LABEL_LIMITS, LabelLimits
 from gpuwatch.notify.api import AmAlert, fingerprint
 from gpuwatch.notify.silences import SilenceError, parse_time
 from gpuwatch.units import GO_ZERO_TIME
@@ -49,7 +50,7 @@ def _time(value: Any) -> int | None:
     return None if ms == _GO_ZERO_MS else ms
 
 
-def _parse(item: Any, now_ms: int, timeout_ms: int) -> AmAlert:
+def _parse(item: Any, now_ms: int, timeout_ms: int, limits: LabelLimits) -> AmAlert:
     if not isinstance(item, dict):
         raise ValueError("an alert must be a JSON object")
     if item.get("labels") is None:
@@ -58,6 +59,10 @@ def _parse(item: Any, now_ms: int, timeout_ms: int) -> AmAlert:
     if not labels:
         raise ValueError("at least one label pair required")
     annotations = _label_set(item.get("annotations") or {}, "annotations")
+    for what, pairs in (("labels", labels), ("annotations", annotations)):
+        problem = limits.problem(pairs.items())
+        if problem is not None:
+            raise ValueError(f"{what}: {problem}")
     url = item.get("generatorURL") or ""
     if not isinstance(url, str):
         raise ValueError("generatorURL must be a string")
@@ -75,9 +80,15 @@ class ReceivedAlerts:
     """Alerts posted by other senders, by fingerprint."""
 
     def __init__(
-        self, clock: Clock, *, resolve_timeout_ms: int = RESOLVE_TIMEOUT_MS, limit: int = MAX_ALERTS
+        self,
+        clock: Clock,
+        *,
+        resolve_timeout_ms: int = RESOLVE_TIMEOUT_MS,
+        limit: int = MAX_ALERTS,
+        label_limits: LabelLimits = DEFAULT_LABEL_LIMITS,
     ) -> None:
         self._clock = clock
+        self._label_limits = label_limits
         self._timeout_ms = resolve_timeout_ms
         self._limit = limit
         self._lock = threading.Lock()
@@ -100,7 +111,7 @@ class ReceivedAlerts:
             self._forget(now_ms)
             for i, item in enumerate(body):
                 try:
-                    alert = _parse(item, now_ms, self._timeout_ms)
+                    alert = _parse(item, now_ms, self._timeout_ms, self._label_limits)
                 except ValueError as e:
                     errors.append(f"alert {i}: {e}")
                     continue

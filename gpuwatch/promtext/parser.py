@@ -63,14 +63,14 @@ _SUFFIXES = ("", "_total", "_created", "_bucket", "_count", "_sum", "_gcount", "
 
 
 class ParseIssue(NamedTuple):
-    """One invalid line: 1-based line number, what is wrong, the line (truncated)."""
+    """One invalid line: 1-based line number (0: not one line's fault), what is wrong, the line (truncated)."""
 
     line_no: int
     message: str
     line: str
 
     def __str__(self) -> str:
-        return f"line {self.line_no}: {self.message}"
+        return f"line {self.line_no}: {self.message}" if self.line_no else self.message
 
 
 @dataclass(frozen=True)

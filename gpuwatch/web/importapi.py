@@ -73,7 +73,14 @@ def import_prometheus() -> ResponseReturnValue:
     rt = runtime()
     partial = request.args.get("partial", "").lower() in _TRUE
     try:
-        result = import_text(rt.store, data, now_ms=rt.clock.now_ms(), openmetrics=_format(), partial=partial)
+        result = import_text(
+            rt.store,
+            data,
+            now_ms=rt.clock.now_ms(),
+            openmetrics=_format(),
+            partial=partial,
+            limits=rt.settings.label_limits,
+        )
     except StoreError as exc:
         return _error("unavailable", str(exc), 503)
     errors = [{"line": e.line_no, "error": e.message} for e in result.errors[:MAX_ERRORS]]

@@ -75,7 +75,7 @@ def pushgateway(grouping: str) -> ResponseReturnValue:
     """Replace (PUT), update (POST) or delete (DELETE) one push group, as a Pushgateway does."""
     rt = runtime()
     try:
-        key = parse_grouping_key(grouping)
+        key = parse_grouping_key(grouping, rt.settings.label_limits)
         now_ms = rt.clock.now_ms()
         if request.method == "DELETE":
             samples = rt.pushes.delete(key)
@@ -84,7 +84,7 @@ def pushgateway(grouping: str) -> ResponseReturnValue:
             if "protobuf" in content_type.lower():
                 return _error("the protobuf push format is not supported; push the text format", 415)
             result = Parser().parse(_body(), openmetrics=is_openmetrics_content_type(content_type))
-            families = families_from(result, key)
+            families = families_from(result, key, rt.settings.label_limits)
             samples = rt.pushes.push(key, families, now_ms, replace_all=request.method == "PUT")
     except _TooLarge:
         return _too_large()
@@ -101,7 +101,7 @@ def push_json() -> ResponseReturnValue:
     rt = runtime()
     try:
         body = _json_body()
-        points = parse_training(body, rt.clock.now_ms())
+        points = parse_training(body, rt.clock.now_ms(), rt.settings.label_limits)
     except _TooLarge:
         return _too_large()
     except PushError as exc:

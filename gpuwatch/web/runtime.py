@@ -13,7 +13,7 @@ from flask import current_app
 from gpuwatch.clock import Clock
 from gpuwatch.collect.push import PushGroups
 from gpuwatch.jobs import JobRegistry
-from gpuwatch.model import MetricInfo
+from gpuwatch.model import LabelLimits, MetricInfo
 from gpuwatch.notify.config import NotifyConfig
 from gpuwatch.notify.notifier import Notifier
 from gpuwatch.notify.received import ReceivedAlerts
@@ -39,6 +39,12 @@ class WebSettings(Protocol):
     def query_max_samples(self) -> int: ...
     @property
     def notify(self) -> NotifyConfig: ...
+    @property
+    def label_limits(self) -> LabelLimits: ...
+    @property
+    def query_max_length(self) -> int: ...
+    @property
+    def query_max_depth(self) -> int: ...
     def public(self) -> dict[str, Any]: ...
 
 
