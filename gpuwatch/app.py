@@ -429,6 +429,8 @@ def build_manager(settings: Settings, store: RuleStore, clock: Clock, queryable:
         max_samples=settings.query_max_samples,
         timeout_s=settings.query_timeout,
         monotonic=clock.monotonic,
+        max_length=settings.query_max_length,
+        max_depth=settings.query_max_depth,
     )
     return RuleManager(
         store,

@@ -171,6 +171,8 @@ def _local(
             max_samples=settings.query_max_samples,
             timeout_s=settings.query_timeout,
             monotonic=clock.monotonic,
+            max_length=settings.query_max_length,
+            max_depth=settings.query_max_depth,
         )
         if times is not None and "start" in times:
             return to_prometheus_json(engine.range(expr, times["start"], times["end"], times["step"]))

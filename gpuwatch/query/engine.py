@@ -31,6 +31,7 @@ from gpuwatch.query.frames import (
 )
 from gpuwatch.query.functions import MATH
 from gpuwatch.query.nativehist import NativeHistogramUnsupported
+from gpuwatch.query.limits import MAX_DEPTH, MAX_LENGTH
 from gpuwatch.query.parse import matchers_of, parse
 from gpuwatch.query.values import Matrix, Result, Sample, Scalar, Series, String, Vector
 from gpuwatch.query.windows import same_times
@@ -89,8 +90,12 @@ class Engine:
         monotonic: Callable[[], float] = time.monotonic,
         subquery_step_ms: int = 60_000,
         max_points: int = MAX_POINTS,
+        max_length: int = MAX_LENGTH,
+        max_depth: int = MAX_DEPTH,
     ) -> None:
         self.source = source
+        self.max_length = int(max_length)
+        self.max_depth = int(max_depth)
         self.lookback_ms = int(lookback_ms)
         self.max_samples = int(max_samples)
         self.timeout_s = float(timeout_s)
@@ -100,7 +105,8 @@ class Engine:
 
     def instant(self, expr: str, time_ms: int, *, timeout_s: float | None = None) -> Result:
         """Evaluate `expr` at `time_ms`."""
-        query = parse(expr)  # kept per text by parse (rules evaluate the same expressions every round)
+        # kept per text by parse (rules evaluate the same expressions every round)
+        query = parse(expr, max_length=self.max_length, max_depth=self.max_depth)
         ev = _Evaluation(self, int(time_ms), int(time_ms), timeout_s, query.invalid_utf8)
         ts = np.array([int(time_ms)], dtype=np.int64)
         frame = ev.eval(query.expr, ts)
@@ -122,7 +128,13 @@ class Engine:
                 f"exceeded maximum resolution of {self.max_points:,} points per timeseries. "
                 "Try decreasing the query resolution (?step=XX)"
             )
-        query = parse(expr, step_ms=step_ms, range_ms=end_ms - start_ms)
+        query = parse(
+            expr,
+            step_ms=step_ms,
+            range_ms=end_ms - start_ms,
+            max_length=self.max_length,
+            max_depth=self.max_depth,
+        )
         ev = _Evaluation(self, start_ms, end_ms, timeout_s, query.invalid_utf8, step_ms)
         ts = np.arange(start_ms, end_ms + 1, step_ms, dtype=np.int64)
         frame = ev.eval(query.expr, ts)
