@@ -377,9 +377,13 @@ def build_runtime(settings: Settings, hostname: str, clock: Clock | None = None,
         jobs.add("runs", runtime.sample_runs, RUN_STATUS_INTERVAL_S)
         runtime.rules = build_manager(settings, store, clock, store)
         jobs.add("rules", runtime.rules.run_due, runtime.rules.min_interval_s)
-        runtime.silences = Silences(store, clock)
+        runtime.silences = Silences(
+            store, clock, limit=settings.max_silences, max_size_bytes=settings.max_silence_size_bytes
+        )
         jobs.add("silences", runtime.silences.gc, 3600.0)
-        runtime.received = ReceivedAlerts(clock, label_limits=settings.label_limits)
+        runtime.received = ReceivedAlerts(
+            clock, limit=settings.max_posted_alerts, label_limits=settings.label_limits
+        )
         runtime.notifier = build_notifier(
             settings, store, clock, hostname, muted_by=runtime.silences.muted_by
         )

@@ -151,6 +151,24 @@ OPTIONS: tuple[Option, ...] = (
         "Most nesting levels (brackets plus operators) one query may have; a deeper one is refused (400).",
     ),
     Option(
+        "max_silences",
+        _parse_int(0, 10**7),
+        10_000,
+        "Most active and pending silences; a new one past it is refused (400) (0: no limit).",
+    ),
+    Option(
+        "max_silence_size_bytes",
+        _parse_int(0, 10**8),
+        65_536,
+        "Most bytes of matchers, comment and author one silence may hold (0: no limit).",
+    ),
+    Option(
+        "max_posted_alerts",
+        _parse_int(1, 10**7),
+        10_000,
+        "Most alerts posted by other senders (`POST /api/v2/alerts`) held at once; more are refused (400).",
+    ),
+    Option(
         "label_limit",
         _parse_int(0, 10_000),
         64,
@@ -282,6 +300,9 @@ class Settings:
     alerting: AlertingConfig = AlertingConfig()
     demo_sources: bool = True
     chunk_cache_mb: int = 128
+    max_silences: int = 10_000
+    max_silence_size_bytes: int = 65_536
+    max_posted_alerts: int = 10_000
     query_max_length: int = 16384
     query_max_depth: int = 100
     label_limit: int = 64

@@ -6,6 +6,7 @@ from __future__ import annotations
 import itertools
 import threading
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -283,3 +284,17 @@ def test_concurrent_changes_and_reads_lose_nothing(tmp_path: Path, clock: FakeCl
         states = [s.state(clock.now_ms()) for s in sils.list()]
         assert states.count(ACTIVE) == 40 and states.count(EXPIRED) == 40
         assert sorted(store.silences()) == sorted(s.record() for s in sils.list())
+
+
+def test_the_number_and_size_of_silences_are_capped(store: Store, clock: FakeClock) -> None:
+    counter = ids()
+    sils = Silences(store, clock, new_id=lambda: next(counter), limit=3, max_size_bytes=200)
+    made = [sils.set(draft(clock, f"alertname=A{i}")) for i in range(3)]
+    with pytest.raises(SilenceError, match=r"gpuwatch holds 3 silences already \(setting max_silences\)"):
+        sils.set(draft(clock, "alertname=A3"))
+    sils.set(replace(sils.get(made[0]), comment="longer"))  # updating one is not a new one
+    sils.expire(made[1])
+    assert sils.set(draft(clock, "alertname=A3")), "an expired silence frees its place"
+    with pytest.raises(SilenceError, match=r"the limit is 200 \(setting max_silence_size_bytes\)"):
+        sils.set(replace(draft(clock, "alertname=B"), comment="x" * 300))
+    assert len([s for s in sils.list() if s.state(clock.now_ms()) != "expired"]) == 3

@@ -32,6 +32,8 @@ log = logging.getLogger("gpuwatch.notify.silences")
 
 PENDING, ACTIVE, EXPIRED = "pending", "active", "expired"
 RETENTION_MS = 120 * 3600 * 1000
+MAX_SILENCES = 10_000  # active and pending (Alertmanager's --silences.max-silences)
+MAX_SILENCE_BYTES = 65_536  # (its --silences.max-silence-size-bytes)
 _STATE_ORDER = {ACTIVE: 0, PENDING: 1, EXPIRED: 2}
 
 
@@ -193,6 +195,12 @@ def validate(s: Silence) -> None:
         raise SilenceError("silence invalid: end time must not be before start time")
 
 
+def silence_size(s: Silence) -> int:
+    """Return the bytes a silence holds: its matchers' names and values, comment and author."""
+    text = [s.comment, s.created_by, *(part for m in s.matchers for part in (m.name, m.value))]
+    return sum(len(t.encode("utf-8", "surrogatepass")) for t in text)
+
+
 def _can_update(old: Silence, new: Silence, now_ms: int) -> bool:
     """Tell whether `old` may become `new` in place without rewriting what was silenced when."""
     if old.matchers != new.matchers:
@@ -230,8 +238,12 @@ class Silences:
         *,
         new_id: Callable[[], str] = lambda: str(uuid.uuid4()),
         retention_ms: int = RETENTION_MS,
+        limit: int = MAX_SILENCES,
+        max_size_bytes: int = MAX_SILENCE_BYTES,
     ) -> None:
         self._store = store
+        self._limit = limit
+        self._max_size = max_size_bytes
         self._clock = clock
         self._new_id = new_id
         self._retention_ms = retention_ms
@@ -308,7 +320,19 @@ class Silences:
         if draft.ends_at_ms < now_ms:
             raise SilenceError("Failed to create silence: end time can't be in the past")
         validate(draft)
+        size = silence_size(draft)
+        if self._max_size and size > self._max_size:
+            raise SilenceError(
+                f"silence invalid: {size} bytes of matchers, comment and author; "
+                f"the limit is {self._max_size} (setting max_silence_size_bytes)"
+            )
         with self._lock:
+            if not draft.id and self._limit:
+                live = sum(1 for s in self._by_id.values() if s.state(now_ms) != EXPIRED)
+                if live >= self._limit:
+                    raise SilenceError(
+                        f"gpuwatch holds {live} silences already (setting max_silences); expire some first"
+                    )
             changed: list[Silence] = []
             if draft.id:
                 old = self._by_id.get(draft.id)
