@@ -58,7 +58,7 @@ def _reason(error: Exception) -> str:
 def compile(pattern: str) -> Regex:  # noqa: A001 - the name callers expect of a regex module
     """Compile `pattern` (RE2 syntax, unanchored); raise RegexError."""
     try:
-        return re2.compile(pattern, options=_OPTIONS)  # type: ignore[no-any-return]
+        return re2.compile(pattern, options=_OPTIONS)
     except re2.error as e:
         raise RegexError(pattern, _reason(e)) from None
 

@@ -30,8 +30,8 @@ from gpuwatch.query.frames import (
     merge_same_labels,
 )
 from gpuwatch.query.functions import MATH
-from gpuwatch.query.nativehist import NativeHistogramUnsupported
 from gpuwatch.query.limits import MAX_DEPTH, MAX_LENGTH
+from gpuwatch.query.nativehist import NativeHistogramUnsupported
 from gpuwatch.query.parse import matchers_of, parse
 from gpuwatch.query.values import Matrix, Result, Sample, Scalar, Series, String, Vector
 from gpuwatch.query.windows import same_times

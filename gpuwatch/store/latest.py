@@ -161,7 +161,7 @@ class Latest:
             return None
         if not parts:
             return now, {}, np.zeros(0, np.int64)
-        all_ids = np.concatenate([p[0] for p in parts])  # type: ignore[misc]
+        all_ids = np.concatenate([p[0] for p in parts])
         all_t = np.concatenate([p[1] for p in parts])
         # Ids are small dense integers: flag arrays instead of sorting (np.unique, np.isin) the
         # log's rows, ~250 k for a 30 s group on a busy node (27 -> ~3 ms a call).

@@ -14,7 +14,7 @@ from typing import Any, TypeVar
 import duckdb
 
 from gpuwatch.errors import StoreError, one_line
-from gpuwatch.model import LogLine, LogOffset, RunRecord, RunUpdate
+from gpuwatch.model import LogLine, LogOffset, RunRecord, RunUpdate, SilenceRecord
 from gpuwatch.store import alerts as alerts_table
 from gpuwatch.store import logs as logs_table
 from gpuwatch.store import notify as notify_table
@@ -112,7 +112,7 @@ class SideTables:
         """Return the stored alerts of every rule group."""
         return self._read_table(alerts_table.read_all)
 
-    def save_silences(self, silences: Sequence[silences_table.SilenceRecord]) -> None:
+    def save_silences(self, silences: Sequence[SilenceRecord]) -> None:
         """Write silences (new or changed) in one transaction; waits for the writer."""
         self._write_table(lambda cur: silences_table.upsert(cur, silences), "store silences")
 
@@ -120,7 +120,7 @@ class SideTables:
         """Delete the silences with these ids; waits for the writer."""
         self._write_table(lambda cur: silences_table.delete(cur, ids), "delete silences")
 
-    def silences(self) -> list[silences_table.SilenceRecord]:
+    def silences(self) -> list[SilenceRecord]:
         """Return every stored silence."""
         return self._read_table(silences_table.read_all)
 

@@ -9,6 +9,7 @@ from typing import Any
 
 from flask import Blueprint, Response, current_app, jsonify, request
 from flask.blueprints import BlueprintSetupState
+from flask.typing import ResponseReturnValue
 
 from gpuwatch import regex
 from gpuwatch.errors import StoreError
@@ -44,18 +45,18 @@ def _store(e: StoreError) -> tuple[Response, int]:
 
 
 @bp.get("/status")
-def status():  # type: ignore[no-untyped-def]
+def status() -> ResponseReturnValue:
     started = int(current_app.extensions.get("gpuwatch.started_ms", 0))
     return jsonify(amapi.status_json(started, amapi.config_text(runtime().settings.notify)))
 
 
 @bp.get("/receivers")
-def receivers():  # type: ignore[no-untyped-def]
+def receivers() -> ResponseReturnValue:
     return jsonify([{"name": n} for n in amapi.receiver_names(runtime().settings.notify)])
 
 
 @bp.get("/silences")
-def silences():  # type: ignore[no-untyped-def]
+def silences() -> ResponseReturnValue:
     wanted = amapi.parse_filter(request.args.getlist("filter"))
     creators = set(request.args.getlist("creator"))
     now_ms = runtime().clock.now_ms()
@@ -68,7 +69,7 @@ def silences():  # type: ignore[no-untyped-def]
 
 
 @bp.post("/silences")
-def post_silence():  # type: ignore[no-untyped-def]
+def post_silence() -> ResponseReturnValue:
     body = request.get_json(force=True, silent=True)  # curl -d sends a form content type
     if body is None:
         raise SilenceError("the body must be a JSON postableSilence")
@@ -76,12 +77,12 @@ def post_silence():  # type: ignore[no-untyped-def]
 
 
 @bp.get("/silence/<silence_id>")
-def get_silence(silence_id: str):  # type: ignore[no-untyped-def]
+def get_silence(silence_id: str) -> ResponseReturnValue:
     return jsonify(_silences().get(silence_id).to_json(runtime().clock.now_ms()))
 
 
 @bp.delete("/silence/<silence_id>")
-def delete_silence(silence_id: str):  # type: ignore[no-untyped-def]
+def delete_silence(silence_id: str) -> ResponseReturnValue:
     _silences().expire(silence_id)
     return Response(status=200)
 
@@ -116,13 +117,13 @@ def _alerts() -> list[dict[str, Any]]:
 
 
 @bp.get("/alerts")
-def alerts():  # type: ignore[no-untyped-def]
+def alerts() -> ResponseReturnValue:
     amapi.parse_bool("unprocessed", request.args.get("unprocessed"))  # none are: checked, then unused
     return jsonify(_alerts())
 
 
 @bp.post("/alerts")
-def post_alerts():  # type: ignore[no-untyped-def]
+def post_alerts() -> ResponseReturnValue:
     received = runtime().received
     if received is None:
         raise StoreError("receiving alerts is not available in this process")
@@ -131,5 +132,5 @@ def post_alerts():  # type: ignore[no-untyped-def]
 
 
 @bp.get("/alerts/groups")
-def alert_groups():  # type: ignore[no-untyped-def]
+def alert_groups() -> ResponseReturnValue:
     return jsonify(amapi.alert_groups(_alerts()))

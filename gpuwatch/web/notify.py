@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from flask import Blueprint, jsonify, request
+from flask.typing import ResponseReturnValue
 
 from gpuwatch.web.runtime import runtime
 
@@ -10,7 +11,7 @@ bp = Blueprint("notify", __name__)
 
 
 @bp.get("/api/v1/notifications")
-def notifications():  # type: ignore[no-untyped-def]
+def notifications() -> ResponseReturnValue:
     raw = request.args.get("limit", "200")
     if not raw.isdigit() or not 1 <= int(raw) <= 5000:
         return jsonify(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from flask import Blueprint, Response, jsonify
+from flask.typing import ResponseReturnValue
 
 from gpuwatch import __version__
 from gpuwatch.promtext.writer import CONTENT_TYPE
@@ -12,27 +13,27 @@ bp = Blueprint("ops", __name__)
 
 
 @bp.get("/-/health")
-def health():  # type: ignore[no-untyped-def]
+def health() -> ResponseReturnValue:
     return jsonify(runtime().status())
 
 
 @bp.get("/-/ready")
-def ready():  # type: ignore[no-untyped-def]
+def ready() -> ResponseReturnValue:
     return jsonify({"status": "ready"})
 
 
 @bp.get("/-/version")
-def version():  # type: ignore[no-untyped-def]
+def version() -> ResponseReturnValue:
     return jsonify({"version": __version__})
 
 
 @bp.get("/-/jobs")
-def jobs():  # type: ignore[no-untyped-def]
+def jobs() -> ResponseReturnValue:
     return jsonify({"jobs": runtime().jobs.states()})
 
 
 @bp.get("/-/settings")
-def settings():  # type: ignore[no-untyped-def]
+def settings() -> ResponseReturnValue:
     return jsonify(runtime().settings.public())
 
 

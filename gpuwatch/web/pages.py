@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import asdict
 
 from flask import Blueprint, jsonify, render_template
+from flask.typing import ResponseReturnValue
 
 from gpuwatch.web.overview import read_nodes, read_overview
 from gpuwatch.web.runtime import runtime
@@ -26,10 +27,10 @@ def _overview() -> dict[str, object]:
 
 
 @bp.get("/")
-def index():  # type: ignore[no-untyped-def]
+def index() -> ResponseReturnValue:
     return render_template("overview.html", data=_overview())
 
 
 @bp.get("/api/overview")
-def overview_json():  # type: ignore[no-untyped-def]
+def overview_json() -> ResponseReturnValue:
     return jsonify(_overview())

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from flask import Blueprint, jsonify, request
+from flask.typing import ResponseReturnValue
 
 from gpuwatch.rules.api import alert_json, group_json
 from gpuwatch.rules.manager import RuleManager
@@ -16,14 +17,14 @@ def _manager() -> RuleManager | None:
 
 
 @bp.get("/api/v1/alerts")
-def alerts():  # type: ignore[no-untyped-def]
+def alerts() -> ResponseReturnValue:
     manager = _manager()
     found = [alert_json(a) for _, a in manager.active_alerts()] if manager is not None else []
     return jsonify({"status": "success", "data": {"alerts": found}})
 
 
 @bp.get("/api/v1/rules")
-def rules():  # type: ignore[no-untyped-def]
+def rules() -> ResponseReturnValue:
     kind = request.args.get("type", "")
     if kind not in ("", "alert", "record"):
         return jsonify(
@@ -51,7 +52,7 @@ def rules():  # type: ignore[no-untyped-def]
 
 
 @bp.post("/-/reload")
-def reload():  # type: ignore[no-untyped-def]
+def reload() -> ResponseReturnValue:
     manager = _manager()
     errors = manager.reload() if manager is not None else []
     if errors:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from flask import Blueprint, jsonify, request
+from flask.typing import ResponseReturnValue
 
 from gpuwatch.web.runtime import runtime
 
@@ -10,7 +11,7 @@ bp = Blueprint("targets", __name__)
 
 
 @bp.get("/api/v1/targets")
-def targets():  # type: ignore[no-untyped-def]
+def targets() -> ResponseReturnValue:
     state = request.args.get("state", "any")
     pools = request.args.getlist("scrapePool")
     rt = runtime()
