@@ -108,17 +108,17 @@ def main() -> None:
                 top(prof)
             # Fill the head to --compact-rows with the last round's batches, then compact once.
             per_round = sum(len(b.samples) for b in last_round)
-            while store._writer is not None and store._writer._head_rows < args.compact_rows:  # noqa: SLF001
+            while store._writer is not None and store._writer._head_rows < args.compact_rows:
                 clock.advance(5.0)
                 for b in last_round:
                     store.append(
                         Batch(b.timestamp_ms + (clock.now_ms() - last_round[0].timestamp_ms), b.samples)
                     )
                 store.flush()
-            head = store._writer._head_rows if store._writer is not None else 0  # noqa: SLF001
+            head = store._writer._head_rows if store._writer is not None else 0
             t0 = time.process_time()
             prof = cProfile.Profile() if args.profile else None
-            writer = store._writer  # noqa: SLF001
+            writer = store._writer
             if prof is not None and writer is not None:
                 inner = writer.compact
 

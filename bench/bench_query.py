@@ -48,12 +48,12 @@ import requests
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import querydata  # noqa: E402
+import querydata
 
-from gpuwatch.clock import SystemClock  # noqa: E402
-from gpuwatch.model import make_labels  # noqa: E402
-from gpuwatch.query import Engine  # noqa: E402
-from gpuwatch.store import Store  # noqa: E402
+from gpuwatch.clock import SystemClock
+from gpuwatch.model import make_labels
+from gpuwatch.query import Engine
+from gpuwatch.store import Store
 
 QUERIES = [
     "histogram_quantile(0.99, sum by (le, model_name) (rate(inference_latency_seconds_bucket[5m])))",

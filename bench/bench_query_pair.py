@@ -29,7 +29,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # querydata; gpuwatch comes from PYTHONPATH
 
-from querydata import DAY_MS, T0_MS  # noqa: E402
+from querydata import DAY_MS, T0_MS
 
 
 def child(data: str, query: str, runs: int) -> None:

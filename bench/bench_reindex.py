@@ -25,11 +25,11 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # querydata; gpuwatch from the path or PYTHONPATH
 
-from querydata import DAY_MS, T0_MS  # noqa: E402
+from querydata import DAY_MS, T0_MS
 
-from gpuwatch.clock import SystemClock  # noqa: E402
-from gpuwatch.model import Matcher, make_labels  # noqa: E402
-from gpuwatch.store import Store  # noqa: E402
+from gpuwatch.clock import SystemClock
+from gpuwatch.model import Matcher, make_labels
+from gpuwatch.store import Store
 
 
 def main() -> None:

@@ -45,13 +45,13 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from gpuwatch.clock import FakeClock  # noqa: E402
-from gpuwatch.model import Batch, Sample, make_labels  # noqa: E402
-from gpuwatch.query import Engine, Vector  # noqa: E402
-from gpuwatch.rules.load import builtin_files, load_builtin  # noqa: E402
-from gpuwatch.rules.manager import RuleManager  # noqa: E402
-from gpuwatch.rules.roundcache import RoundCache  # noqa: E402
-from gpuwatch.store import Store  # noqa: E402
+from gpuwatch.clock import FakeClock
+from gpuwatch.model import Batch, Sample, make_labels
+from gpuwatch.query import Engine, Vector
+from gpuwatch.rules.load import builtin_files, load_builtin
+from gpuwatch.rules.manager import RuleManager
+from gpuwatch.rules.roundcache import RoundCache
+from gpuwatch.store import Store
 
 T_END_MS = 1_796_000_000_000
 

@@ -15,6 +15,7 @@ bench/README.md.
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import platform
@@ -170,7 +171,7 @@ def main() -> None:
             if gpu_body["data"]["result"]
             else []
         )
-        gpu_gaps = [b - a for a, b in zip(gpu_ts, gpu_ts[1:], strict=False)]
+        gpu_gaps = [b - a for a, b in itertools.pairwise(gpu_ts)]
         jobs = requests.get(f"{url}/-/jobs", timeout=5).json()["jobs"]
         groups = requests.get(f"{url}/api/v1/rules", timeout=5).json()["data"]["groups"]
         print(f"machine: {os.cpu_count()} vCPU, Python {platform.python_version()}, {platform.machine()}")
@@ -202,7 +203,7 @@ def main() -> None:
         worst_jitter, all_durations = 0.0, []
         for inst in sorted(ups):
             times = [t for t, _ in ups[inst]]
-            gaps = [b - a for a, b in zip(times, times[1:], strict=False)]
+            gaps = [b - a for a, b in itertools.pairwise(times)]
             d = [1000 * v for _, v in durations.get(inst, [])]
             all_durations += d
             jitter = max((abs(g - interval_s) for g in gaps), default=0.0) * 1000

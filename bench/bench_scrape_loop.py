@@ -14,6 +14,7 @@ alternately; --ports lets them share one target server (start bench/scrape_targe
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import sys
@@ -37,10 +38,8 @@ def thread_cpu() -> dict[str, float]:
     out = {}
     for t in threading.enumerate():
         if t.ident is not None:
-            try:
+            with contextlib.suppress(OSError):  # the thread ended meanwhile
                 out[t.name] = time.clock_gettime(time.pthread_getcpuclockid(t.ident))
-            except OSError:
-                pass  # the thread ended meanwhile
     return out
 
 

@@ -25,9 +25,9 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from gpuwatch.clock import FakeClock  # noqa: E402
-from gpuwatch.model import Batch, Labels, Matcher, Sample, make_labels  # noqa: E402
-from gpuwatch.store import Store  # noqa: E402
+from gpuwatch.clock import FakeClock
+from gpuwatch.model import Batch, Labels, Matcher, Sample, make_labels
+from gpuwatch.store import Store
 
 METRICS = [
     "DCGM_FI_DEV_GPU_UTIL",

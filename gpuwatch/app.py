@@ -183,7 +183,7 @@ class Runtime:
         while not self._stop.is_set():
             try:
                 self.gpu.wait_events(2000)
-            except Exception as e:  # a broken event set must not end monitoring
+            except Exception as e:  # noqa: BLE001 - a broken event set must not end monitoring
                 log.warning("XID event watch stopped: %s", e)
                 return
 
@@ -294,7 +294,7 @@ class Runtime:
         if self.gpu is not None:
             try:
                 self.gpu.close()
-            except Exception as e:  # shutdown must reach the store even if NVML misbehaves
+            except Exception as e:  # noqa: BLE001 - shutdown must reach the store even if NVML misbehaves
                 log.warning("NVML shutdown failed: %s", e)
         self.store.close()
 

@@ -273,7 +273,7 @@ class Run:
         """Queue one step's metrics; never blocks, never raises (bad values are skipped and counted)."""
         try:
             self._log(metrics, step)
-        except Exception:  # the training loop must never see our trouble
+        except Exception:  # noqa: BLE001 - the training loop must never see our trouble
             self.invalid_values += 1
 
     def _log(self, metrics: Mapping[str, Any], step: int | None) -> None:
@@ -286,7 +286,7 @@ class Run:
         for key, raw in metrics.items():
             try:
                 value = float(raw)
-            except Exception:  # a tensor's __float__ may raise anything; skip just this value
+            except Exception:  # noqa: BLE001 - a tensor's __float__ may raise anything; skip just this value
                 self.invalid_values += 1
                 continue
             values[_metric_name(str(key))] = _json_number(value)
@@ -365,7 +365,7 @@ class Run:
         while True:
             try:
                 delay = self._sender.send_once()
-            except Exception as exc:  # the sender thread must outlive any bug; retry later
+            except Exception as exc:  # noqa: BLE001 - the sender thread must outlive any bug; retry later
                 self._sender.last_error = f"{type(exc).__name__}: {exc}"
                 delay = self._sender.backoff.failure()
             with self._cond:

@@ -109,7 +109,7 @@ class SeriesTable:
     wants to forget series starts a new table. The same (name, labels) may appear under two numbers.
     """
 
-    __slots__ = ("names", "labels", "__weakref__")
+    __slots__ = ("__weakref__", "labels", "names")
 
     def __init__(self) -> None:
         self.names: list[str] = []
@@ -132,7 +132,7 @@ class TableSamples(Sequence[Sample]):
     Both arrays belong to the batch: nobody changes them after it is made.
     """
 
-    __slots__ = ("table", "numbers", "values")
+    __slots__ = ("numbers", "table", "values")
 
     def __init__(self, table: SeriesTable, numbers: np.ndarray, values: np.ndarray) -> None:
         self.table = table

@@ -55,7 +55,7 @@ def _reason(error: Exception) -> str:
 
 
 @functools.lru_cache(maxsize=1024)
-def compile(pattern: str) -> Regex:  # noqa: A001 - the name callers expect of a regex module
+def compile(pattern: str) -> Regex:
     """Compile `pattern` (RE2 syntax, unanchored); raise RegexError."""
     try:
         return re2.compile(pattern, options=_OPTIONS)

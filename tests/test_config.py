@@ -95,13 +95,15 @@ def test_data_dir_expands_user(tmp_path: Path) -> None:
     ],
 )
 def test_bad_values_one_clear_line(tmp_path: Path, where: str, key: str, value: str, needle: str) -> None:
+    args: tuple[object, ...]
+    if where == "file":
+        args = (write(tmp_path, f"{key}: {value}\n"), {})
+    elif where == "env":
+        args = (None, {f"GPUWATCH_{key}": value})
+    else:
+        args = (None, {}, {key: value})
     with pytest.raises(ConfigError) as e:
-        if where == "file":
-            load(write(tmp_path, f"{key}: {value}\n"), {})
-        elif where == "env":
-            load(None, {f"GPUWATCH_{key}": value})
-        else:
-            load(None, {}, {key: value})
+        load(*args)  # type: ignore[arg-type]
     msg = str(e.value)
     assert msg.startswith("config error: ")
     assert needle in msg

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import random
 import threading
 from pathlib import Path
@@ -212,7 +213,7 @@ def test_training_curves() -> None:
     peak = max(lrs)
     assert lrs[0] < lrs[50] < peak == pytest.approx(3e-4)  # warmup
     assert lrs.index(peak) == 99 and lrs[-1] == pytest.approx(3e-5, rel=0.01)  # cosine to a tenth
-    assert all(a >= b for a, b in zip(lrs[100:], lrs[101:], strict=False))
+    assert all(a >= b for a, b in itertools.pairwise(lrs[100:]))
     early = sum(sim.loss(s) for s in range(10, 20)) / 10
     late = sum(sim.loss(s) for s in range(2900, 2910)) / 10
     assert early > late + 0.5

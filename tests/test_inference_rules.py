@@ -354,7 +354,7 @@ def test_demo_servers_feed_every_series(store: Store, clock: FakeClock) -> None:
         {
             "127.0.0.1:1": lambda: generate_latest(vllm.registry),
             "127.0.0.1:2": lambda: generate_latest(sglang.registry),
-        }  # fmt: skip
+        }
     )
 
     def tick(dt: float) -> None:

@@ -114,7 +114,7 @@ def test_signatures_match_known_vectors() -> None:
 def test_webhook_posts_the_payload_and_reports_errors_in_one_line(hook: Hook) -> None:
     w = integration(hook, "webhook")
     send(w, payload(), now_ms=NOW)
-    path, headers, body = hook.requests[0]
+    _path, headers, body = hook.requests[0]
     assert body == payload() and headers["Content-Type"] == "application/json"
     hook.status = 503
     with pytest.raises(DeliveryError, match=r"^HTTP 503 from http://127.0.0.1:\d+/p: ") as e:

@@ -19,7 +19,7 @@ from gpuwatch.web.queryroutes import QueryRoutes
 T0 = 1_700_000_000_000  # ms
 
 
-@pytest.fixture()
+@pytest.fixture
 def runtime() -> Iterator[SimpleNamespace]:
     clock = FakeClock(start=T0 / 1000 + 3600)
     store = Store.open(None, clock=clock, flush_interval_s=3600.0)

@@ -39,7 +39,7 @@ class CountingSource:
         return self.store.select(matchers, start_ms, end_ms)
 
 
-@pytest.fixture()
+@pytest.fixture
 def source() -> CountingSource:
     store = ArrayStore()
     for i in range(0, 24 * 240):  # 24 h at 15 s

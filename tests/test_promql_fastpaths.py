@@ -74,7 +74,7 @@ def test_rate_rows_equal_series_by_series(data: tuple[np.ndarray, np.ndarray, np
     w = Window(times, rows[0], ends, range_ms)
     got = extrapolated_rate_rows(w, rows, is_counter, is_rate)
     if got is None:  # a non-finite or huge counter drop: the caller goes series by series
-        assert is_counter and not np.isfinite(rows).all() or np.abs(rows).max() >= 1e15
+        assert (is_counter and not np.isfinite(rows).all()) or np.abs(rows).max() >= 1e15
         return
     values, ok = got
     for r in range(rows.shape[0]):

@@ -278,7 +278,7 @@ def test_fixup_of_few_steps_in_floats_equals_numpy(buckets: int, steps: int, see
 
 NEAR = st.one_of(
     st.floats(allow_nan=True, allow_infinity=True),
-    st.sampled_from(ODD + [2.2250738585072014e-308, 2.225e-320, 1.7976931348623157e308]),
+    st.sampled_from([*ODD, 2.2250738585072014e-308, 2.225e-320, 1.7976931348623157e308]),
 )
 
 

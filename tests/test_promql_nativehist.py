@@ -16,7 +16,7 @@ H = NativeHistogram(
 )
 
 
-@pytest.fixture()
+@pytest.fixture
 def engine() -> Engine:
     store = ArrayStore()
     for i in range(5):  # 0, 60, 120, 180, 240 s

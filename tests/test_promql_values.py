@@ -92,7 +92,7 @@ def matrices(draw: st.DrawFn, repeats: bool = False) -> Matrix:
     series = []
     # With `repeats`, values come from a small pool, so that series repeat them (each distinct value
     # is formatted once): -0.0 next to 0.0, NaNs of different payloads, equal values in other series.
-    pool = draw(st.lists(floats, min_size=1, max_size=4)) + [0.0, -0.0, math.nan, STALE_NAN]
+    pool = [*draw(st.lists(floats, min_size=1, max_size=4)), 0.0, -0.0, math.nan, STALE_NAN]
     values = st.sampled_from(pool) if repeats else floats
     grid = np.arange(draw(st.integers(0, 8)), dtype=np.int64) * draw(
         st.sampled_from([1, 15_000, 60_000, 1500])

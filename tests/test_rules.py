@@ -95,7 +95,7 @@ def test_resolved_alert_that_returns_starts_pending_again() -> None:
     state, _ = evaluate(RULE, hot(), {}, T0)
     state, _ = evaluate(RULE, hot(), state, T0 + 60_000)
     state, _ = evaluate(RULE, [], state, T0 + 75_000)
-    state, tr = evaluate(RULE, hot(), state, T0 + 90_000)
+    state, _tr = evaluate(RULE, hot(), state, T0 + 90_000)
     (a,) = state.values()
     assert a.state == PENDING and a.active_at_ms == T0 + 90_000 and a.resolved_at_ms is None
 

@@ -59,7 +59,7 @@ def by_key(batches: list[Batch]) -> dict[tuple[str, Labels], float]:
     return {(s.name, s.labels): s.value for b in batches for s in b.samples}
 
 
-def L(**kw: str) -> Labels:  # noqa: N802
+def L(**kw: str) -> Labels:
     return tuple(sorted(kw.items()))
 
 

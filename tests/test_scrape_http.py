@@ -38,7 +38,7 @@ class Site:
         site = self
 
         class Handler(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:  # noqa: N802
+            def do_GET(self) -> None:
                 site.seen.append((self.path, dict(self.headers)))
                 route = site.routes.get(self.path, Route(404, b"not found"))
                 if route.hang is not None and not route.drip_s:
@@ -119,7 +119,7 @@ def test_real_prometheus_client_vllm_page_arrives_exactly() -> None:
     running.labels("llama", "0").set(3)
     ttft.labels("llama", "0").observe(0.5)
     port = free_port()
-    server, thread = start_http_server(port, addr="127.0.0.1", registry=registry)
+    server, _thread = start_http_server(port, addr="127.0.0.1", registry=registry)
     try:
         pool, batches = make_pool([job(f"127.0.0.1:{port}")], FakeClock())
         pool.scrape_all()
@@ -158,7 +158,7 @@ def test_request_headers_gzip_and_auth(site: Site, tmp_path: Path) -> None:
     )
     pool.scrape_all()
     assert by_key(batches)[("tgi_request_count", (("instance", site.address), ("job", "j")))] == 7
-    path, headers = site.seen[-1]
+    _path, headers = site.seen[-1]
     # Not application/openmetrics-text at all: prometheus_client would answer OpenMetrics whatever its q.
     assert headers["Accept"] == "text/plain;version=0.0.4;q=1,*/*;q=0.1"
     assert "gzip" in headers["Accept-Encoding"]
@@ -210,7 +210,7 @@ def test_huge_and_gzip_bomb_bodies_are_capped(site: Site) -> None:
 
 
 def test_connection_refused_is_down() -> None:
-    pool, batches = make_pool([job(f"127.0.0.1:{free_port()}")], FakeClock())
+    pool, _batches = make_pool([job(f"127.0.0.1:{free_port()}")], FakeClock())
     pool.scrape_all()
     assert pool.states()[0]["health"] == "down"
     assert pool.states()[0]["lastError"] == "connection refused"
@@ -220,7 +220,7 @@ def test_a_hanging_target_does_not_delay_another(site: Site) -> None:
     hang = threading.Event()
     site.routes["/slow"] = Route(body=b"slow 1\n", hang=hang)
     site.routes["/fast"] = Route(body=b"fast 1\n")
-    pool, batches = make_pool(
+    pool, _batches = make_pool(
         [
             {
                 **job(site.address, "/slow"),
@@ -284,7 +284,7 @@ def test_proxies_from_the_environment_are_not_used(site: Site, monkeypatch: pyte
 def test_a_trickling_body_is_cut_at_the_timeout(site: Site) -> None:
     stop = threading.Event()
     site.routes["/metrics"] = Route(body=b"a 1\n" * 1000, hang=stop, drip_s=0.02)
-    pool, batches = make_pool(
+    pool, _batches = make_pool(
         [job(site.address, scrape_interval="1s", scrape_timeout="300ms")], SystemClock()
     )
     try:

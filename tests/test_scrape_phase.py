@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from typing import Any
 
 from gpuwatch.clock import FakeClock
@@ -41,7 +42,7 @@ def test_targets_spread_over_the_interval_after_the_first_scrape() -> None:
     seconds = []
     for address, times in executor.submitted.items():
         assert times[0] == start, "every target is scraped at once at start"
-        gaps = [round(b - a, 6) for a, b in zip(times[1:], times[2:], strict=False)]
+        gaps = [round(b - a, 6) for a, b in itertools.pairwise(times[1:])]
         assert gaps and set(gaps) == {5.0}, (address, gaps)  # then every 5 s, at its own phase
         seconds.append(round(times[1] - start, 6))
         assert 1.0 <= seconds[-1] <= 6.0, (address, seconds[-1])

@@ -79,6 +79,6 @@ def test_port_in_use_raises_and_leaves_no_workers() -> None:
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
-        with pytest.raises(OSError):
+        with pytest.raises(OSError, match="in use"):
             make_server(thread_app, "127.0.0.1", taken.getsockname()[1])
     assert threading.active_count() <= before  # (an earlier test's workers may still be exiting)

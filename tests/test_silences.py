@@ -271,7 +271,7 @@ def test_concurrent_changes_and_reads_lose_nothing(tmp_path: Path, clock: FakeCl
                     assert sils.muted_by({"alertname": f"A{n}", "i": str(i)}, clock.now_ms()) == [sid]
                     if i % 2:
                         sils.expire(sid)
-            except BaseException as e:  # reported below, in the test's thread
+            except BaseException as e:  # noqa: BLE001 - reported below, in the test's thread
                 errors.append(e)
 
         threads = [threading.Thread(target=work, args=(n,)) for n in range(8)]

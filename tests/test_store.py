@@ -293,9 +293,7 @@ def test_series_label_names_and_values(fleet: Store) -> None:
 
 
 def test_series_with_gap_spanning_the_range_is_not_listed(store: Store) -> None:
-    store.append_series(
-        "gappy", (), np.array([0, 10_000] + list(range(20_000, 20_000 + 2000))), np.zeros(2002)
-    )
+    store.append_series("gappy", (), np.array([0, 10000, *list(range(20000, 20000 + 2000))]), np.zeros(2002))
     store.compact()
     assert store.series([], 1, 9_999) == []
     assert store.series([], 1, 10_000) == [{NAME: "gappy"}]
@@ -434,7 +432,7 @@ def test_concurrent_readers_and_writer(tmp_path: Path, clock: FakeClock) -> None
                 s.label_values("gpu")
                 s.stats()
                 reads[k] += 1
-        except BaseException as exc:  # reported to the main thread below
+        except BaseException as exc:  # noqa: BLE001 - reported to the main thread below
             errors.append(exc)
 
     threads = [threading.Thread(target=reader, args=(k,)) for k in range(4)]
@@ -500,8 +498,8 @@ def test_a_failed_write_is_one_line_in_the_error_and_the_log(
     monkeypatch.setattr(core, "MEMORY_LIMIT_MB", 2)
     store = Store.open(tmp_path, clock=FakeClock(1_800_000_000), flush_interval_s=3600)
     t = np.arange(1_800_000_000_000, 1_800_000_000_000 + 400_000 * 15_000, 15_000, dtype=np.int64)
+    store.append_series("big", make_labels({"s": "b"}), t, np.random.default_rng(0).random(t.size))
     with pytest.raises(StoreError) as got:
-        store.append_series("big", make_labels({"s": "b"}), t, np.random.default_rng(0).random(t.size))
         store.flush()
     assert "\n" not in str(got.value) and str(got.value).startswith("store write failed: Out of Memory Error")
     assert all("\n" not in r.getMessage() for r in caplog.records)

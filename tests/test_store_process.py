@@ -63,9 +63,8 @@ def spawn(script: str, data_dir: Path) -> subprocess.Popen[str]:
 
 
 def test_second_open_in_same_process_is_refused(tmp_path: Path) -> None:
-    with Store.open(tmp_path, clock=FakeClock()):
-        with pytest.raises(StoreInUse) as err:
-            Store.open(tmp_path, clock=FakeClock(), read_only=True)
+    with Store.open(tmp_path, clock=FakeClock()), pytest.raises(StoreInUse) as err:
+        Store.open(tmp_path, clock=FakeClock(), read_only=True)
     assert str(err.value) == (
         f"data directory {tmp_path} is in use by a running gpuwatch (pid {os.getpid()}); stop it or use --url"
     )

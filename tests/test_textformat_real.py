@@ -25,7 +25,7 @@ from gpuwatch.promtext.parser import parse
 from gpuwatch.promtext.writer import format_text
 
 sys.path.insert(0, str(Path(__file__).parent / "data"))
-from vllm_like import vllm_page, vllm_registry  # noqa: E402
+from vllm_like import vllm_page, vllm_registry
 
 
 def _expected(reg: CollectorRegistry, openmetrics: bool) -> list[tuple[str, tuple, float]]:

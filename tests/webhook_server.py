@@ -20,7 +20,7 @@ class Hook:
         hook = self
 
         class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:  # noqa: N802 - the stdlib's name
+            def do_POST(self) -> None:
                 n = int(self.headers.get("Content-Length", "0"))
                 body = self.rfile.read(n)
                 try:

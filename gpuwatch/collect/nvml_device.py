@@ -86,10 +86,11 @@ class NvmlDevices:
             nvml.NVMLError_NoPermission,
             nvml.NVMLError_FunctionNotFound,
             nvml.NVMLLibraryMismatchError,
-        ) + tuple(
-            getattr(nvml, n)
-            for n in ("NVMLError_Deprecated", "NVMLError_ArgumentVersionMismatch")
-            if hasattr(nvml, n)
+            *tuple(
+                getattr(nvml, n)
+                for n in ("NVMLError_Deprecated", "NVMLError_ArgumentVersionMismatch")
+                if hasattr(nvml, n)
+            ),
         )
         self._lost_errors = (nvml.NVMLError_GpuIsLost, nvml.NVMLError_Unknown, nvml.NVMLError_ResetRequired)
         # per-field returns that mean "not here"; InvalidArgument: a field id this driver does not know

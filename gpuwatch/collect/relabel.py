@@ -8,7 +8,7 @@ from gpuwatch.collect.scrapeconfig import LABEL_NAME, Relabel
 from gpuwatch.regex import expand
 
 
-def relabel(labels: dict[str, str], rules: Sequence[Relabel]) -> dict[str, str] | None:
+def relabel(labels: dict[str, str], rules: Sequence[Relabel]) -> dict[str, str] | None:  # noqa: C901 - one branch per relabel action, as Prometheus's own switch
     """Apply `rules` in order to `labels` (changed in place); None means the sample is dropped."""
     for rule in rules:
         action = rule.action

@@ -35,7 +35,7 @@ class RunSource(Protocol):
     def select(self, matchers: list[Matcher], start_ms: int, end_ms: int) -> list[SeriesData]: ...
 
 
-def parse_run_request(body: Any, now_ms: int) -> RunUpdate:
+def parse_run_request(body: Any, now_ms: int) -> RunUpdate:  # noqa: C901 - one check per field of the request
     """Validate `POST /api/v1/runs` (`{"run", "action": "init"|"finish", ...}`); raise PushError if bad."""
     if not isinstance(body, dict):
         raise PushError("body: expected an object with run and action")

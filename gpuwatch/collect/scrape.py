@@ -228,7 +228,7 @@ class HttpFetcher:
             )
         raise ScrapeError(f"unsupported scheme {spec.scheme!r}; use http or https")
 
-    def __call__(self, spec: TargetSpec, timeout_s: float) -> FetchResult:
+    def __call__(self, spec: TargetSpec, timeout_s: float) -> FetchResult:  # noqa: C901 - one branch per transport outcome of a scrape
         headers = {
             "Accept": ACCEPT,
             "Accept-Encoding": "gzip",

@@ -299,7 +299,7 @@ _JOB_KEYS = (
 )
 
 
-def _job(path: str, raw: object) -> ScrapeConfig:
+def _job(path: str, raw: object) -> ScrapeConfig:  # noqa: C901 - one check per scrape_config key
     data = _mapping(path, raw)
     for key in data:
         if key.endswith("_sd_configs") and key != "file_sd_configs":

@@ -27,7 +27,7 @@ import pynvml
 from gpuwatch.clock import Clock, SystemClock
 from gpuwatch.demo.workload import MIB, MODELS, GpuModelSpec, Reading, Workload
 
-__all__ = ["FakeNvml", "MODELS", "GpuModelSpec"]
+__all__ = ["MODELS", "FakeNvml", "GpuModelSpec"]
 
 _NO_INSTANCE = 0xFFFFFFFF
 _DATACENTER_UNSUPPORTED_CALLS = ("nvmlDeviceGetFanSpeed", "nvmlDeviceGetNumFans")

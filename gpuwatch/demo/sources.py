@@ -343,7 +343,7 @@ class SglangSim:
 class _QuietHandler(WSGIRequestHandler):
     timeout = 5  # a client that connects and says nothing must not hold the demo thread for long
 
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the base class's name
+    def log_message(self, format: str, *args: Any) -> None:
         """Log nothing: the demo's servers are scraped every few seconds."""
 
 

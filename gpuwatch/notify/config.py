@@ -256,7 +256,7 @@ def load_templates(config: NotifyConfig, base: Path | None) -> NotifyConfig:
     return replace(config, receivers=receivers)
 
 
-def _integration(
+def _integration(  # noqa: C901 - one check per receiver option
     path: str, kind: str, index: int, raw: object, glob: dict[str, Any], ignored: list[str]
 ) -> Integration:
     data = mapping(path, raw)

@@ -98,10 +98,7 @@ class LabelMatcher:
 
     def matches_value(self, value: str) -> bool:
         """Tell whether a label value (empty when the label is absent) satisfies this matcher."""
-        if self.regex is not None:
-            hit = self.regex.search(value) is not None
-        else:
-            hit = value == self.value
+        hit = self.regex.search(value) is not None if self.regex is not None else value == self.value
         return hit == self.is_equal
 
     def matches(self, labels: Mapping[str, str]) -> bool:

@@ -384,7 +384,7 @@ class Notifier:
             try:
                 self.tick()
                 timeout = self._next_wake_s()
-            except Exception as e:  # the worker is its own job wrapper: log and go on
+            except Exception as e:  # noqa: BLE001 - the worker is its own job wrapper: log and go on
                 log.warning("notify: %s: %s", type(e).__name__, e)
                 timeout = 5.0
             self._wake.wait(timeout)

@@ -27,16 +27,16 @@ class KV(dict[str, str]):
 
     missing = ""
 
-    def SortedPairs(self) -> Pairs:  # noqa: N802 - Go's method names are the template API
+    def SortedPairs(self) -> Pairs:
         return Pairs(Pair(k, self[k]) for k in sorted(self))
 
-    def Names(self) -> list[str]:  # noqa: N802
+    def Names(self) -> list[str]:
         return sorted(self)
 
-    def Values(self) -> list[str]:  # noqa: N802
+    def Values(self) -> list[str]:
         return [self[k] for k in sorted(self)]
 
-    def Remove(self, keys: Sequence[str]) -> KV:  # noqa: N802
+    def Remove(self, keys: Sequence[str]) -> KV:
         drop = set(keys)
         return KV({k: v for k, v in self.items() if k not in drop})
 
@@ -53,10 +53,10 @@ class Pair:
 
 
 class Pairs(list[Pair]):
-    def Names(self) -> list[str]:  # noqa: N802
+    def Names(self) -> list[str]:
         return [p.Name for p in self]
 
-    def Values(self) -> list[str]:  # noqa: N802
+    def Values(self) -> list[str]:
         return [p.Value for p in self]
 
 
@@ -79,19 +79,19 @@ class GoTime:
         stamp = f"{t.year:04d}-{t.month:02d}-{t.day:02d} {t.hour:02d}:{t.minute:02d}:{t.second:02d}"
         return stamp + frac + t.strftime(" %z ") + zone
 
-    def Unix(self) -> int:  # noqa: N802
+    def Unix(self) -> int:
         return int(self._t.timestamp())
 
-    def UTC(self) -> GoTime:  # noqa: N802
+    def UTC(self) -> GoTime:
         return GoTime(self._t.astimezone(dt.timezone.utc))
 
-    def Local(self) -> GoTime:  # noqa: N802
+    def Local(self) -> GoTime:
         return GoTime(self._t.astimezone())
 
-    def IsZero(self) -> bool:  # noqa: N802
+    def IsZero(self) -> bool:
         return self._t.year == 1
 
-    def Format(self, layout: str) -> str:  # noqa: N802
+    def Format(self, layout: str) -> str:
         t = self._t
         offset = t.utcoffset() or dt.timedelta()
         minutes = int(offset.total_seconds() // 60)
@@ -160,10 +160,10 @@ class TemplateAlert:
 
 
 class Alerts(list[TemplateAlert]):
-    def Firing(self) -> Alerts:  # noqa: N802
+    def Firing(self) -> Alerts:
         return Alerts(a for a in self if a.Status == "firing")
 
-    def Resolved(self) -> Alerts:  # noqa: N802
+    def Resolved(self) -> Alerts:
         return Alerts(a for a in self if a.Status == "resolved")
 
 

@@ -309,7 +309,7 @@ class _State:
         if om:
             self.finish_openmetrics()
 
-    def run_text(self) -> None:
+    def run_text(self) -> None:  # noqa: C901 - the parser's hot loop: one branch per line form, kept inline for speed
         """Text format, line by line: a line seen before as `<series> <value>` costs a dict lookup.
 
         A line whose text up to its last space is a known series (cached from an earlier line that the

@@ -202,7 +202,7 @@ class _Cursor:
             allow_name = False
 
 
-def scan_sample(line: str, is_openmetrics: bool) -> ScannedSample:
+def scan_sample(line: str, is_openmetrics: bool) -> ScannedSample:  # noqa: C901 - one branch per token of a sample line
     """Take a sample line apart: name, label pairs (unsorted), value text, timestamp text, exemplar."""
     cur = _Cursor(line, is_openmetrics)
     if not is_openmetrics:

@@ -258,7 +258,7 @@ def _string_arg(ev: Any, node: Any, ts: np.ndarray) -> str:
     return frame.value
 
 
-def evaluate_call(ev: Any, node: Any, ts: np.ndarray) -> Any:
+def evaluate_call(ev: Any, node: Any, ts: np.ndarray) -> Any:  # noqa: C901 - one dispatch per PromQL function family
     """Evaluate a function call node at steps `ts`."""
     name = node.func.name
     args = list(node.args)
@@ -346,4 +346,4 @@ def evaluate_call(ev: Any, node: Any, ts: np.ndarray) -> Any:
     raise Unsupported(f"function {name}()")
 
 
-__all__ = ["evaluate_call", "RANGE_FUNCTIONS", "ScalarFrame"]
+__all__ = ["RANGE_FUNCTIONS", "ScalarFrame", "evaluate_call"]

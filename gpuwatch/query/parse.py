@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import itertools
 import json
 import re
 from dataclasses import dataclass
@@ -95,7 +96,34 @@ _TOKEN = re.compile(
     r"|(?P<ident>[a-zA-Z_:][a-zA-Z0-9_:.]*)|(?P<op>==|!=|>=|<=|=~|!~|[-+*/%^<>=(){}\[\],@]|.)"
 )
 _TRAILING = frozenset(
-    "+ - * / % ^ == != > < >= <= and or unless atan2 by without on ignoring group_left group_right bool offset @ ,".split()
+    [
+        "+",
+        "-",
+        "*",
+        "/",
+        "%",
+        "^",
+        "==",
+        "!=",
+        ">",
+        "<",
+        ">=",
+        "<=",
+        "and",
+        "or",
+        "unless",
+        "atan2",
+        "by",
+        "without",
+        "on",
+        "ignoring",
+        "group_left",
+        "group_right",
+        "bool",
+        "offset",
+        "@",
+        ",",
+    ]
 )
 
 
@@ -113,7 +141,7 @@ def explain_generic(text: str) -> str | None:
         return "unexpected end of input"
     operand = {"str", "num", "ident"}
     keywords = _TRAILING | {"offset"}
-    for (k1, v1), (k2, v2) in zip(tokens, tokens[1:], strict=False):
+    for (k1, v1), (k2, v2) in itertools.pairwise(tokens):
         ends_operand = (k1 in operand and v1 not in keywords) or v1 in (")", "]", "}")
         if ends_operand and k2 in operand and v2 not in keywords:
             kind = {"str": "string", "num": "number", "ident": "identifier"}[k2]
@@ -198,9 +226,9 @@ def check_supported(expr: Any) -> None:
                 raise Unsupported("'or' inside label matchers")
         elif isinstance(node, pp.BinaryExpr):
             mod = node.modifier
-            if mod is not None and mod.fill_values is not None:
-                if mod.fill_values.lhs is not None or mod.fill_values.rhs is not None:
-                    raise Unsupported("fill() modifiers")
+            fill = mod.fill_values if mod is not None else None
+            if fill is not None and (fill.lhs is not None or fill.rhs is not None):
+                raise Unsupported("fill() modifiers")
 
 
 _MATCH_OPS = {"MatchOp.Equal": "=", "MatchOp.NotEqual": "!=", "MatchOp.Re": "=~", "MatchOp.NotRe": "!~"}

@@ -153,7 +153,7 @@ def parse_builtin_rules(raw: object) -> BuiltinRules:
     """Parse `builtin_rules`: true, false, or `{disable: [names], override: {name: {...}}}`."""
     if isinstance(raw, BuiltinRules):
         return raw
-    if isinstance(raw, bool) or isinstance(raw, str):
+    if isinstance(raw, (bool, str)):
         text = str(raw).strip().lower()
         if text in ("1", "true", "yes", "on"):
             return BuiltinRules(enabled=True)

@@ -340,8 +340,16 @@ class RuleManager:
     @staticmethod
     def _fingerprint(g: GroupState) -> tuple[Any, ...]:
         return tuple(
-            (i, a.labels, a.annotations, a.state, a.active_at_ms, a.fired_at_ms, a.resolved_at_ms)
-            + (a.keep_firing_since_ms,)
+            (
+                i,
+                a.labels,
+                a.annotations,
+                a.state,
+                a.active_at_ms,
+                a.fired_at_ms,
+                a.resolved_at_ms,
+                a.keep_firing_since_ms,
+            )
             for i, alerts in enumerate(g.alerts)
             for a in alerts.values()
         )

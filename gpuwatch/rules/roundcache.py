@@ -253,7 +253,7 @@ class RoundCache:
 class _Samples:
     """One series' samples in a buffer with room to append, handed out as read-only views."""
 
-    __slots__ = ("t", "v", "lo", "hi")
+    __slots__ = ("hi", "lo", "t", "v")
 
     def __init__(self, t: np.ndarray, v: np.ndarray) -> None:
         self.t, self.v, self.lo, self.hi = t, v, 0, t.size

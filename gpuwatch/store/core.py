@@ -444,7 +444,7 @@ class Store(SideTables):
                 self._writer.queue.put((_STOP, fut))
                 try:
                     fut.result()
-                except Exception as exc:  # closing must finish; the error is logged, not raised
+                except Exception as exc:  # noqa: BLE001 - closing must finish; the error is logged, not raised
                     log.error("store: final flush/compaction failed: %s", exc)
                 self._writer.join()
         finally:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Sequence
 
 import duckdb
@@ -37,10 +38,8 @@ def write(cur: duckdb.DuckDBPyConnection, lines: Sequence[LogLine], offsets: Seq
             )
         cur.execute("COMMIT")
     except BaseException:
-        try:
+        with contextlib.suppress(duckdb.Error):  # the transaction is gone; the first error matters
             cur.execute("ROLLBACK")
-        except duckdb.Error:
-            pass  # the transaction is already gone; the original error is what matters
         raise
 
 

@@ -8,6 +8,7 @@ them again. A notification and the state it implies are written in one transacti
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import Sequence
 from typing import NamedTuple
@@ -68,10 +69,8 @@ class NotifyEntry(NamedTuple):
 
 
 def _rollback(cur: duckdb.DuckDBPyConnection) -> None:
-    try:
+    with contextlib.suppress(duckdb.Error):  # the transaction is gone; the first error matters
         cur.execute("ROLLBACK")
-    except duckdb.Error:
-        pass  # the transaction is already gone; the original error is what matters
 
 
 def enqueue(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import itertools
 import threading
 from collections.abc import Collection, Iterator, Sequence
 from typing import Any, cast
@@ -119,7 +120,7 @@ class Selected(list[SeriesData]):
 Cuts = dict[tuple[int, int, int], tuple[np.ndarray, np.ndarray]]  # (id(t), lo, hi) -> (t, t[lo:hi])
 
 
-def read_samples_cached(
+def read_samples_cached(  # noqa: C901 - cache lookups and the misses' read in one pass
     cur: duckdb.DuckDBPyConnection,
     ids: Sequence[int],
     start_ms: int,
@@ -210,7 +211,7 @@ def _cached_parts(
     sid, n, seq = index.sid[rows], index.n[rows], index.seq[rows]
     lo_t, hi_t = index.t_min[rows], index.t_max[rows]
     bounds = np.r_[0, np.flatnonzero(sid[1:] != sid[:-1]) + 1, rows.size].tolist()
-    for a, b in zip(bounds[:-1], bounds[1:], strict=True):
+    for a, b in itertools.pairwise(bounds):
         piece = cache.join(keys[a:b], pieces[a:b])
         block, p0, p1 = piece
         t, v = block.t[p0:p1], block.v[p0:p1]

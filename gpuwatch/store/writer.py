@@ -9,6 +9,7 @@ the data it concerned stays buffered and is retried on the next flush, and the t
 from __future__ import annotations
 
 import collections
+import contextlib
 import functools
 import json
 import logging
@@ -166,7 +167,7 @@ class Writer:
                     if self._dispatch(item):
                         return
                 self._maybe_flush()
-            except Exception as exc:  # the writer is the job wrapper: it logs, counts and goes on
+            except Exception as exc:  # noqa: BLE001 - the writer is the job wrapper: it logs, counts and goes on
                 self._count_error("writer", exc)
 
     def _dispatch(self, item: Any) -> bool:
@@ -191,7 +192,7 @@ class Writer:
         except (duckdb.Error, OSError) as exc:
             self._count_error("write", exc)
             fut.set_exception(StoreError(f"store write failed: {one_line(exc)}"))
-        except Exception as exc:  # hand any other failure to the caller who asked for this work
+        except Exception as exc:  # noqa: BLE001 - hand any other failure to the caller who asked for this work
             fut.set_exception(exc)
 
     def _finish(self) -> None:
@@ -534,10 +535,9 @@ def _insert(cur: duckdb.DuckDBPyConnection, table: str, columns: dict[str, Any],
     try:
         cur.execute(f"INSERT INTO {table} SELECT *{computed} FROM gpuwatch_rows")
     finally:
-        try:
+        # a failed INSERT aborted the transaction, which refuses this too: its error is the one to raise
+        with contextlib.suppress(duckdb.Error):
             cur.unregister("gpuwatch_rows")
-        except duckdb.Error:
-            pass  # a failed INSERT aborted the transaction, which refuses this too: its error is the one to raise
 
 
 def _insert_chunks(cur: duckdb.DuckDBPyConnection, rows: list[ChunkRow]) -> None:
@@ -560,7 +560,5 @@ def _insert_chunks(cur: duckdb.DuckDBPyConnection, rows: list[ChunkRow]) -> None
 
 
 def _rollback(cur: duckdb.DuckDBPyConnection) -> None:
-    try:
+    with contextlib.suppress(duckdb.Error):  # the transaction is gone; the first error matters
         cur.execute("ROLLBACK")
-    except duckdb.Error:
-        pass  # the transaction is already gone; the original error is what matters

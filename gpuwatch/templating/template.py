@@ -318,10 +318,15 @@ class _Parser:
             arg = Arg("pipe", Pipeline(commands))
         else:
             raise TemplateError(f"{self.where}unexpected {t.text!r} in operand")
-        if pos < len(toks) and toks[pos].kind == "field" and toks[pos].attached and toks[pos].text != ".":
-            if arg.kind in ("var", "pipe"):
-                arg.fields = tuple(toks[pos].text.split(".")[1:])
-                pos += 1
+        if (
+            pos < len(toks)
+            and toks[pos].kind == "field"
+            and toks[pos].attached
+            and toks[pos].text != "."
+            and arg.kind in ("var", "pipe")
+        ):
+            arg.fields = tuple(toks[pos].text.split(".")[1:])
+            pos += 1
         return arg, pos
 
 
@@ -494,7 +499,7 @@ class _Run:
             except (TypeError, ValueError, AttributeError, LookupError, ArithmeticError, re.error) as e:
                 raise TemplateError(f"error calling {name}: {e}") from None
         if len(cmd) > 1 or extra:
-            if first.kind == "lit" or not first.fields and first.kind != "pipe":
+            if first.kind == "lit" or (not first.fields and first.kind != "pipe"):
                 raise TemplateError(
                     f"can't give argument to non-function {sprint(self._arg(first, dot, scope))}"
                 )
