@@ -3,11 +3,12 @@
 Usage:
     python bench/bench_query.py --sets 24h --no-peers --runs 1 --keep --dir /tmp/q24   # the data, once
     python bench/bench_query_pair.py /tmp/q24/24h/gpuwatch 'QUERY' BEFORE_DIR AFTER_DIR [--rounds 5]
+    python bench/bench_query_pair.py /tmp/q7/7d/gpuwatch 'QUERY' BEFORE_DIR AFTER_DIR --days 7 --step 60
 
 Each round runs one child process per tree (in turn, the order swapped every round) with `PYTHONPATH=DIR`
 and this interpreter. The child opens the store read-only, applies `gpuwatch serve`'s GC and malloc
-settings (`gctune.tune_for_serving`) and times the query over the whole 24 h set at a 15 s step: the
-median of --runs calls of `Engine.range` ("engine") and of the same query through the Flask app called as
+settings (`gctune.tune_for_serving`) and times the query over the whole set (`--days`, 1: the 24 h set;
+7: the 7 d set) at a step of `--step` seconds (15; the 7 d set is queried at 60): the median of --runs calls of `Engine.range` ("engine") and of the same query through the Flask app called as
 WSGI, without a socket ("wsgi": parameters, engine, JSON). Printed: both trees' figures and their ratio
 each round, then the medians of the rounds. This VM's speed moves by up to 2x from one minute to the next,
 so only figures taken in turns like this are compared in bench/README.md. A child whose tree lacks the
@@ -32,7 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # querydata; gpuwatch 
 from querydata import DAY_MS, T0_MS
 
 
-def child(data: str, query: str, runs: int) -> None:
+def child(data: str, query: str, runs: int, days: float = 1.0, step_ms: int = 15_000) -> None:
     from types import SimpleNamespace
     from urllib.parse import urlencode
 
@@ -48,8 +49,8 @@ def child(data: str, query: str, runs: int) -> None:
         gctune.tune_for_serving(os.environ)
     except TypeError:  # trees from before the malloc settings: tune_for_serving()
         gctune.tune_for_serving()  # type: ignore[call-arg]
-    start, end = T0_MS, T0_MS + DAY_MS
-    qs = urlencode({"query": query, "start": start / 1000, "end": end / 1000, "step": "15s"})
+    start, end = T0_MS, T0_MS + int(days * DAY_MS)
+    qs = urlencode({"query": query, "start": start / 1000, "end": end / 1000, "step": f"{step_ms // 1000}s"})
 
     def environ() -> dict[str, Any]:
         return {
@@ -70,7 +71,7 @@ def child(data: str, query: str, runs: int) -> None:
         return b"".join(app(environ(), lambda status, headers, exc_info=None: statuses.append(status)))
 
     def engine() -> Any:
-        return Engine(store).range(query, start, end, 15_000)
+        return Engine(store).range(query, start, end, step_ms)
 
     def median_ms(fn: Any) -> float:
         for _ in range(10):
@@ -89,16 +90,18 @@ def child(data: str, query: str, runs: int) -> None:
 
 
 def main() -> None:
-    if len(sys.argv) == 5 and sys.argv[1] == "--child":
-        child(sys.argv[2], sys.argv[3], int(sys.argv[4]))
+    if len(sys.argv) == 7 and sys.argv[1] == "--child":
+        child(sys.argv[2], sys.argv[3], int(sys.argv[4]), float(sys.argv[5]), int(sys.argv[6]))
         return
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("data", help="a gpuwatch data directory holding the 24h set (bench_query.py --keep)")
+    ap.add_argument("data", help="a gpuwatch data directory holding the set (bench_query.py --keep)")
     ap.add_argument("query")
     ap.add_argument("before", type=Path)
     ap.add_argument("after", type=Path)
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--runs", type=int, default=200, help="timed calls per child and figure")
+    ap.add_argument("--days", type=float, default=1.0, help="length of the set: 1 (24h) or 7 (7d)")
+    ap.add_argument("--step", type=int, default=15, help="query step in seconds")
     args = ap.parse_args()
     trees = [args.before.resolve(), args.after.resolve()]
     got: dict[Path, list[dict[str, float]]] = {t: [] for t in trees}
@@ -112,6 +115,8 @@ def main() -> None:
                     args.data,
                     args.query,
                     str(args.runs),
+                    str(args.days),
+                    str(args.step * 1000),
                 ],
                 env={**os.environ, "PYTHONPATH": str(tree)},
                 capture_output=True,

@@ -20,7 +20,7 @@ minutes into a window.
 
 One round is `RuleManager.evaluate_all()` over every built-in group (queries, alert state, ALERTS
 samples appended): the round is timed `--rounds` times, after two warm-up rounds (timed apart: the first
-after a start learns what the rules read, the second reads all of it). Between rounds (outside the
+after a start learns what the rules read, the second prefetches it as every later one does). Between rounds (outside the
 timing) the clock moves on `--interval` seconds and every series gets its new samples of those seconds,
 one batch and one flush a second, as in a running gpuwatch (`--still`: time stands still instead).
 `--as-serve`: a round is serve's rules job (`RuleManager.run_due`), where each group runs only when its
@@ -341,8 +341,8 @@ def main() -> int:
                 )
             writer = LiveWriter(store, series)
             del series
-            # Warm-up, as after a start: the first round learns what the rules read, the second reads it
-            # whole (later rounds take in only what was written since): timed apart.
+            # Warm-up, as after a start: the first round learns what the rules read, the second
+            # prefetches it (as every later round does): timed apart.
             warm = []
             evaluate = m.run_due if args.as_serve else m.evaluate_all
             for _ in range(2):

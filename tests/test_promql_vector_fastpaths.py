@@ -6,6 +6,8 @@ group-by-group code they replaced, on random frames."""
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -14,7 +16,7 @@ from gpuwatch.query import binary, histogram
 from gpuwatch.query.aggregate import _groups, aggregate
 from gpuwatch.query.binary import COMPARISON, Matching, compute, set_operation, vector_vector
 from gpuwatch.query.errors import PromQLEvalError
-from gpuwatch.query.frames import LabelSet, VectorFrame, merge_same_labels
+from gpuwatch.query.frames import NAME, LabelSet, VectorFrame, merge_same_labels
 from gpuwatch.query.kahan import kahan_result, kahan_rows
 
 VALUE = st.sampled_from([0.0, -0.0, 1.0, -2.5, 3.0, 1e16, 1e-16, 1e300, float("inf"), float("nan")])
@@ -201,3 +203,22 @@ def test_histogram_quantile_of_many_histograms_at_once_equals_one_by_one(
         return [(f.labels[i], f.values[i, 0].tobytes(), bool(f.present[i, 0])) for i in range(len(f.labels))]
 
     assert rows(got) == rows(alone)
+
+
+def test_sum_of_one_series_per_group_equals_the_kahan_sum() -> None:
+    """`sum by (le, ...)` keeping every series apart: each row is its own Kahan sum (-0.0 -> 0.0,
+    NaN kept, absent cells 0.0 and absent), and the frame given is left as it was."""
+    values = np.array([[-0.0, 1.5, math.nan, 2.0], [math.inf, -0.0, 3.0, 5e-324]])
+    present = np.array([[True, True, True, False], [True, True, False, True]])
+    frame = VectorFrame([((NAME, "a"), ("le", "1")), ((NAME, "a"), ("le", "2"))], values, present)
+    before = values.view(np.int64).tolist(), present.tolist()
+    out = aggregate("sum", frame, ["le"], False, None)
+    assert out.labels == [(("le", "1"),), (("le", "2"),)]
+    for i in range(2):
+        want = kahan_result(*kahan_rows(values[i : i + 1], present[i : i + 1]))
+        assert (
+            out.values[i].view(np.int64).tolist() == np.where(present[i], want, 0.0).view(np.int64).tolist()
+        )
+    assert out.present.tolist() == present.tolist()
+    assert out.values is not values and out.present is not present
+    assert (values.view(np.int64).tolist(), present.tolist()) == before

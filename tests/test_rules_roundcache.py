@@ -98,9 +98,9 @@ RANGE_QUERIES = [
 ]
 
 
-def test_rounds_reading_only_new_samples_answer_as_the_store_does(tmp_path: Path) -> None:
-    # Each round keeps the samples older than a minute and reads only the rest, unless something was
-    # written at or before that point since (a backfill, an import) or retention ran.
+def test_rounds_with_live_writes_backfills_imports_and_retention_between_answer_as_the_store_does(
+    tmp_path: Path,
+) -> None:
     clock = FakeClock(1_800_000_000)
     store = Store.open(tmp_path / "d", clock=clock, retention_s=3 * 3600)
     cache = RoundCache(store)
@@ -144,10 +144,9 @@ def test_rounds_reading_only_new_samples_answer_as_the_store_does(tmp_path: Path
         store.close()
 
 
-def test_a_group_that_runs_every_other_round_is_served_from_what_was_kept(tmp_path: Path) -> None:
+def test_a_group_that_runs_every_other_round_answers_as_the_store_does(tmp_path: Path) -> None:
     # The rules job runs every 15 s; a 30 s group (the inference quantiles) reads its names every other
-    # round, so they are never in the plan of the round it runs in. It must still read only what was
-    # written since, not all of its 5-minute windows from the store again.
+    # round, so they are not in the plan of the round it runs in: it reads them itself.
     clock = FakeClock(1_800_000_000)
     store = Store.open(tmp_path / "d", clock=clock)
     cache = RoundCache(store)
@@ -177,13 +176,13 @@ def test_a_group_that_runs_every_other_round_is_served_from_what_was_kept(tmp_pa
             queries = [every_round, every_other] if rnd % 2 == 0 else [every_round]
             for q in queries:
                 assert _vec(Engine(cache).instant(q, now)) == _vec(Engine(store).instant(q, now)), (rnd, q)
+            cache.end()
             reads.append(cache.reads - before)
             for j in range(3):
                 write(60 + rnd * 3 + j)
                 clock.advance(5)
             store.flush()
-        assert reads[:2] == [2, 0]  # each name read whole once; then prefetched
-        assert reads[2:] == [0] * 6  # including the rounds that read `latency_bucket` unplanned
+        assert reads == [2, 0, 1, 0, 1, 0, 1, 0]  # then prefetched, `latency_bucket` when it was read last
     finally:
         store.close()
 
@@ -230,8 +229,7 @@ def test_a_cache_over_many_rounds_with_writes_between_answers_as_no_cache(
     ops: list[tuple[tuple, int]],  # type: ignore[type-arg]
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    # Each round serves names read before from what it kept plus what the store's flushes wrote
-    # since: late samples, backfills, imports, compaction and retention in between must not matter.
+    # Late samples, backfills, imports, compaction and retention between rounds must not matter.
     monkeypatch.setattr(writer_module, "_BULK_MIN", 6)
     clock = FakeClock(T0 / 1000 + 60)
     with tempfile.TemporaryDirectory() as tmp:
@@ -265,6 +263,7 @@ def test_a_cache_over_many_rounds_with_writes_between_answers_as_no_cache(
                 for i, q in enumerate(WINDOW_QUERIES):
                     if (rounds + i) % 3:
                         assert _bits(Engine(cache).instant(q, now)) == _bits(Engine(store).instant(q, now)), q
+                cache.end()
         finally:
             store.close()
 
@@ -346,6 +345,31 @@ def test_series_sampled_together_then_apart_keep_their_own_timestamps(tmp_path: 
             cache.begin(now)
             for q in queries:
                 assert _bits(Engine(cache).instant(q, now)) == _bits(Engine(store).instant(q, now)), (k, q)
+    finally:
+        store.close()
+
+
+def test_a_round_keeps_no_samples_after_it_ends(tmp_path: Path) -> None:
+    clock = FakeClock(1_800_000_000)
+    store = Store.open(tmp_path / "d", clock=clock)
+    try:
+        rules = load_groups(
+            "groups: [{name: g, rules: [{record: 'x:max', expr: 'max_over_time(x[1m])'},"
+            " {alert: High, expr: 'x:max > 2 and x > 0'}]}]",
+            "r.yml",
+        )
+        cache = RoundCache(store)
+        m = RuleManager(store, Engine(cache).instant, clock, rules, cache=cache)
+        for k in range(4):
+            store.append(Batch(clock.now_ms(), [Sample("x", make_labels({"a": "1"}), float(k))]))
+            store.flush()
+            m.run_due()
+            assert not cache._by_name and not cache._last_by_name and not cache._written
+            clock.advance(15)
+        assert [r.name for r, _ in m.active_alerts()] == ["High"]  # x:max reached 3 in the last round
+        # The first round reads x's window, x's and x:max's last samples; then a round prefetches them in
+        # two reads (one per window), and x:max is what the round's recording rule wrote (`wrote`).
+        assert cache.reads == 3 + 3 * 2
     finally:
         store.close()
 

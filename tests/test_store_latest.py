@@ -15,9 +15,7 @@ from gpuwatch.clock import FakeClock
 from gpuwatch.model import STALE_NAN, Batch, Matcher, Sample, make_labels
 from gpuwatch.query import Engine, Vector
 from gpuwatch.store import Store
-from gpuwatch.store import latest as latest_module
 from gpuwatch.store import writer as writer_module
-from gpuwatch.store.latest import Latest
 
 NAME = Matcher("__name__", "=", "m")
 T0 = 1_800_000_000_000
@@ -169,40 +167,3 @@ def test_a_stale_marker_hides_the_series_and_a_restart_reads_from_the_database(t
         ]
     finally:
         store.close()
-
-
-def test_written_since_gives_what_later_flushes_wrote_until_the_log_no_longer_reaches_back(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    monkeypatch.setattr(latest_module, "ROW_LOG_MAX", 5)
-    latest = Latest()
-    latest.note([], np.array([1, 2]), np.array([10, 10]), np.array([1.0, 2.0]))  # version 1
-    latest.note([], np.array([1, 1, 1]), np.array([12, 11, 12]), np.array([3.0, 4.0, 5.0]))  # version 2
-    got = latest.written_since(1, np.array([1]), 0)
-    assert got is not None
-    assert got[0] == 2 and list(got[2]) == [1]
-    assert got[1][1][0].tolist() == [11, 12] and got[1][1][1].tolist() == [4.0, 5.0]  # the later write wins
-    got = latest.written_since(0, np.array([1, 2]), 11)  # from t = 11 on
-    assert got is not None and sorted(got[1]) == [1]
-    latest.note([], np.array([2, 2]), np.array([20, 21]), np.array([6.0, 7.0]))  # version 3: 7 rows > 5
-    assert latest.written_since(0, np.array([2]), 0) is None  # version 1's rows were let go
-    assert latest.written_since(2, np.array([2]), 0) is not None
-    latest.drop_before(5)  # retention: what it did is not in the log
-    assert latest.written_since(3, np.array([2]), 0) is None
-    got = latest.written_since(4, np.array([2]), 0)
-    assert got is not None and got[:2] == (4, {}) and got[2].size == 0
-
-
-def test_the_write_log_lets_go_of_flushes_older_than_ten_minutes(monkeypatch: pytest.MonkeyPatch) -> None:
-    now = [1000.0]
-    monkeypatch.setattr(latest_module, "monotonic", lambda: now[0])
-    latest = Latest()
-    latest.note([], np.array([1]), np.array([10]), np.array([1.0]))  # version 1
-    now[0] += 300
-    latest.note([], np.array([1]), np.array([20]), np.array([2.0]))  # version 2
-    assert latest.written_since(0, np.array([1]), 0) is not None
-    now[0] += 301  # version 1 is now 601 s old: a small workstation keeps minutes of rows, not 24 MB
-    latest.note([], np.array([1]), np.array([30]), np.array([3.0]))  # version 3
-    assert latest.written_since(0, np.array([1]), 0) is None
-    got = latest.written_since(1, np.array([1]), 0)
-    assert got is not None and got[1][1][0].tolist() == [20, 30]

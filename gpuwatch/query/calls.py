@@ -137,12 +137,6 @@ def _range_call(ev: Any, name: str, node: Any, ts: np.ndarray) -> VectorFrame:
         if ((tf <= 0) | (tf >= 1)).any():
             raise PromQLEvalError(f"invalid trend factor. Expected: 0 < tf < 1, got: {float(tf[0]):f}")
     if name in _RATES and frame.hist is None:
-        if n == 1 and len(frame.series) > 1 and not _all_same_times(frame):
-            # (Series sharing timestamps, as GPUs sampled together do, go faster in `_rates`: one
-            # (series, samples) array instead of concatenating and searching every series.)
-            fast = _rates_at_one_step(name, frame)
-            if fast is not None:
-                return fast
         return _rates(ev, name, frame, n)
     fn = RANGE_FUNCTIONS[name]
     labels: list[LabelSet] = []
@@ -180,36 +174,6 @@ def _unique_frame(n: int, labels: list[Any], values: list[Any], present: list[An
 _RATES = {"rate": (True, True), "increase": (True, False), "delta": (False, False)}
 
 
-def _all_same_times(frame: RangeFrame) -> bool:
-    first = frame.series[0].times
-    return all(windows.same_times(rs.times, first) for rs in frame.series[1:])
-
-
-def _rates_at_one_step(name: str, frame: RangeFrame) -> VectorFrame | None:
-    """rate/increase/delta of every series at a single step in one pass (rules, instant queries)."""
-    is_counter, is_rate = _RATES[name]
-    got = rates.extrapolated_rate_at(
-        [(rs.times, rs.values) for rs in frame.series],
-        int(frame.ends[0]),
-        frame.range_ms,
-        is_counter,
-        is_rate,
-    )
-    if got is None:
-        return None
-    val, ok = got
-    keep = np.flatnonzero(ok)
-    if not len(keep):
-        return VectorFrame.empty(1)
-    out = VectorFrame(
-        [drop_name(frame.series[i].labels) for i in keep],
-        val[keep][:, None],
-        np.ones((len(keep), 1), dtype=bool),
-    )
-    check_unique_labels(out)
-    return out
-
-
 def _rates(ev: Any, name: str, frame: RangeFrame, n: int) -> VectorFrame:
     """rate/increase/delta, computed for each run of series with the same timestamps at once."""
     is_counter, is_rate = _RATES[name]
@@ -228,25 +192,13 @@ def _rates(ev: Any, name: str, frame: RangeFrame, n: int) -> VectorFrame:
         i = j
         if not (w.count > 0).any():
             continue
-        res = None
-        if len(group) > 1:
-            res = rates.extrapolated_rate_rows(w, np.stack([rs.values for rs in group]), is_counter, is_rate)
-        if res is None:
-            rows = [
-                rates.extrapolated_rate(
-                    windows.Window(rs.times, rs.values, frame.ends, frame.range_ms, like=w),
-                    is_counter,
-                    is_rate,
-                )
-                for rs in group
-            ]
-        else:
-            rows = [(res[0][r], res[1]) for r in range(len(group))]
-        for rs, (val, ok) in zip(group, rows, strict=True):
-            if not ok.any():
-                continue
+        rows = np.stack([rs.values for rs in group]) if len(group) > 1 else w.values[None, :]
+        val, ok = rates.extrapolated_rate_rows(w, rows, is_counter, is_rate)
+        if not ok.any():
+            continue
+        for r, rs in enumerate(group):
             labels.append(drop_name(rs.labels))
-            values.append(val)
+            values.append(val[r])
             present.append(ok)
     return _unique_frame(n, labels, values, present)
 

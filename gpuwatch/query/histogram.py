@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import functools
 import math
 
 import numpy as np
@@ -13,11 +12,6 @@ _SMALL_DELTA = 1e-12
 _MIN_NORMAL = 2.2250738585072014e-308
 _MAX_FLOAT = float(np.finfo(np.float64).max)
 _FEW_COLUMNS = 16  # up to this many steps to fix, `_monotonic` goes in Python floats
-# Two non-negative floats whose bits (as int64) are this far apart differ by over 7e-12 of the
-# smaller (each step of the bits adds at least 2**-53 of it) and by over 3e-319: neither below nor
-# almost equal (1e-12) to each other. See `_unsure_cols`.
-_CLEAR_BITS = 1 << 16
-_INF_BITS = 0x7FF0000000000000
 
 
 def _almost_equal(a: np.ndarray, b: np.ndarray, eps: float) -> np.ndarray:
@@ -64,8 +58,8 @@ def _monotonic(counts: np.ndarray) -> np.ndarray:
 
 
 def _monotonic_few(counts: np.ndarray) -> np.ndarray:
-    """`_monotonic` column by column in Python floats: for a few steps (a counter reset here and
-    there) far cheaper than a dozen numpy calls per bucket, with the same comparisons."""
+    """`_monotonic` column by column in Python floats, as Prometheus's loop: for a few steps (a
+    counter reset here and there) far cheaper than a dozen numpy calls per bucket."""
     out = counts.copy()
     for col in range(counts.shape[1]):
         column = counts[:, col].tolist()
@@ -81,57 +75,9 @@ def _monotonic_few(counts: np.ndarray) -> np.ndarray:
     return out
 
 
-def _unsure_cols(counts: np.ndarray) -> np.ndarray | None:
-    """Steps (columns) where some bucket is not equal to, nor clearly above, the one before it, by
-    the bits of the floats; None when a count has its sign bit set (the test needs none).
-
-    With every sign bit clear, the int64 view of the floats orders them as their values (NaN above
-    +Inf). Two neighbouring buckets with the same bits are equal (or the same NaN), and ones whose
-    bits rise by `_CLEAR_BITS` or more are neither lower nor almost equal (nor NaN below non-NaN): at
-    neither can the fix-up change anything. Only the other columns need `_needs_fix_at`."""
-    bits = counts.view(np.int64)
-    if bits.min() < 0:
-        return None
-    rise = bits[1:] - bits[:-1]  # no overflow: both in [0, 2**63)
-    unsure = rise.min(axis=0) < 0  # a bucket below the one before
-    rise -= 1  # equal bits become -1, the largest uint64: only rises of 1 to _CLEAR_BITS - 1 stay small
-    unsure |= rise.view(np.uint64).min(axis=0) < _CLEAR_BITS - 1
-    return np.asarray(unsure)
-
-
 def _needs_fix(counts: np.ndarray) -> np.ndarray:
     """Steps (columns) where some bucket is below, or almost equal to but not equal to, the one before
-    it: only there can the fix-up loop change anything."""
-    if counts.shape[0] < 2 or not counts.size:
-        return np.zeros(counts.shape[1], bool)
-    return _needs_fix_of(counts, _unsure_cols(counts))
-
-
-def _needs_fix_of(counts: np.ndarray, unsure: np.ndarray | None) -> np.ndarray:
-    """`_needs_fix` given `_unsure_cols(counts)`: the full test where that is unsure (steps are
-    independent), everywhere where it is None."""
-    cols = np.arange(counts.shape[1]) if unsure is None else np.flatnonzero(unsure)
-    if len(cols) == counts.shape[1]:
-        return _needs_fix_at(counts)
-    out = np.zeros(counts.shape[1], bool)
-    if cols.size:
-        out[cols] = _needs_fix_at(counts[:, cols])
-    return out
-
-
-def _steps_to_fix(counts: np.ndarray) -> np.ndarray:
-    """Steps that may need the fix-up: the few that `_unsure_cols` cannot clear (the fix-up leaves
-    one that needs none as it was), else exactly those `_needs_fix` finds."""
-    if counts.shape[0] < 2 or not counts.size:
-        return np.zeros(0, np.intp)
-    unsure = _unsure_cols(counts)
-    if unsure is not None and np.count_nonzero(unsure) <= _FEW_COLUMNS:
-        return np.flatnonzero(unsure)
-    return np.flatnonzero(_needs_fix_of(counts, unsure))
-
-
-def _needs_fix_at(counts: np.ndarray) -> np.ndarray:
-    """`_needs_fix` testing every column.
+    it: only there can the fix-up loop change anything.
 
     A bucket clearly above the one before (the usual case) is neither: with `earlier >= 0`,
     `later > earlier * (1 + 1e-11)` and `later > 1e-290`, the relative difference is over 4e-12 (and
@@ -153,9 +99,18 @@ def _needs_fix_at(counts: np.ndarray) -> np.ndarray:
 
 def bucket_quantile(q: np.ndarray, bounds: np.ndarray, counts: np.ndarray) -> np.ndarray:
     """Quantile at each step (column) of buckets sorted by upper bound; counts is (buckets, steps)."""
+    res = np.full(counts.shape[1], np.nan)
+    if math.isinf(bounds[-1]) and bounds[-1] > 0:
+        res = _quantile(q, bounds, counts)
+    # A q outside [0, 1] gives -Inf or +Inf (NaN: NaN) whatever the buckets, as in Prometheus.
+    res = np.where(np.isnan(q), np.nan, res)
+    res = np.where(q < 0, -np.inf, res)
+    return np.where(q > 1, np.inf, res)
+
+
+def _quantile(q: np.ndarray, bounds: np.ndarray, counts: np.ndarray) -> np.ndarray:
+    """`bucket_quantile` of buckets whose last bound is +Inf."""
     steps = counts.shape[1]
-    if not math.isinf(bounds[-1]) or bounds[-1] < 0:
-        return np.full(steps, np.nan)
     # Coalesce buckets with the same upper bound (strictly rising bounds, the usual case, have none).
     if len(bounds) > 1 and not bool((bounds[1:] > bounds[:-1]).all()):
         uniq, inverse = np.unique(bounds, return_inverse=True)
@@ -164,61 +119,29 @@ def bucket_quantile(q: np.ndarray, bounds: np.ndarray, counts: np.ndarray) -> np
             with np.errstate(all="ignore"):  # Inf + -Inf is NaN, as in Prometheus
                 np.add.at(merged, inverse, counts)
             bounds, counts = uniq, merged
-    fix = _steps_to_fix(counts)
     if len(bounds) < 2:
         return np.full(steps, np.nan)
-    if 2 * fix.size > steps:  # odd buckets at most steps: fix them up, then all steps at once
+    needs_fix = _needs_fix(counts)
+    if needs_fix.any():  # steps are independent: fix up only those that need it
+        cols = np.flatnonzero(needs_fix)
         counts = counts.copy()
-        counts[:, fix] = _monotonic(counts[:, fix])
-        return _quantile_at(q, bounds, counts, False)
-    # Steps are independent: all of them from the counts as they are, then those the fix-up changes
-    # again from their fixed counts (few: a counter reset here and there).
-    bits = counts.view(np.int64)
-    rising = counts.size > 0 and bool(bits.min() >= 0) and bool(bits.max() <= _INF_BITS)
-    res = _quantile_at(q, bounds, counts, rising)
-    if fix.size:
-        res[fix] = _quantile_at(q[fix], bounds, _monotonic(counts[:, fix]), False)
-    return res
-
-
-def _quantile_at(q: np.ndarray, bounds: np.ndarray, counts: np.ndarray, rising: bool) -> np.ndarray:
-    """`bucket_quantile` of fixed-up counts; `rising` when every step that needs no fix-up has
-    non-decreasing counts (no sign bit, no NaN: a fall there would have needed the fix-up)."""
-    steps = counts.shape[1]
+        counts[:, cols] = _monotonic(counts[:, cols])
     total = counts[-1]
-    last = len(bounds) - 1
     with np.errstate(all="ignore"):
         rank = q * total
         # first bucket index b in [0, len-1) with count >= rank, else len-1
         ge = counts[:-1] >= rank[None, :]
-        if rising:  # those buckets are the last ones: count them
-            b = last - np.add.reduce(ge, axis=0, dtype=np.intp)
-        else:
-            b = np.where(ge.any(axis=0), ge.argmax(axis=0), last)
+        b = np.where(ge.any(axis=0), ge.argmax(axis=0), len(bounds) - 1)
         cols = np.arange(steps)
-        before = np.maximum(b - 1, 0)  # b is in [0, last]
-        above_first = b > 0
+        last = len(bounds) - 1
         bucket_end = bounds[b]
-        bucket_start = np.where(above_first, bounds[before], 0.0)
+        bucket_start = np.where(b > 0, bounds[np.maximum(b - 1, 0)], 0.0)
         count_b = counts[b, cols]
-        below = np.where(above_first, counts[before, cols], 0.0)
+        below = np.where(b > 0, counts[np.maximum(b - 1, 0), cols], 0.0)
         interp = bucket_start + (bucket_end - bucket_start) * ((rank - below) / (count_b - below))
         res = np.where(b == last, bounds[last - 1], interp)
-        if bounds[0] <= 0:
-            res = np.where(b == 0, bounds[0], res)
-        res = np.where(total == 0, np.nan, res)
-        if q.size and not (q.min() >= 0 and q.max() <= 1):  # a NaN q fails both
-            res = np.where(np.isnan(q), np.nan, res)
-            res = np.where(q < 0, -np.inf, res)
-            res = np.where(q > 1, np.inf, res)
-    return res
-
-
-@functools.lru_cache(maxsize=1 << 16)
-def _bucket_of(labels: LabelSet) -> tuple[float | None, LabelSet]:
-    """A bucket series' upper bound (None when `le` is no number) and its histogram's labels
-    (remembered: rules and dashboards read the same buckets every round)."""
-    return _parse_le(label_value(labels, "le")), tuple(p for p in labels if p[0] != "le")
+        res = np.where((b == 0) & (bounds[0] <= 0), bounds[0], res)
+        return np.where(total == 0, np.nan, res)
 
 
 def histogram_quantile(q: np.ndarray, frame: VectorFrame) -> VectorFrame:
@@ -226,9 +149,10 @@ def histogram_quantile(q: np.ndarray, frame: VectorFrame) -> VectorFrame:
     n = frame.steps
     groups: dict[LabelSet, list[tuple[float, int]]] = {}
     for i, ls in enumerate(frame.labels):
-        le, key = _bucket_of(ls)
+        le = _parse_le(label_value(ls, "le"))
         if le is None:
             continue
+        key = tuple(p for p in ls if p[0] != "le")
         groups.setdefault(key, []).append((le, i))
     labels: list[LabelSet] = []
     values: list[np.ndarray] = []
@@ -252,13 +176,14 @@ def histogram_quantile(q: np.ndarray, frame: VectorFrame) -> VectorFrame:
         for col in np.flatnonzero(any_present & ~full).tolist():
             sel = pres[:, col]
             res[col] = bucket_quantile(q[col : col + 1], bounds[sel], counts[sel, col : col + 1])[0]
-        if n > 1 and not full.all() and full.any():
+        if n > 1 and 2 * np.count_nonzero(full) >= n and not full.all():
+            # Most steps have every bucket (a rate's first steps lack them): all steps at once,
+            # without copying columns out (`counts` is a copy; steps are independent).
+            counts[:, ~full] = 0.0
+            res[full] = bucket_quantile(q, bounds, counts)[full]
+        elif n > 1 and full.any() and not full.all():
             cols = np.flatnonzero(full)
-            if 2 * len(cols) >= n:  # most steps (a rate's first steps lack them): all, without copies
-                counts[:, ~full] = 0.0  # `counts` is a copy (read above); steps are independent
-                res[cols] = bucket_quantile(q, bounds, counts)[cols]
-            else:
-                res[cols] = bucket_quantile(q[cols], bounds, counts[:, cols])
+            res[cols] = bucket_quantile(q[cols], bounds, counts[:, cols])
         labels.append(tuple(p for p in key if p[0] != NAME))
         values.append(res)
         present.append(any_present)

@@ -232,10 +232,13 @@ class RuleManager:
         self._begin(now_ms)
         with self._lock:
             groups = list(self._groups)
-        for g in groups:
-            # A little slack so that a job firing a few ms early does not skip a whole interval.
-            if g.last_eval_ms is None or now_ms - g.last_eval_ms >= g.interval_s * 1000 - 50:
-                self.evaluate_group(g, now_ms)
+        try:
+            for g in groups:
+                # A little slack so that a job firing a few ms early does not skip a whole interval.
+                if g.last_eval_ms is None or now_ms - g.last_eval_ms >= g.interval_s * 1000 - 50:
+                    self.evaluate_group(g, now_ms)
+        finally:
+            self._end()
 
     def evaluate_all(self) -> None:
         """Evaluate every group now (tests, `rules check --eval` style tools)."""
@@ -244,8 +247,11 @@ class RuleManager:
             self._begin(now_ms)
             with self._lock:
                 groups = list(self._groups)
-            for g in groups:
-                self.evaluate_group(g, now_ms)
+            try:
+                for g in groups:
+                    self.evaluate_group(g, now_ms)
+            finally:
+                self._end()
 
     def evaluate_group(self, g: GroupState, now_ms: int) -> list[Transition]:
         """Evaluate one group's rules in order at `now_ms`; write their samples; save changed alerts."""
@@ -332,6 +338,10 @@ class RuleManager:
             if self._store_owed:
                 self._flush()
             self._cache.begin(now_ms)
+
+    def _end(self) -> None:
+        if self._cache is not None:
+            self._cache.end()  # the round's reads are not kept for the next one
 
     def add_listener(self, listener: Listener) -> None:
         """Call `listener` after each group evaluation (the notifier; it must return quickly)."""

@@ -320,37 +320,6 @@ class Store(SideTables):
                 out.append(SeriesData(e.name, e.labels, st[-1:], sv[-1:]))
         return out
 
-    def write_version(self) -> int | None:
-        """Return the number of flushes committed since open (None: read-only, nothing is counted)."""
-        return None if self._writer is None else self._writer.latest.version
-
-    def changed_since(self, version: int, t_ms: int) -> bool:
-        """Whether a flush after `write_version()` returned `version` wrote a sample at or before `t_ms`
-        (or retention deleted samples): data read before then may be out of date up to `t_ms`."""
-        return self._writer is None or self._writer.latest.changed_since(version, t_ms)
-
-    def select_written(
-        self, names: Sequence[str], version: int, start_ms: int
-    ) -> tuple[int, list[SeriesData]] | None:
-        """Return (`write_version()` now, the samples at or after `start_ms` that flushes after `version`
-        wrote to the series of `names`, in no particular order), or None where the store cannot tell
-        (bulk writes, retention, or too long ago): for readers that keep what they read and take in
-        only what is new."""
-        if self._writer is None:
-            return None
-        snap = self._snapshot()
-        entries = [e for n in names for e in snap.by_name.get(n, ())]
-        ids = np.fromiter((e.series_id for e in entries), np.int64, len(entries))
-        got = self._writer.latest.written_since(version, ids, start_ms)
-        if got is None:
-            return None
-        now, found, written = got
-        if not all(i in snap.by_id for i in written.tolist()):
-            return None  # a series new since `snap` (the writer adds it to the catalog after the flush)
-        return now, [
-            SeriesData(e.name, e.labels, *found[e.series_id]) for e in entries if e.series_id in found
-        ]
-
     def _entries(self, matchers: Sequence[Matcher], start_ms: int | None, end_ms: int | None) -> list[Entry]:
         entries = match(self._snapshot(), matchers)
         if start_ms is None and end_ms is None:
