@@ -197,10 +197,26 @@ class SeriesData:
     values: np.ndarray  # float64; may hold STALE_NAN
     # Native histogram samples by timestamp, where a source supplies them (values hold NaN there).
     histograms: Mapping[int, Any] | None = None
+    # True where the source knows no value is a staleness marker (the engine then need not look).
+    is_stale_free: bool = False
 
     def label_dict(self) -> dict[str, str]:
         """Return the labels as a dict including `__name__`."""
         return {"__name__": self.name, **dict(self.labels)}
+
+
+def last_samples(data: Sequence[SeriesData], start_ms: int, end_ms: int) -> list[SeriesData]:
+    """Return each series' last sample in [start_ms, end_ms], series without one left out: what a
+    source's `select_last` answers, from what its `select` read."""
+    out = []
+    for s in data:
+        t = s.timestamps_ms
+        if not t.size:
+            continue
+        hi = t.size if t[-1] <= end_ms else int(t.searchsorted(end_ms, side="right"))
+        if hi and t[hi - 1] >= start_ms:
+            out.append(SeriesData(s.name, s.labels, t[hi - 1 : hi], s.values[hi - 1 : hi], s.histograms))
+    return out
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from gpuwatch.errors import QueryError
-from gpuwatch.model import Matcher, SeriesData, make_labels
+from gpuwatch.model import Matcher, SeriesData, last_samples, make_labels
 from gpuwatch.query import (
     Engine,
     Matrix,
@@ -37,6 +37,9 @@ class CountingSource:
     def select(self, matchers: Sequence[Matcher], start_ms: int, end_ms: int) -> list[SeriesData]:
         self.calls += 1
         return self.store.select(matchers, start_ms, end_ms)
+
+    def select_last(self, matchers: Sequence[Matcher], start_ms: int, end_ms: int) -> list[SeriesData]:
+        return last_samples(self.select(matchers, start_ms, end_ms), start_ms, end_ms)
 
 
 @pytest.fixture

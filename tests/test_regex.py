@@ -97,7 +97,7 @@ def test_silences_with_hostile_regexes_are_stored_and_alerts_stay_answerable(
     body["startsAt"] = "2020-01-01T00:00:00Z"
     r = client.post("/api/v2/silences", json=body)
     assert r.status_code == 200, r.get_data(as_text=True)
-    r = client.post("/api/v2/alerts", json=[{"labels": {"alertname": "x" * 10_000 + "!"}, "annotations": {}}])
+    r = client.post("/api/v2/alerts", json=[{"labels": {"alertname": "x" * 4000 + "!"}, "annotations": {}}])
     assert r.status_code == 200
     alerts = client.get("/api/v2/alerts").get_json()
     assert [a["status"]["silencedBy"] for a in alerts] == [[]]

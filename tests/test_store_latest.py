@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
@@ -12,7 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from gpuwatch.clock import FakeClock
-from gpuwatch.model import STALE_NAN, Batch, Matcher, Sample, make_labels
+from gpuwatch.model import STALE_NAN, Batch, Matcher, Sample, SeriesData, last_samples, make_labels
 from gpuwatch.query import Engine, Vector
 from gpuwatch.store import Store
 from gpuwatch.store import writer as writer_module
@@ -102,10 +103,13 @@ def _vec(result: object) -> list[tuple[tuple[tuple[str, str], ...], str]]:
 
 
 class _WindowOnly:
-    """The store without select_last: the engine reads whole windows, as before."""
+    """The store answering select_last from whole windows (`last_samples` of `select`), not memory."""
 
     def __init__(self, store: Store) -> None:
         self.select = store.select
+
+    def select_last(self, matchers: Sequence[Matcher], start_ms: int, end_ms: int) -> list[SeriesData]:
+        return last_samples(self.select(matchers, start_ms, end_ms), start_ms, end_ms)
 
 
 @pytest.mark.parametrize(

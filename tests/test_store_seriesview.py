@@ -175,8 +175,8 @@ def test_staleness_markers_are_known_where_read_from_views() -> None:
             result = engine.instant("count_over_time(m[1d])", T0 + 50 * STEP)
             assert isinstance(result, Vector)
             counts.append(sorted((s.labels["s"], s.value) for s in result.samples))
-        assert getattr(clean, "stale_free", None) is True
-        assert getattr(marked, "stale_free", None) is False
+        assert clean and all(sd.is_stale_free for sd in clean)
+        assert marked and not any(sd.is_stale_free for sd in marked)
         assert counts[0] == counts[1] == [("a", 36.0), ("b", 36.0), ("c", 36.0)]  # the marker is not a sample
 
 

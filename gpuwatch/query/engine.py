@@ -47,9 +47,10 @@ class Queryable(Protocol):
 
     def select(self, matchers: Sequence[Matcher], start_ms: int, end_ms: int) -> list[SeriesData]: ...
 
-
-# A source may also offer `select_last(matchers, start_ms, end_ms)`: what `select` returns cut to each
-# series' last sample (the store does, from memory); instant selectors at one step then use it.
+    def select_last(self, matchers: Sequence[Matcher], start_ms: int, end_ms: int) -> list[SeriesData]:
+        """What `select` returns cut to each series' last sample (the store answers it from memory);
+        instant selectors at one step use it."""
+        ...
 
 
 @functools.lru_cache(maxsize=1 << 16)
@@ -225,11 +226,10 @@ class _Evaluation:
         cached = self.cache.get(key)
         if cached is not None and cached[0] <= start_ms and end_ms <= cached[1]:
             return cached[2]
-        select_last = getattr(self.engine.source, "select_last", None) if last else None
-        if select_last is not None:
+        if last:
             found = self.last_cache.get((key, start_ms, end_ms))
             if found is None:
-                found = select_last(list(key), start_ms, end_ms)
+                found = self.engine.source.select_last(list(key), start_ms, end_ms)
                 self._count(len(found))
                 found.sort(key=series_labelset)
                 self.last_cache[(key, start_ms, end_ms)] = found
@@ -366,10 +366,10 @@ class _Evaluation:
         data = self.select(vs, int(ends.min()) - rng + 1, int(ends.max()))
         series = []
         # Staleness markers are rare: one test over all series' values first, not one per series, and
-        # none where the source knows there are none (the store's `Selected.stale_free`).
+        # none where the source knows there are none (`SeriesData.is_stale_free`).
         any_stale = (
             len(data) > 0
-            and not getattr(data, "stale_free", False)
+            and not all(sd.is_stale_free for sd in data)
             and bool(is_stale_array(np.concatenate([sd.values for sd in data])).any())
         )
         for sd in data:

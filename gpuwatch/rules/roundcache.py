@@ -27,7 +27,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from gpuwatch.model import Labels, Matcher, Sample, SeriesData, matcher_predicate
+from gpuwatch.model import Labels, Matcher, Sample, SeriesData, last_samples, matcher_predicate
 from gpuwatch.query.engine import Queryable
 
 NAME = "__name__"
@@ -71,12 +71,9 @@ class RoundCache:
             last_windows: dict[tuple[int, int], list[str]] = {}
             for name, lo, hi in self._last_plan:
                 last_windows.setdefault((lo, hi), []).append(name)
-        select_last = getattr(self.source, "select_last", None)
         for (lo, hi), names in sorted(last_windows.items()):
-            if select_last is None:
-                break
             start, end = now_ms + lo, now_ms + hi
-            data = select_last([Matcher(NAME, "=~", _alternatives(names))], start, end)
+            data = self.source.select_last([Matcher(NAME, "=~", _alternatives(names))], start, end)
             self.reads += 1
             found: dict[str, list[SeriesData]] = {n: [] for n in names}
             for s in data:
@@ -156,12 +153,9 @@ class RoundCache:
     def select_last(self, matchers: Sequence[Matcher], start_ms: int, end_ms: int) -> list[SeriesData]:
         """What `select` returns cut to each series' last sample (an instant selector's read)."""
         name = next((m.value for m in matchers if m.name == NAME and m.op == "="), None)
-        select_last = getattr(self.source, "select_last", None)
         if name is None:
             self.reads += 1
-            if select_last is None:
-                return _cut_last(self.source.select(matchers, start_ms, end_ms), start_ms, end_ms)
-            return list(select_last(matchers, start_ms, end_ms))
+            return list(self.source.select_last(matchers, start_ms, end_ms))
         with self._lock:
             self._last_seen.add((name, start_ms - self._now_ms, end_ms - self._now_ms))
             hit = self._last_by_name.get((name, start_ms, end_ms))
@@ -169,20 +163,15 @@ class RoundCache:
         if hit is not None:
             data = hit
         elif wide is not None and wide[0] <= start_ms and end_ms <= wide[1]:
-            data = _cut_last(wide[2], start_ms, end_ms)
+            data = last_samples(wide[2], start_ms, end_ms)
         else:
-            if select_last is None:
-                data = _cut_last(
-                    self.source.select([Matcher(NAME, "=", name)], start_ms, end_ms), start_ms, end_ms
-                )
-            else:
-                data = select_last([Matcher(NAME, "=", name)], start_ms, end_ms)
+            data = self.source.select_last([Matcher(NAME, "=", name)], start_ms, end_ms)
             self.reads += 1
             with self._lock:
                 self._last_by_name[(name, start_ms, end_ms)] = data
         writes = self._written.get(name)
         if writes:
-            data = _cut_last(_with_writes(data, name, writes, start_ms, end_ms), start_ms, end_ms)
+            data = last_samples(_with_writes(data, name, writes, start_ms, end_ms), start_ms, end_ms)
         return _filter(data, matchers)
 
 
@@ -216,16 +205,3 @@ def _filter(data: list[SeriesData], matchers: Sequence[Matcher]) -> list[SeriesD
     if not tests:
         return list(data)
     return [s for s in data if all(test(dict(s.labels).get(label, "")) for label, test in tests)]
-
-
-def _cut_last(data: list[SeriesData], start_ms: int, end_ms: int) -> list[SeriesData]:
-    """Each series' last sample in [start_ms, end_ms], series without one left out."""
-    out = []
-    for s in data:
-        t = s.timestamps_ms
-        if not t.size:
-            continue
-        hi = t.size if t[-1] <= end_ms else int(t.searchsorted(end_ms, side="right"))
-        if hi and t[hi - 1] >= start_ms:
-            out.append(SeriesData(s.name, s.labels, t[hi - 1 : hi], s.values[hi - 1 : hi], s.histograms))
-    return out

@@ -28,7 +28,7 @@ from gpuwatch.store.catalog import Catalog, Entry, Snapshot, match
 from gpuwatch.store.chunkcache import ChunkCache, Generation
 from gpuwatch.store.headindex import HeadIndex
 from gpuwatch.store.lock import DirLock
-from gpuwatch.store.read import Selected, ids_with_samples, read_samples, read_samples_cached
+from gpuwatch.store.read import CachedRead, ids_with_samples, read_samples, read_samples_cached
 from gpuwatch.store.tables import SideTables
 from gpuwatch.store.writer import _STOP, Writer
 
@@ -253,15 +253,13 @@ class Store(SideTables):
             raise StoreError("the store is closed")
         return self._catalog.snapshot()
 
-    def _read(
-        self, ids: Sequence[int], start_ms: int, end_ms: int
-    ) -> dict[int, tuple[np.ndarray, np.ndarray]]:
+    def _read(self, ids: Sequence[int], start_ms: int, end_ms: int) -> CachedRead:
         cur, heads = self._cursor(), self._heads()
         if self._chunks is not None:
             found = read_samples_cached(cur, ids, start_ms, end_ms, heads, self._chunks)
             if found is not None:
                 return found
-        return read_samples(cur, ids, start_ms, end_ms, heads)
+        return CachedRead(read_samples(cur, ids, start_ms, end_ms, heads), False)
 
     def _match(self, matchers: Sequence[Matcher]) -> list[Entry]:
         """`match` on the current snapshot, remembered while the snapshot stays (do not change it)."""
@@ -276,18 +274,18 @@ class Store(SideTables):
         return entries
 
     def select(self, matchers: Sequence[Matcher], start_ms: int, end_ms: int) -> list[SeriesData]:
-        """Return the series matching all matchers with their samples in [start_ms, end_ms] (a
-        `Selected`: it tells whether they are known to hold no staleness marker)."""
+        """Return the series matching all matchers with their samples in [start_ms, end_ms]."""
         entries = self._match(matchers)
         try:
-            found = self._read([e.series_id for e in entries], start_ms, end_ms)
+            read = self._read([e.series_id for e in entries], start_ms, end_ms)
         except duckdb.Error as exc:
             raise StoreError(f"store read failed: {one_line(exc)}") from None
-        out = Selected(
-            [SeriesData(e.name, e.labels, *found[e.series_id]) for e in entries if e.series_id in found]
-        )
-        out.stale_free = getattr(found, "stale_free", False)
-        return out
+        found, clean = read.samples, read.is_stale_free
+        return [
+            SeriesData(e.name, e.labels, *found[e.series_id], is_stale_free=clean)
+            for e in entries
+            if e.series_id in found
+        ]
 
     def select_last(self, matchers: Sequence[Matcher], start_ms: int, end_ms: int) -> list[SeriesData]:
         """Return what `select` returns cut to each series' last sample: for an instant selector.
@@ -307,7 +305,7 @@ class Store(SideTables):
         rest = ids[~vouched].tolist()
         if rest:
             try:
-                found = self._read(rest, start_ms, end_ms)
+                found = self._read(rest, start_ms, end_ms).samples
             except duckdb.Error as exc:
                 raise StoreError(f"store read failed: {one_line(exc)}") from None
         out = []

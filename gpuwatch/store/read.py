@@ -6,12 +6,13 @@ import contextlib
 import itertools
 import threading
 from collections.abc import Collection, Iterator, Sequence
+from dataclasses import dataclass
 from typing import Any, cast
 
 import duckdb
 import numpy as np
 
-from gpuwatch.model import STALE_NAN_BITS, SeriesData
+from gpuwatch.model import STALE_NAN_BITS
 from gpuwatch.store.chunkcache import ChunkCache, ChunkIndex, Key, Piece
 from gpuwatch.store.chunking import dedupe_last, dedupe_last_order
 from gpuwatch.store.codec import decode_chunks, decode_times
@@ -104,17 +105,15 @@ def read_samples(
     return {sid: _combine(p) for sid, p in parts.items()}
 
 
-class Samples(dict[int, tuple[np.ndarray, np.ndarray]]):
-    """{series id: (timestamps, values)}; `stale_free`: no value is a staleness marker (False where
-    that is not known)."""
-
-    stale_free = False
+Samples = dict[int, tuple[np.ndarray, np.ndarray]]  # series id -> (timestamps, values)
 
 
-class Selected(list[SeriesData]):
-    """Series read by `Store.select`; `stale_free` as in `Samples` (the engine then need not look)."""
+@dataclass(frozen=True)
+class CachedRead:
+    """What a read through the chunk cache found; `is_stale_free`: no value is a staleness marker."""
 
-    stale_free = False
+    samples: Samples
+    is_stale_free: bool
 
 
 Cuts = dict[tuple[int, int, int], tuple[np.ndarray, np.ndarray]]  # (id(t), lo, hi) -> (t, t[lo:hi])
@@ -127,14 +126,14 @@ def read_samples_cached(  # noqa: C901 - cache lookups and the misses' read in o
     end_ms: int,
     head_index: HeadIndex | None,
     cache: ChunkCache,
-) -> Samples | None:
+) -> CachedRead | None:
     """`read_samples` with chunks from memory (chunkcache.py): the chunk index says which chunks hold
     the range, the cache holds them decoded, and only the ones it lacks are read from the database.
     A series read before in the same way is answered by its view (`SeriesView`), without looking at
     its chunks one by one. Return None where the writer changed chunks during the read: then
     `read_samples` reads it."""
     if not ids:
-        return Samples()
+        return CachedRead({}, True)
     generation = cache.generation.stable()
     if generation is None:
         return None
@@ -187,9 +186,8 @@ def read_samples_cached(  # noqa: C901 - cache lookups and the misses' read in o
     for s_id, part in head_parts.items():
         parts.setdefault(s_id, []).append(part)
         stale_free = stale_free and not (part[1].view(np.uint64) == np.uint64(STALE_NAN_BITS)).any()
-    out = Samples({s_id: (p[0][0], p[0][1]) if len(p) == 1 else _combine(p) for s_id, p in parts.items()})
-    out.stale_free = stale_free
-    return out
+    samples = {s_id: (p[0][0], p[0][1]) if len(p) == 1 else _combine(p) for s_id, p in parts.items()}
+    return CachedRead(samples, stale_free)
 
 
 def _cached_parts(

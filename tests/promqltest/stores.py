@@ -11,7 +11,7 @@ from typing import Protocol
 import numpy as np
 
 from gpuwatch.clock import FakeClock
-from gpuwatch.model import Matcher, SeriesData, make_labels
+from gpuwatch.model import Matcher, SeriesData, last_samples, make_labels
 from gpuwatch.query.nativehist import NativeHistogram
 
 Key = tuple[tuple[str, str], ...]
@@ -53,6 +53,7 @@ class TestStore(Protocol):
     def clear(self) -> None: ...
     def close(self) -> None: ...
     def select(self, matchers: Sequence[Matcher], start_ms: int, end_ms: int) -> list[SeriesData]: ...
+    def select_last(self, matchers: Sequence[Matcher], start_ms: int, end_ms: int) -> list[SeriesData]: ...
 
 
 def _matches(labels: dict[str, str], m: Matcher) -> bool:
@@ -104,6 +105,9 @@ class ArrayStore:
 
     def close(self) -> None:
         self.clear()
+
+    def select_last(self, matchers: Sequence[Matcher], start_ms: int, end_ms: int) -> list[SeriesData]:
+        return last_samples(self.select(matchers, start_ms, end_ms), start_ms, end_ms)
 
     def select(self, matchers: Sequence[Matcher], start_ms: int, end_ms: int) -> list[SeriesData]:
         out = []
