@@ -53,6 +53,9 @@ class RuleStore(Protocol):
     def append(self, batch: Batch) -> None: ...
     def flush(self) -> None: ...
     def save_alerts(self, group_key: str, alerts: Sequence[StoredAlert]) -> None: ...
+    def save_alerts_soon(self, group_key: str, alerts: Sequence[StoredAlert]) -> Future[Any]:
+        """Queue the save behind what was appended before it; the future tells when it is done."""
+        ...
     def alerts(self) -> list[StoredAlert]: ...
 
 
@@ -385,12 +388,11 @@ class RuleManager:
             for i, alerts in enumerate(g.alerts)
             for a in alerts.values()
         ]
-        soon = getattr(self._store, "save_alerts_soon", None)
-        if self._cache is not None and soon is not None:
+        if self._cache is not None:
             # Queued, not waited for (the writer flushes what was appended before it, then saves):
             # what rules appended is readable through the cache from here, as after a `_flush`.
             try:
-                self._saving.append((g, soon(g.group.key, rows)))
+                self._saving.append((g, self._store.save_alerts_soon(g.group.key, rows)))
             except StoreError as e:
                 log.warning("rules: cannot save the alerts of group %s: %s", g.group.name, e)
                 return
