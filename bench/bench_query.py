@@ -17,7 +17,8 @@ Each query runs as query_range over the whole set (24h: 15 s step, 5,761 points;
 `max_points` raised). One warm-up run, then --runs timed runs; median and p90. Peers are timed through
 HTTP (request + JSON decode; with `--last-byte`, to the body's last byte: the servers' part of a large
 answer, which the Python client's decoding would swamp); gpuwatch both engine-direct and through its /api/v1/query_range
-(waitress in a child process with serve's garbage-collector settings, as `gpuwatch serve`). Over HTTP
+(waitress in a child process with serve's garbage-collector settings, as `gpuwatch serve`; it inherits
+the environment, so set the Dockerfile's MALLOC_* lines to measure with the image's allocator). Over HTTP
 the targets take turns by blocks of `--block` runs (gpuwatch, Prometheus, VictoriaMetrics, gpuwatch,
 ...), each block after a warm-up run, so a slow spell of the VM falls on all of them alike;
 `--block 1` times each query right after another server's, with cold caches. Answers are compared: series count, and points at
@@ -312,7 +313,7 @@ def serve(data_dir: str, port: int) -> None:
     store = Store.open(Path(data_dir), clock=SystemClock(), read_only=True)
     runtime = SimpleNamespace(store=store, clock=SystemClock(), settings=SimpleNamespace())
     server = make_server(create_app(runtime), "127.0.0.1", port)
-    tune_for_serving(os.environ)  # as `gpuwatch serve` does after start-up
+    tune_for_serving()  # as `gpuwatch serve` does after start-up
     server.run()
 
 

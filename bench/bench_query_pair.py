@@ -6,13 +6,14 @@ Usage:
     python bench/bench_query_pair.py /tmp/q7/7d/gpuwatch 'QUERY' BEFORE_DIR AFTER_DIR --days 7 --step 60
 
 Each round runs one child process per tree (in turn, the order swapped every round) with `PYTHONPATH=DIR`
-and this interpreter. The child opens the store read-only, applies `gpuwatch serve`'s GC and malloc
-settings (`gctune.tune_for_serving`) and times the query over the whole set (`--days`, 1: the 24 h set;
+and this interpreter. The child opens the store read-only, applies `gpuwatch serve`'s GC settings
+(`gctune.tune_for_serving`) and times the query over the whole set (`--days`, 1: the 24 h set;
 7: the 7 d set) at a step of `--step` seconds (15; the 7 d set is queried at 60): the median of --runs calls of `Engine.range` ("engine") and of the same query through the Flask app called as
 WSGI, without a socket ("wsgi": parameters, engine, JSON). Printed: both trees' figures and their ratio
 each round, then the medians of the rounds. This VM's speed moves by up to 2x from one minute to the next,
-so only figures taken in turns like this are compared in bench/README.md. A child whose tree lacks the
-malloc settings (older trees) runs without them.
+so only figures taken in turns like this are compared in bench/README.md. The children inherit the
+environment: set MALLOC_MMAP_THRESHOLD_ and MALLOC_TRIM_THRESHOLD_ as the Dockerfile does to measure with
+the Docker image's allocator settings (older trees set them in process, through mallopt, where unset).
 """
 
 from __future__ import annotations
@@ -46,9 +47,9 @@ def child(data: str, query: str, runs: int, days: float = 1.0, step_ms: int = 15
     store = Store.open(Path(data), clock=SystemClock(), read_only=True)
     app = create_app(SimpleNamespace(store=store, clock=SystemClock(), settings=SimpleNamespace()))
     try:
-        gctune.tune_for_serving(os.environ)
-    except TypeError:  # trees from before the malloc settings: tune_for_serving()
-        gctune.tune_for_serving()  # type: ignore[call-arg]
+        gctune.tune_for_serving()
+    except TypeError:  # trees whose tune_for_serving also set glibc's allocator from the environment
+        gctune.tune_for_serving(os.environ)  # type: ignore[call-arg]
     start, end = T0_MS, T0_MS + int(days * DAY_MS)
     qs = urlencode({"query": query, "start": start / 1000, "end": end / 1000, "step": f"{step_ms // 1000}s"})
 

@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
-import os
 import sys
 import tempfile
 import threading
@@ -52,7 +51,7 @@ def measure(ports: list[int], warmup: float, seconds: float) -> str:
         pool = ScrapePool(
             parse_scrape_configs(config), default_interval_s=5.0, sink=store.append, clock=clock
         )
-        gctune.tune_for_serving(os.environ)
+        gctune.tune_for_serving()
         pool.start()
         try:
             time.sleep(warmup)

@@ -139,7 +139,7 @@ def _serve(settings: Settings) -> int:
             rules = runtime.rules
             signal.signal(signal.SIGHUP, lambda signum, frame: rules.reload())
         runtime.start()
-        tune_for_serving(os.environ)  # after start-up: fewer GC scans, freed heap kept (gctune.py)
+        tune_for_serving()  # after start-up: fewer GC scans (gctune.py)
         gpus = f"{len(runtime.gpu.gpus)} GPU(s)" if runtime.gpu is not None else "no GPUs"
         mode = " (demo: simulated GPUs)" if settings.demo else ""
         shown_host = "localhost" if settings.host in ("0.0.0.0", "::", "") else settings.host
