@@ -26,8 +26,9 @@ MIN_TIME_S = MIN_TIME_MS / 1000
 _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 
 
-def parse_duration(text: object) -> float:
-    """Return seconds for a duration like `15s`, `1h30m`, `30d` or a plain number of seconds."""
+def parse_duration(text: object, signed: bool = False) -> float:
+    """Return seconds for a duration like `15s`, `1h30m`, `30d` or a plain number of seconds; `signed`:
+    the number may be negative (as Prometheus's HTTP API reads `timeout` and `step`)."""
     if isinstance(text, bool) or not isinstance(text, (int, float, str)):
         raise ValueError("expected a duration like 15s")
     if isinstance(text, str):
@@ -40,7 +41,7 @@ def parse_duration(text: object) -> float:
         value = float(text)
     if not math.isfinite(value):
         raise ValueError("expected a finite duration")
-    if value < 0:
+    if value < 0 and not signed:
         raise ValueError("expected a positive duration")
     return value
 
@@ -57,9 +58,9 @@ def _parse_units(s: str) -> float:
     return total
 
 
-def parse_duration_ms(text: object) -> int:
+def parse_duration_ms(text: object, signed: bool = False) -> int:
     """Return milliseconds for a duration (see `parse_duration`)."""
-    return int(round(parse_duration(text) * 1000))
+    return int(round(parse_duration(text, signed) * 1000))
 
 
 def format_duration(seconds: float) -> str:
