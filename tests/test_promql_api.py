@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import io
 from collections.abc import Iterator
 from types import SimpleNamespace
 
@@ -13,8 +12,8 @@ from flask.testing import FlaskClient
 
 from gpuwatch.clock import FakeClock
 from gpuwatch.store import Store
+from gpuwatch.web.errors import register_error_handlers
 from gpuwatch.web.promapi import bp
-from gpuwatch.web.queryroutes import QueryRoutes
 
 T0 = 1_700_000_000_000  # ms
 
@@ -40,22 +39,19 @@ def runtime() -> Iterator[SimpleNamespace]:
     store.close()
 
 
-def make_app(runtime: SimpleNamespace, query_routes: bool) -> Flask:
-    """A minimal Flask app with the API's blueprint; with `query_routes`, /api/v1/query and
-    /api/v1/query_range are answered in front of Flask, as in gpuwatch's app."""
+def make_app(runtime: SimpleNamespace) -> Flask:
+    """A minimal Flask app with the API's blueprint and gpuwatch's error handlers."""
     app = Flask(__name__)
     app.register_blueprint(bp)
+    register_error_handlers(app)
     app.extensions["gpuwatch"] = runtime
     app.json.sort_keys = False  # type: ignore[attr-defined]  # as create_app
-    if query_routes:
-        app.wsgi_app = QueryRoutes(app.wsgi_app, runtime, app)  # type: ignore[method-assign]
     return app
 
 
-@pytest.fixture(params=["flask", "query_routes"])
-def client(runtime: SimpleNamespace, request: pytest.FixtureRequest) -> FlaskClient:
-    """Every test below runs twice: through the Flask routes and through `QueryRoutes`."""
-    return make_app(runtime, request.param == "query_routes").test_client()
+@pytest.fixture
+def client(runtime: SimpleNamespace) -> FlaskClient:
+    return make_app(runtime).test_client()
 
 
 def test_instant_query_shape(client: FlaskClient) -> None:
@@ -132,13 +128,64 @@ def test_too_many_points_is_bad_data(client: FlaskClient) -> None:
     assert "exceeded maximum resolution of 11,000 points per timeseries" in r.get_json()["error"]
 
 
-def test_bad_step_and_time(client: FlaskClient) -> None:
-    r = client.get(
-        "/api/v1/query_range", query_string={"query": "up", "start": "0", "end": "10", "step": "fast"}
-    )
-    assert r.status_code == 400 and r.get_json()["errorType"] == "bad_data"
-    r = client.get("/api/v1/query", query_string={"query": "up", "time": "yesterday"})
+@pytest.mark.parametrize(
+    ("url", "status", "error_type", "error"),
+    [
+        (
+            "/api/v1/query_range?query=up&start=x&end=10&step=1",
+            400,
+            "bad_data",
+            'invalid parameter "start": cannot parse "x" to a valid timestamp',
+        ),
+        (
+            "/api/v1/query_range?query=up&start=0&end=10&step=fast",
+            400,
+            "bad_data",
+            'invalid parameter "step": cannot parse "fast" to a valid duration',
+        ),
+        (
+            "/api/v1/query_range?query=up&start=0&end=10&step=-15",
+            400,
+            "bad_data",
+            'invalid parameter "step": zero or negative query resolution step widths are not accepted. '
+            "Try a positive integer",
+        ),
+        ("/api/v1/query_range?query=up&start=0&end=10", 400, "bad_data", 'invalid parameter "step": missing'),
+        ("/api/v1/query?time=1700000600", 400, "bad_data", 'invalid parameter "query": empty query'),
+        (
+            "/api/v1/series?match[]=up&start=tomorrow",
+            400,
+            "bad_data",
+            'invalid parameter "start": cannot parse "tomorrow" to a valid timestamp',
+        ),
+    ],
+)
+def test_parameter_errors_are_prometheus_json(
+    client: FlaskClient, url: str, status: int, error_type: str, error: str
+) -> None:
+    r = client.get(url)
+    assert r.status_code == status and r.mimetype == "application/json"
+    assert r.get_json() == {"status": "error", "errorType": error_type, "error": error}
+
+
+def test_a_query_string_that_is_not_utf8_is_bad_data(client: FlaskClient) -> None:
+    r = client.get("/api/v1/query", environ_overrides={"QUERY_STRING": "query=\xff"})
     assert r.status_code == 400
+    assert r.get_json() == {
+        "status": "error",
+        "errorType": "bad_data",
+        "error": "invalid query string: not UTF-8",
+    }
+    assert client.get("/api/v1/query", query_string={"query": "1"}).status_code == 200
+
+
+def test_head_and_other_methods(client: FlaskClient) -> None:
+    r = client.head("/api/v1/query?query=1")
+    assert r.status_code == 200 and r.get_data() == b"" and int(r.headers["Content-Length"]) > 0
+    r = client.put("/api/v1/query?query=1")
+    assert r.status_code == 405 and r.get_json()["status"] == "error"
+    r = client.post("/api/v1/query", json={"query": "1"})  # not a form: the query is not read from it
+    assert r.status_code == 400 and r.get_json()["error"] == 'invalid parameter "query": empty query'
 
 
 def test_sample_limit_is_execution_error_and_server_keeps_serving(client: FlaskClient) -> None:
@@ -188,12 +235,14 @@ def test_web_module_does_not_import_duckdb() -> None:
     import ast
     from pathlib import Path
 
-    import gpuwatch.web.promapi as mod
+    import gpuwatch.web.promapi
+    import gpuwatch.web.queryapi
 
-    tree = ast.parse(Path(mod.__file__).read_text())
-    names = {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
-    names |= {n.module or "" for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
-    assert not any(n.startswith(("duckdb", "gpuwatch.collect", "gpuwatch.store")) for n in names)
+    for mod in (gpuwatch.web.promapi, gpuwatch.web.queryapi):
+        tree = ast.parse(Path(mod.__file__).read_text())
+        names = {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+        names |= {n.module or "" for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
+        assert not any(n.startswith(("duckdb", "gpuwatch.collect", "gpuwatch.store")) for n in names), mod
 
 
 def test_range_query_body_is_byte_for_byte_what_jsonify_sends(client: FlaskClient) -> None:
@@ -220,105 +269,10 @@ def test_range_query_body_is_byte_for_byte_what_jsonify_sends(client: FlaskClien
         assert r.get_data() == expected.get_data()
 
 
-SAME_ANSWER_REQUESTS: list[tuple[str, str, dict[str, object]]] = [
-    ("GET", "/api/v1/query?query=DCGM_FI_DEV_GPU_UTIL&time=1700000600", {}),
-    ("GET", "/api/v1/query?query=temp_celsius%7Broom%3D%22K%C3%BCche+%E2%98%83%22%7D&time=1700000600", {}),
-    ("GET", "/api/v1/query?query=sum(rate(requests_total[5m]))", {}),
-    ("GET", "/api/v1/query?query=1&query=2&time=1700000600", {}),  # the first of repeated parameters
-    ("GET", "/api/v1/query?query=%zz&time=1700000600", {}),  # an invalid escape stays as written
-    ("GET", "/api/v1/query?query=&time=1700000600", {}),
-    ("GET", "/api/v1/query?time=1700000600", {}),
-    ("GET", "/api/v1/query?query=sum(", {}),
-    ("GET", "/api/v1/query?query=histogram_count(x)", {}),
-    ("GET", "/api/v1/query?query=requests_total&timeout=-1", {}),
-    ("GET", "/api/v1/query?query=up&time=yesterday", {}),
-    (
-        "GET",
-        "/api/v1/query_range?query=rate(requests_total[1m])&start=1700000600&end=1700000900&step=60s",
-        {},
-    ),
-    ("GET", "/api/v1/query_range?query=temp_celsius&start=1700000600&end=1700000900&step=15", {}),
-    ("GET", "/api/v1/query_range?query=up&start=0&end=1000000&step=1", {}),
-    ("GET", "/api/v1/query_range?query=up&start=10&end=0&step=1", {}),
-    ("GET", "/api/v1/query_range?query=up&start=0&end=10", {}),
-    ("GET", "/api/v1/query_range?query=up&start=0&end=10&step=0", {}),
-    (
-        "POST",
-        "/api/v1/query_range",
-        {
-            "data": {
-                "query": "DCGM_FI_DEV_GPU_UTIL",
-                "start": "1700000600",
-                "end": "1700000660",
-                "step": "15s",
-            }
-        },
-    ),
-    ("POST", "/api/v1/query?time=1700000600", {"data": {"query": "2"}}),
-    ("POST", "/api/v1/query", {"data": b"query=%FF", "content_type": "application/x-www-form-urlencoded"}),
-    (
-        "POST",
-        "/api/v1/query",
-        {"data": b"query=1", "content_type": "application/x-www-form-urlencoded; charset=utf-8"},
-    ),
-    ("POST", "/api/v1/query", {"json": {"query": "1"}}),  # not a form: no query
-    ("POST", "/api/v1/query", {"data": {"query": "1", "file": (io.BytesIO(b"x"), "x.txt")}}),  # multipart
-    ("GET", "/api/v1/query?query=x%FFy", {}),  # an escape that is not UTF-8 stays escaped
-    ("GET", "/api/v1/query", {"environ_overrides": {"QUERY_STRING": "query=\xff"}}),  # not UTF-8: 400
-    ("HEAD", "/api/v1/query?query=1", {}),
-    ("PUT", "/api/v1/query?query=1", {}),
-    ("GET", "/api/v1/query_range/", {}),
-]
-
-
-@pytest.mark.parametrize(("method", "url", "extra"), SAME_ANSWER_REQUESTS)
-def test_query_routes_answer_as_flask_does(
-    runtime: SimpleNamespace, method: str, url: str, extra: dict[str, object]
-) -> None:
-    answers = []
-    for query_routes in (False, True):
-        client = make_app(runtime, query_routes).test_client()
-        kw = {k: (v if not isinstance(v, dict) else dict(v)) for k, v in extra.items()}
-        if isinstance(kw.get("data"), dict) and "file" in kw["data"]:  # type: ignore[operator]
-            kw["data"]["file"] = (io.BytesIO(b"x"), "x.txt")  # type: ignore[index]  # a fresh stream each time
-        r = client.open(url, method=method, **kw)  # type: ignore[arg-type]
-        answers.append(
-            (r.status, r.headers.get("Content-Type"), r.headers.get("Content-Length"), r.get_data())
-        )
-    assert answers[0] == answers[1]
-    assert not answers[0][0].startswith("500")
-
-
-def test_query_routes_take_gets_and_form_posts_and_pass_the_rest_to_flask(runtime: SimpleNamespace) -> None:
-    app = make_app(runtime, True)
-    seen: list[str] = []
-    inner = app.wsgi_app.app  # type: ignore[attr-defined]
-
-    def flask_wsgi(environ: dict[str, object], start_response: object) -> object:
-        seen.append(f"{environ['REQUEST_METHOD']} {environ['PATH_INFO']}")
-        return inner(environ, start_response)
-
-    app.wsgi_app.app = flask_wsgi  # type: ignore[attr-defined]
-    client = app.test_client()
-    assert client.get("/api/v1/query", query_string={"query": "1"}).status_code == 200
-    assert (
-        client.post(
-            "/api/v1/query_range", data={"query": "1", "start": "0", "end": "60", "step": "15"}
-        ).status_code
-        == 200
-    )
-    assert seen == []
-    assert client.post("/api/v1/query", json={"query": "1"}).status_code == 400
-    assert client.get("/api/v1/series", query_string={"match[]": "up"}).status_code == 200
-    assert client.delete("/api/v1/query").status_code == 405
-    assert seen == ["POST /api/v1/query", "GET /api/v1/series", "DELETE /api/v1/query"]
-
-
 def test_an_unexpected_error_is_a_500_json_answer_and_the_next_query_is_served(
-    runtime: SimpleNamespace, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+    client: FlaskClient, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     from gpuwatch.query import Engine
-    from gpuwatch.web.errors import register_error_handlers
 
     original = Engine.instant
 
@@ -328,20 +282,12 @@ def test_an_unexpected_error_is_a_500_json_answer_and_the_next_query_is_served(
         return original(self, text, time_ms)
 
     monkeypatch.setattr(Engine, "instant", broken)
-    answers = []
-    for query_routes in (False, True):
-        app = make_app(runtime, query_routes)
-        register_error_handlers(app)
-        client = app.test_client()
-        caplog.clear()
-        r = client.get("/api/v1/query", query_string={"query": "boom"})
-        assert r.status_code == 500
-        assert r.get_json() == {
-            "status": "error",
-            "errorType": "internal",
-            "error": "internal error: RuntimeError: disk on fire",
-        }
-        assert [rec.getMessage() for rec in caplog.records] == ["unhandled error on /api/v1/query"]
-        assert client.get("/api/v1/query", query_string={"query": "1"}).status_code == 200
-        answers.append(r.get_data())
-    assert answers[0] == answers[1]
+    r = client.get("/api/v1/query", query_string={"query": "boom"})
+    assert r.status_code == 500
+    assert r.get_json() == {
+        "status": "error",
+        "errorType": "internal",
+        "error": "internal error: RuntimeError: disk on fire",
+    }
+    assert [rec.getMessage() for rec in caplog.records] == ["unhandled error on /api/v1/query"]
+    assert client.get("/api/v1/query", query_string={"query": "1"}).status_code == 200

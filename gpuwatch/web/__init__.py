@@ -15,7 +15,6 @@ from gpuwatch.web.ops import bp as ops_bp
 from gpuwatch.web.pages import bp as pages_bp
 from gpuwatch.web.promapi import bp as prom_bp
 from gpuwatch.web.push import bp as push_bp
-from gpuwatch.web.queryroutes import QueryRoutes
 from gpuwatch.web.rules import bp as rules_bp
 from gpuwatch.web.runtime import WebRuntime
 from gpuwatch.web.targets import bp as targets_bp
@@ -46,5 +45,4 @@ def create_app(runtime: WebRuntime) -> Flask:
     app.register_blueprint(alertmanager_bp)
     app.register_blueprint(notify_bp)
     register_error_handlers(app)
-    app.wsgi_app = QueryRoutes(app.wsgi_app, runtime, app)  # type: ignore[method-assign]
     return app

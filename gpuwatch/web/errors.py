@@ -8,7 +8,6 @@ from flask import Flask, jsonify, render_template, request
 from werkzeug.exceptions import HTTPException
 
 from gpuwatch.errors import GpuwatchError
-from gpuwatch.web.queryroutes import internal_error_text
 
 log = logging.getLogger("gpuwatch.web")
 
@@ -43,7 +42,7 @@ def register_error_handlers(app: Flask) -> None:
     @app.errorhandler(Exception)
     def unexpected(e: Exception):  # type: ignore[no-untyped-def]
         log.exception("unhandled error on %s", request.path)
-        msg = internal_error_text(e)
+        msg = f"internal error: {type(e).__name__}: {e}"
         if _wants_json():
             return jsonify({"status": "error", "errorType": "internal", "error": msg}), 500
         return render_template("error.html", code=500, message=msg), 500

@@ -6,7 +6,7 @@ from flask import Blueprint, current_app, jsonify, request
 from flask.typing import ResponseReturnValue
 from werkzeug.exceptions import BadRequest
 
-from gpuwatch.web.queryroutes import BadData, parse_time
+from gpuwatch.web.queryapi import BadData, time_ms
 
 bp = Blueprint("logs", __name__)
 
@@ -50,8 +50,8 @@ def _logs() -> ResponseReturnValue:
         run=args.get("run") or None,
         text=args.get("q") or None,
         level=level,
-        start_ms=parse_time(start, "start") if start else None,
-        end_ms=parse_time(end, "end") if end else None,
+        start_ms=time_ms(start, "start") if start else None,
+        end_ms=time_ms(end, "end") if end else None,
         limit=_limit(args.get("limit")),
     )
     data = [

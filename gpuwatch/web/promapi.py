@@ -10,22 +10,22 @@ from __future__ import annotations
 import platform
 from typing import Any
 
-from flask import Blueprint, current_app, jsonify, request
+from flask import Blueprint, current_app, jsonify
 from flask.typing import ResponseReturnValue
 
 import gpuwatch
 from gpuwatch.model import Matcher
 from gpuwatch.query.parse import selector_matchers
-from gpuwatch.web.queryroutes import (
+from gpuwatch.web.queryapi import (
     KNOWN_ERRORS,
-    NOT_UTF8,
     BadData,
-    answer,
     error_status,
     instant_query,
     one,
-    parse_time,
     range_query,
+    request_params,
+    result_response,
+    time_ms,
 )
 
 bp = Blueprint("promapi", __name__)
@@ -37,20 +37,6 @@ MAX_TIME_MS = 2**62
 
 def _runtime() -> Any:
     return current_app.extensions["gpuwatch"]
-
-
-def _params() -> dict[str, list[str]]:
-    """GET query arguments and form-encoded POST bodies, merged (a GET's body is not read, as in
-    Prometheus)."""
-    out: dict[str, list[str]] = {}
-    try:
-        sources = (request.args, request.form) if request.method == "POST" else (request.args,)
-    except UnicodeDecodeError:  # werkzeug decodes the query string strictly
-        raise BadData(NOT_UTF8) from None
-    for source in sources:
-        for key in source:
-            out.setdefault(key, []).extend(source.getlist(key))
-    return out
 
 
 def _success(data: Any, warnings: list[str] | None = None) -> ResponseReturnValue:
@@ -73,36 +59,24 @@ def _run(fn: Any) -> ResponseReturnValue:
         return _error(error_type, str(exc), status)
 
 
-def _answer(route: Any) -> ResponseReturnValue:
-    try:
-        params = _params()
-    except BadData as exc:
-        return _error("bad_data", str(exc), 400)
-    status, body = answer(route, _runtime(), params)
-    return current_app.response_class(body, status=status, mimetype="application/json")
-
-
-# `QueryRoutes` (web/queryroutes.py) answers most requests to these two before Flask sees them, with
-# the same `answer`; these routes take the rest (a multipart form, a body without Content-Length) and
-# the requests of an app built without it.
 @bp.route("/api/v1/query", methods=["GET", "POST"])
 def query() -> ResponseReturnValue:
     """Evaluate an instant query."""
-    return _answer(instant_query)
+    return _run(lambda: result_response(instant_query(_runtime(), request_params())))
 
 
 @bp.route("/api/v1/query_range", methods=["GET", "POST"])
 def query_range() -> ResponseReturnValue:
     """Evaluate a range query."""
-    return _answer(range_query)
+    return _run(lambda: result_response(range_query(_runtime(), request_params())))
 
 
 def _range(params: dict[str, list[str]]) -> tuple[int, int]:
     start = one(params, "start")
     end = one(params, "end")
     return (
-        parse_time(start, "start") if start else MIN_TIME_MS,
-        parse_time(end, "end") if end else MAX_TIME_MS,
+        time_ms(start, "start") if start else MIN_TIME_MS,
+        time_ms(end, "end") if end else MAX_TIME_MS,
     )
 
 
@@ -137,7 +111,7 @@ def series() -> ResponseReturnValue:
     """List the label sets of series matching any of the match[] selectors."""
 
     def run() -> ResponseReturnValue:
-        params = _params()
+        params = request_params()
         start, end = _range(params)
         seen: dict[tuple[tuple[str, str], ...], dict[str, str]] = {}
         for matchers in _match_sets(params, required=True):
@@ -154,7 +128,7 @@ def labels() -> ResponseReturnValue:
     """List label names."""
 
     def run() -> ResponseReturnValue:
-        params = _params()
+        params = request_params()
         start, end = _range(params)
         store = _runtime().store
         names: set[str] = set()
@@ -172,7 +146,7 @@ def label_values(name: str) -> ResponseReturnValue:
     """List the values of one label."""
 
     def run() -> ResponseReturnValue:
-        params = _params()
+        params = request_params()
         start, end = _range(params)
         store = _runtime().store
         values: set[str] = set()
@@ -190,7 +164,7 @@ def metadata() -> ResponseReturnValue:
     """Return HELP/TYPE/UNIT per metric name."""
 
     def run() -> ResponseReturnValue:
-        params = _params()
+        params = request_params()
         source = getattr(_runtime(), "metric_metadata", None)
         data: dict[str, list[dict[str, Any]]] = dict(source()) if callable(source) else {}
         metric = one(params, "metric")

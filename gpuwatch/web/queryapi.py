@@ -1,0 +1,171 @@
+"""What the Prometheus API's routes (web/promapi.py) share: the request's parameters, time and duration
+parameters, errors as Prometheus answers them, and the evaluation of /api/v1/query and
+/api/v1/query_range with their JSON answer.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from datetime import datetime, timezone
+from typing import Any
+
+from flask import Response, current_app, request
+
+from gpuwatch.errors import GpuwatchError, QueryError
+from gpuwatch.query import (
+    Engine,
+    PromQLEvalError,
+    PromQLParseError,
+    QueryTimeout,
+    QueryTooLarge,
+    Unsupported,
+)
+from gpuwatch.query.engine import MAX_POINTS
+from gpuwatch.query.values import Result, to_prometheus_json_bytes
+
+Params = dict[str, list[str]]
+
+_DURATION = re.compile(r"^(?:(\d+)y)?(?:(\d+)w)?(?:(\d+)d)?(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?(?:(\d+)ms)?$")
+_UNITS_MS = (365 * 86400_000, 7 * 86400_000, 86400_000, 3600_000, 60_000, 1000, 1)
+
+
+class BadData(Exception):
+    """A request parameter is missing or malformed (HTTP 400, errorType bad_data)."""
+
+
+# gpuwatch's errors as Prometheus answers them: HTTP status and errorType, first match wins.
+ERRORS: tuple[tuple[type[Exception] | tuple[type[Exception], ...], int, str], ...] = (
+    ((BadData, PromQLParseError), 400, "bad_data"),
+    (QueryTimeout, 503, "timeout"),
+    ((Unsupported, QueryTooLarge, PromQLEvalError, QueryError, GpuwatchError), 422, "execution"),
+)
+KNOWN_ERRORS = tuple(t for kinds, _, _ in ERRORS for t in (kinds if isinstance(kinds, tuple) else (kinds,)))
+
+
+def error_status(exc: Exception) -> tuple[int, str]:
+    """The HTTP status and errorType for one of `KNOWN_ERRORS`."""
+    for kinds, status, error_type in ERRORS:
+        if isinstance(exc, kinds):
+            return status, error_type
+    raise TypeError(f"not a query error: {exc!r}")
+
+
+def request_params() -> Params:
+    """GET query arguments and form-encoded POST bodies, merged (a GET's body is not read, as in
+    Prometheus). BadData: a query string that is not UTF-8."""
+    out: Params = {}
+    try:
+        sources = (request.args, request.form) if request.method == "POST" else (request.args,)
+    except UnicodeDecodeError:  # werkzeug decodes the query string strictly
+        raise BadData("invalid query string: not UTF-8") from None
+    for source in sources:
+        for key in source:
+            out.setdefault(key, []).extend(source.getlist(key))
+    return out
+
+
+def one(params: Params, name: str) -> str | None:
+    """The first value of parameter `name`, None where absent."""
+    values = params.get(name)
+    return values[0] if values else None
+
+
+def time_ms(text: str, name: str) -> int:
+    """Parameter `name`'s time (Unix seconds, possibly fractional, or RFC3339) in milliseconds."""
+    try:
+        seconds = float(text)
+    except ValueError:
+        seconds = None
+    if seconds is not None:
+        if not math.isfinite(seconds):
+            raise BadData(f'invalid parameter "{name}": cannot parse "{text}" to a valid timestamp')
+        return int(round(seconds * 1000))
+    try:
+        when = datetime.fromisoformat(text.replace("Z", "+00:00").replace("z", "+00:00"))
+    except ValueError:
+        raise BadData(f'invalid parameter "{name}": cannot parse "{text}" to a valid timestamp') from None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=timezone.utc)
+    return int(round(when.timestamp() * 1000))
+
+
+def duration_ms(text: str, name: str) -> int:
+    """Parameter `name`'s duration (float seconds or `1m30s`) in milliseconds."""
+    try:
+        seconds = float(text)
+    except ValueError:
+        m = _DURATION.match(text.strip())
+        if not text.strip() or m is None or not any(m.groups()):
+            raise BadData(f'invalid parameter "{name}": cannot parse "{text}" to a valid duration') from None
+        return sum(int(g) * u for g, u in zip(m.groups(), _UNITS_MS, strict=True) if g)
+    if not math.isfinite(seconds):
+        raise BadData(f'invalid parameter "{name}": cannot parse "{text}" to a valid duration')
+    return int(round(seconds * 1000))
+
+
+def _setting(runtime: Any, name: str, default: float) -> float:
+    return float(getattr(runtime.settings, name, default))
+
+
+def _engine(runtime: Any, params: Params) -> Engine:
+    timeout_s = _setting(runtime, "query_timeout_s", 120.0)
+    text = one(params, "timeout")
+    if text:
+        timeout_s = min(timeout_s, duration_ms(text, "timeout") / 1000)
+    lookback_ms = int(_setting(runtime, "lookback_s", 300.0) * 1000)
+    text = one(params, "lookback_delta")
+    if text:
+        lookback_ms = duration_ms(text, "lookback_delta")
+    return Engine(
+        runtime.store,
+        lookback_ms=lookback_ms,
+        max_samples=int(_setting(runtime, "query_max_samples", 50_000_000)),
+        timeout_s=timeout_s,
+        monotonic=runtime.clock.monotonic,
+    )
+
+
+def _query_text(params: Params) -> str:
+    text = one(params, "query")
+    if text is None or not text.strip():
+        raise BadData('invalid parameter "query": empty query')
+    return text
+
+
+def instant_query(runtime: Any, params: Params) -> Result:
+    """Evaluate /api/v1/query's `query` at `time` (default: now)."""
+    text = _query_text(params)
+    t = one(params, "time")
+    at = time_ms(t, "time") if t else runtime.clock.now_ms()
+    return _engine(runtime, params).instant(text, at)
+
+
+def range_query(runtime: Any, params: Params) -> Result:
+    """Evaluate /api/v1/query_range's `query` from `start` to `end` every `step`."""
+    text = _query_text(params)
+    for name in ("start", "end", "step"):
+        if not one(params, name):
+            raise BadData(f'invalid parameter "{name}": missing')
+    start = time_ms(one(params, "start") or "", "start")
+    end = time_ms(one(params, "end") or "", "end")
+    if end < start:
+        raise BadData('invalid parameter "end": end timestamp must not be before start time')
+    step = duration_ms(one(params, "step") or "", "step")
+    if step <= 0:
+        raise BadData(
+            'invalid parameter "step": zero or negative query resolution step widths are not accepted. '
+            "Try a positive integer"
+        )
+    if (end - start) // step + 1 > MAX_POINTS:
+        raise BadData(
+            f"exceeded maximum resolution of {MAX_POINTS:,} points per timeseries. "
+            "Try decreasing the query resolution (?step=XX)"
+        )
+    return _engine(runtime, params).range(text, start, end, step)
+
+
+def result_response(result: Result) -> Response:
+    """A query's success answer: the bytes `jsonify` would send, written without building the dicts."""
+    body = to_prometheus_json_bytes(result, '{"status":"success","data":', "}\n")
+    return current_app.response_class(body, mimetype="application/json")
