@@ -137,6 +137,12 @@ def test_too_many_points_is_bad_data(client: FlaskClient) -> None:
             "bad_data",
             'invalid parameter "start": cannot parse "x" to a valid timestamp',
         ),
+        (  # a time without a zone, as Prometheus refuses it
+            "/api/v1/query?query=up&time=2023-11-14T22:13:20",
+            400,
+            "bad_data",
+            'invalid parameter "time": cannot parse "2023-11-14T22:13:20" to a valid timestamp',
+        ),
         (
             "/api/v1/query_range?query=up&start=0&end=10&step=fast",
             400,

@@ -5,9 +5,6 @@ parameters, errors as Prometheus answers them, and the evaluation of /api/v1/que
 
 from __future__ import annotations
 
-import math
-import re
-from datetime import datetime, timezone
 from typing import Any
 
 from flask import Response, current_app, request
@@ -23,11 +20,9 @@ from gpuwatch.query import (
 )
 from gpuwatch.query.engine import MAX_POINTS
 from gpuwatch.query.values import Result, to_prometheus_json_bytes
+from gpuwatch.units import parse_duration_ms, parse_time_ms
 
 Params = dict[str, list[str]]
-
-_DURATION = re.compile(r"^(?:(\d+)y)?(?:(\d+)w)?(?:(\d+)d)?(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?(?:(\d+)ms)?$")
-_UNITS_MS = (365 * 86400_000, 7 * 86400_000, 86400_000, 3600_000, 60_000, 1000, 1)
 
 
 class BadData(Exception):
@@ -72,36 +67,20 @@ def one(params: Params, name: str) -> str | None:
 
 
 def time_ms(text: str, name: str) -> int:
-    """Parameter `name`'s time (Unix seconds, possibly fractional, or RFC3339) in milliseconds."""
+    """Parameter `name`'s time (Unix seconds or RFC 3339 with a zone) in Unix milliseconds."""
     try:
-        seconds = float(text)
-    except ValueError:
-        seconds = None
-    if seconds is not None:
-        if not math.isfinite(seconds):
-            raise BadData(f'invalid parameter "{name}": cannot parse "{text}" to a valid timestamp')
-        return int(round(seconds * 1000))
-    try:
-        when = datetime.fromisoformat(text.replace("Z", "+00:00").replace("z", "+00:00"))
+        return parse_time_ms(text)
     except ValueError:
         raise BadData(f'invalid parameter "{name}": cannot parse "{text}" to a valid timestamp') from None
-    if when.tzinfo is None:
-        when = when.replace(tzinfo=timezone.utc)
-    return int(round(when.timestamp() * 1000))
 
 
 def duration_ms(text: str, name: str) -> int:
-    """Parameter `name`'s duration (float seconds or `1m30s`) in milliseconds."""
+    """Parameter `name`'s duration (`1m30s` or seconds, negative ones too, as Prometheus reads them) in
+    milliseconds."""
     try:
-        seconds = float(text)
+        return parse_duration_ms(text, signed=True)
     except ValueError:
-        m = _DURATION.match(text.strip())
-        if not text.strip() or m is None or not any(m.groups()):
-            raise BadData(f'invalid parameter "{name}": cannot parse "{text}" to a valid duration') from None
-        return sum(int(g) * u for g, u in zip(m.groups(), _UNITS_MS, strict=True) if g)
-    if not math.isfinite(seconds):
-        raise BadData(f'invalid parameter "{name}": cannot parse "{text}" to a valid duration')
-    return int(round(seconds * 1000))
+        raise BadData(f'invalid parameter "{name}": cannot parse "{text}" to a valid duration') from None
 
 
 def _setting(runtime: Any, name: str, default: float) -> float:
