@@ -143,6 +143,12 @@ def test_too_many_points_is_bad_data(client: FlaskClient) -> None:
             "bad_data",
             'invalid parameter "time": cannot parse "2023-11-14T22:13:20" to a valid timestamp',
         ),
+        (  # beyond the +-2^62 ms gpuwatch takes
+            "/api/v1/query?query=1&time=1e20",
+            400,
+            "bad_data",
+            'invalid parameter "time": cannot parse "1e20" to a valid timestamp',
+        ),
         (
             "/api/v1/query_range?query=up&start=0&end=10&step=fast",
             400,

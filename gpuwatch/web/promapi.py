@@ -16,6 +16,7 @@ from flask.typing import ResponseReturnValue
 import gpuwatch
 from gpuwatch.model import Matcher
 from gpuwatch.query.parse import selector_matchers
+from gpuwatch.units import MAX_TIME_MS, MIN_TIME_MS
 from gpuwatch.web.queryapi import (
     KNOWN_ERRORS,
     BadData,
@@ -29,10 +30,6 @@ from gpuwatch.web.queryapi import (
 )
 
 bp = Blueprint("promapi", __name__)
-
-# Prometheus's "min time" and "max time" defaults for series and label queries.
-MIN_TIME_MS = -(2**62)
-MAX_TIME_MS = 2**62
 
 
 def _runtime() -> Any:
