@@ -13,8 +13,9 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
     GPUWATCH_PORT=9842 \
     NVIDIA_VISIBLE_DEVICES=all \
     NVIDIA_DRIVER_CAPABILITIES=utility
-# glibc keeps up to 16 MB of a thread's freed heap, so a query's arrays need not fault in again (README, Storage).
-ENV MALLOC_MMAP_THRESHOLD_=16777216 \
+# glibc: one heap for all threads, up to 16 MB of it kept when freed, so a query reuses warm memory (README, Storage).
+ENV MALLOC_ARENA_MAX=1 \
+    MALLOC_MMAP_THRESHOLD_=16777216 \
     MALLOC_TRIM_THRESHOLD_=16777216
 
 WORKDIR /src

@@ -106,8 +106,8 @@ After=network-online.target
 
 [Service]
 User=gpuwatch
-# glibc keeps up to 16 MB of a thread's freed heap, so a query's arrays need not fault in again (README, Storage).
-Environment=MALLOC_MMAP_THRESHOLD_=16777216 MALLOC_TRIM_THRESHOLD_=16777216
+# glibc: one heap for all threads, up to 16 MB of it kept when freed, so a query reuses warm memory (README, Storage).
+Environment=MALLOC_ARENA_MAX=1 MALLOC_MMAP_THRESHOLD_=16777216 MALLOC_TRIM_THRESHOLD_=16777216
 ExecStart=$prefix/venv/bin/gpuwatch serve --config $config
 Restart=on-failure
 KillSignal=SIGTERM

@@ -12,8 +12,8 @@ and this interpreter. The child opens the store read-only, applies `gpuwatch ser
 WSGI, without a socket ("wsgi": parameters, engine, JSON). Printed: both trees' figures and their ratio
 each round, then the medians of the rounds. This VM's speed moves by up to 2x from one minute to the next,
 so only figures taken in turns like this are compared in bench/README.md. The children inherit the
-environment: set MALLOC_MMAP_THRESHOLD_ and MALLOC_TRIM_THRESHOLD_ as the Dockerfile does to measure with
-the Docker image's allocator settings (older trees set them in process, through mallopt, where unset).
+environment: set the Dockerfile's MALLOC_* variables to measure with the Docker image's allocator settings
+(older trees set the two thresholds in process where unset).
 """
 
 from __future__ import annotations

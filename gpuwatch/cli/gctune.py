@@ -9,7 +9,7 @@ cycles in all. So after start-up the objects built so far are frozen (never scan
 young objects are collected less often; collection itself stays on, so cycles are still freed.
 
 (glibc's allocator is set in the environment, not here: the Dockerfile and install.sh's service set
-MALLOC_MMAP_THRESHOLD_ and MALLOC_TRIM_THRESHOLD_; README, "Storage".)
+MALLOC_ARENA_MAX, MALLOC_MMAP_THRESHOLD_ and MALLOC_TRIM_THRESHOLD_; README, "Storage".)
 """
 
 from __future__ import annotations
