@@ -209,6 +209,16 @@ def test_sample_limit_is_execution_error_and_server_keeps_serving(client: FlaskC
     assert client.get("/api/v1/query", query_string={"query": "1"}).status_code == 200
 
 
+def test_query_length_and_depth_settings_apply(client: FlaskClient) -> None:
+    settings = client.application.extensions["gpuwatch"].settings
+    settings.query_max_length, settings.query_max_depth = 20, 3
+    r = client.get("/api/v1/query", query_string={"query": "requests_total + requests_total"})
+    assert r.status_code == 400 and "setting query_max_length" in r.get_json()["error"]
+    r = client.get("/api/v1/query", query_string={"query": "((((1))))"})
+    assert r.status_code == 400 and "setting query_max_depth" in r.get_json()["error"]
+    assert client.get("/api/v1/query", query_string={"query": "(1)"}).status_code == 200
+
+
 def test_timeout_is_503(client: FlaskClient) -> None:
     r = client.get("/api/v1/query", query_string={"query": "up", "timeout": "-1s"})
     assert r.status_code in (400, 503)

@@ -19,6 +19,7 @@ from gpuwatch.query import (
     Unsupported,
 )
 from gpuwatch.query.engine import MAX_POINTS
+from gpuwatch.query.limits import MAX_DEPTH, MAX_LENGTH
 from gpuwatch.query.values import Result, to_prometheus_json_bytes
 from gpuwatch.units import parse_duration_ms, parse_time_ms
 
@@ -102,6 +103,8 @@ def _engine(runtime: Any, params: Params) -> Engine:
         max_samples=int(_setting(runtime, "query_max_samples", 50_000_000)),
         timeout_s=timeout_s,
         monotonic=runtime.clock.monotonic,
+        max_length=int(_setting(runtime, "query_max_length", MAX_LENGTH)),
+        max_depth=int(_setting(runtime, "query_max_depth", MAX_DEPTH)),
     )
 
 
