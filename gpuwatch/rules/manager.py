@@ -56,6 +56,7 @@ class RuleStore(Protocol):
     def save_alerts_soon(self, group_key: str, alerts: Sequence[StoredAlert]) -> Future[Any]:
         """Queue the save behind what was appended before it; the future tells when it is done."""
         ...
+
     def alerts(self) -> list[StoredAlert]: ...
 
 
