@@ -307,11 +307,13 @@ def serve(data_dir: str, port: int) -> None:
     from types import SimpleNamespace
 
     from gpuwatch.cli.gctune import tune_for_serving
+    from gpuwatch.config import load
     from gpuwatch.web import create_app
     from gpuwatch.web.serving import make_server
 
     store = Store.open(Path(data_dir), clock=SystemClock(), read_only=True)
-    runtime = SimpleNamespace(store=store, clock=SystemClock(), settings=SimpleNamespace())
+    settings = load(None, {}, {"data_dir": data_dir})  # the defaults, as `gpuwatch serve` has them
+    runtime = SimpleNamespace(store=store, clock=SystemClock(), settings=settings)
     server = make_server(create_app(runtime), "127.0.0.1", port)
     tune_for_serving()  # as `gpuwatch serve` does after start-up
     server.run()

@@ -40,12 +40,14 @@ def child(data: str, query: str, runs: int, days: float = 1.0, step_ms: int = 15
 
     from gpuwatch.cli import gctune
     from gpuwatch.clock import SystemClock
+    from gpuwatch.config import load
     from gpuwatch.query import Engine
     from gpuwatch.store import Store
     from gpuwatch.web import create_app
 
     store = Store.open(Path(data), clock=SystemClock(), read_only=True)
-    app = create_app(SimpleNamespace(store=store, clock=SystemClock(), settings=SimpleNamespace()))
+    settings = load(None, {}, {"data_dir": data})  # the defaults, as `gpuwatch serve` has them
+    app = create_app(SimpleNamespace(store=store, clock=SystemClock(), settings=settings))
     try:
         gctune.tune_for_serving()
     except TypeError:  # trees whose tune_for_serving also set glibc's allocator from the environment

@@ -315,14 +315,6 @@ class Settings:
         """The limits every write path checks labels against."""
         return LabelLimits(self.label_limit, self.label_name_length_limit, self.label_value_length_limit)
 
-    @property
-    def query_timeout_s(self) -> float:
-        return self.query_timeout
-
-    @property
-    def lookback_s(self) -> float:
-        return self.lookback
-
     def public(self) -> dict[str, Any]:
         """Return the settings as JSON-friendly values (for /-/settings)."""
         out = {}

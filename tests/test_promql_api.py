@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import replace
 from types import SimpleNamespace
 
 import numpy as np
@@ -11,6 +12,7 @@ from flask import Flask
 from flask.testing import FlaskClient
 
 from gpuwatch.clock import FakeClock
+from gpuwatch.config import load
 from gpuwatch.store import Store
 from gpuwatch.web.errors import register_error_handlers
 from gpuwatch.web.promapi import bp
@@ -33,7 +35,7 @@ def runtime() -> Iterator[SimpleNamespace]:
     yield SimpleNamespace(
         store=store,
         clock=clock,
-        settings=SimpleNamespace(query_timeout_s=30.0, query_max_samples=1_000_000, lookback_s=300.0),
+        settings=load(None, {}, {"data_dir": "unused", "query_timeout": 30, "query_max_samples": 1_000_000}),
         metric_metadata=lambda: {"requests_total": [{"type": "counter", "help": "Requests.", "unit": ""}]},
     )
     store.close()
@@ -201,18 +203,19 @@ def test_head_and_other_methods(client: FlaskClient) -> None:
 
 
 def test_sample_limit_is_execution_error_and_server_keeps_serving(client: FlaskClient) -> None:
-    client.application.extensions["gpuwatch"].settings.query_max_samples = 10
+    rt = client.application.extensions["gpuwatch"]
+    rt.settings = replace(rt.settings, query_max_samples=10)
     r = client.get("/api/v1/query", query_string={"query": "count_over_time(requests_total[1h])"})
     assert r.status_code == 422
     assert "too many samples" in r.get_json()["error"]
-    client.application.extensions["gpuwatch"].settings.query_max_samples = 1_000_000
+    rt.settings = replace(rt.settings, query_max_samples=1_000_000)
     assert client.get("/api/v1/query", query_string={"query": "1"}).status_code == 200
 
 
 def test_query_length_and_depth_settings_apply(client: FlaskClient) -> None:
-    settings = client.application.extensions["gpuwatch"].settings
-    settings.query_max_length, settings.query_max_depth = 20, 3
-    r = client.get("/api/v1/query", query_string={"query": "requests_total + requests_total"})
+    rt = client.application.extensions["gpuwatch"]
+    rt.settings = replace(rt.settings, query_max_length=64, query_max_depth=3)
+    r = client.get("/api/v1/query", query_string={"query": "requests_total" + " + requests_total" * 4})
     assert r.status_code == 400 and "setting query_max_length" in r.get_json()["error"]
     r = client.get("/api/v1/query", query_string={"query": "((((1))))"})
     assert r.status_code == 400 and "setting query_max_depth" in r.get_json()["error"]

@@ -10,7 +10,7 @@ from __future__ import annotations
 import platform
 from typing import Any
 
-from flask import Blueprint, current_app, jsonify
+from flask import Blueprint, jsonify
 from flask.typing import ResponseReturnValue
 
 import gpuwatch
@@ -28,12 +28,9 @@ from gpuwatch.web.queryapi import (
     result_response,
     time_ms,
 )
+from gpuwatch.web.runtime import runtime
 
 bp = Blueprint("promapi", __name__)
-
-
-def _runtime() -> Any:
-    return current_app.extensions["gpuwatch"]
 
 
 def _success(data: Any, warnings: list[str] | None = None) -> ResponseReturnValue:
@@ -59,13 +56,13 @@ def _run(fn: Any) -> ResponseReturnValue:
 @bp.route("/api/v1/query", methods=["GET", "POST"])
 def query() -> ResponseReturnValue:
     """Evaluate an instant query."""
-    return _run(lambda: result_response(instant_query(_runtime(), request_params())))
+    return _run(lambda: result_response(instant_query(runtime(), request_params())))
 
 
 @bp.route("/api/v1/query_range", methods=["GET", "POST"])
 def query_range() -> ResponseReturnValue:
     """Evaluate a range query."""
-    return _run(lambda: result_response(range_query(_runtime(), request_params())))
+    return _run(lambda: result_response(range_query(runtime(), request_params())))
 
 
 def _range(params: dict[str, list[str]]) -> tuple[int, int]:
@@ -112,7 +109,7 @@ def series() -> ResponseReturnValue:
         start, end = _range(params)
         seen: dict[tuple[tuple[str, str], ...], dict[str, str]] = {}
         for matchers in _match_sets(params, required=True):
-            for labels in _runtime().store.series(matchers, start, end):
+            for labels in runtime().store.series(matchers, start, end):
                 seen.setdefault(tuple(sorted(labels.items())), dict(labels))
         items, warnings = _limited([seen[k] for k in sorted(seen)], _limit(params))
         return _success(items, warnings)
@@ -127,7 +124,7 @@ def labels() -> ResponseReturnValue:
     def run() -> ResponseReturnValue:
         params = request_params()
         start, end = _range(params)
-        store = _runtime().store
+        store = runtime().store
         names: set[str] = set()
         sets = _match_sets(params, required=False) or [[]]
         for matchers in sets:
@@ -145,7 +142,7 @@ def label_values(name: str) -> ResponseReturnValue:
     def run() -> ResponseReturnValue:
         params = request_params()
         start, end = _range(params)
-        store = _runtime().store
+        store = runtime().store
         values: set[str] = set()
         sets = _match_sets(params, required=False) or [[]]
         for matchers in sets:
@@ -162,8 +159,7 @@ def metadata() -> ResponseReturnValue:
 
     def run() -> ResponseReturnValue:
         params = request_params()
-        source = getattr(_runtime(), "metric_metadata", None)
-        data: dict[str, list[dict[str, Any]]] = dict(source()) if callable(source) else {}
+        data: dict[str, list[dict[str, Any]]] = dict(runtime().metric_metadata())
         metric = one(params, "metric")
         if metric:
             data = {metric: data[metric]} if metric in data else {}

@@ -5,8 +5,6 @@ parameters, errors as Prometheus answers them, and the evaluation of /api/v1/que
 
 from __future__ import annotations
 
-from typing import Any
-
 from flask import Response, current_app, request
 
 from gpuwatch.errors import GpuwatchError, QueryError
@@ -19,9 +17,9 @@ from gpuwatch.query import (
     Unsupported,
 )
 from gpuwatch.query.engine import MAX_POINTS
-from gpuwatch.query.limits import MAX_DEPTH, MAX_LENGTH
 from gpuwatch.query.values import Result, to_prometheus_json_bytes
 from gpuwatch.units import parse_duration_ms, parse_time_ms
+from gpuwatch.web.runtime import WebRuntime
 
 Params = dict[str, list[str]]
 
@@ -84,27 +82,24 @@ def duration_ms(text: str, name: str) -> int:
         raise BadData(f'invalid parameter "{name}": cannot parse "{text}" to a valid duration') from None
 
 
-def _setting(runtime: Any, name: str, default: float) -> float:
-    return float(getattr(runtime.settings, name, default))
-
-
-def _engine(runtime: Any, params: Params) -> Engine:
-    timeout_s = _setting(runtime, "query_timeout_s", 120.0)
+def _engine(runtime: WebRuntime, params: Params) -> Engine:
+    settings = runtime.settings
+    timeout_s = settings.query_timeout
     text = one(params, "timeout")
     if text:
         timeout_s = min(timeout_s, duration_ms(text, "timeout") / 1000)
-    lookback_ms = int(_setting(runtime, "lookback_s", 300.0) * 1000)
+    lookback_ms = int(settings.lookback * 1000)
     text = one(params, "lookback_delta")
     if text:
         lookback_ms = duration_ms(text, "lookback_delta")
     return Engine(
         runtime.store,
         lookback_ms=lookback_ms,
-        max_samples=int(_setting(runtime, "query_max_samples", 50_000_000)),
+        max_samples=settings.query_max_samples,
         timeout_s=timeout_s,
         monotonic=runtime.clock.monotonic,
-        max_length=int(_setting(runtime, "query_max_length", MAX_LENGTH)),
-        max_depth=int(_setting(runtime, "query_max_depth", MAX_DEPTH)),
+        max_length=settings.query_max_length,
+        max_depth=settings.query_max_depth,
     )
 
 
@@ -115,7 +110,7 @@ def _query_text(params: Params) -> str:
     return text
 
 
-def instant_query(runtime: Any, params: Params) -> Result:
+def instant_query(runtime: WebRuntime, params: Params) -> Result:
     """Evaluate /api/v1/query's `query` at `time` (default: now)."""
     text = _query_text(params)
     t = one(params, "time")
@@ -123,7 +118,7 @@ def instant_query(runtime: Any, params: Params) -> Result:
     return _engine(runtime, params).instant(text, at)
 
 
-def range_query(runtime: Any, params: Params) -> Result:
+def range_query(runtime: WebRuntime, params: Params) -> Result:
     """Evaluate /api/v1/query_range's `query` from `start` to `end` every `step`."""
     text = _query_text(params)
     for name in ("start", "end", "step"):
