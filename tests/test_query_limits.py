@@ -10,7 +10,9 @@ import promql_parser as pp
 import pytest
 from flask.testing import FlaskClient
 
-from gpuwatch.query.errors import PromQLParseError
+from gpuwatch.app import Runtime
+from gpuwatch.query import Engine
+from gpuwatch.query.errors import PromQLParseError, QueryTooLarge
 from gpuwatch.query.limits import MAX_DEPTH, check_text, nesting, walk
 from gpuwatch.query.parse import parse
 
@@ -99,3 +101,26 @@ def test_the_api_answers_400_and_keeps_serving(client: FlaskClient, method: str)
         assert "setting query_max" in body["error"]
     ok = client.get("/api/v1/query", query_string={"query": "1+1"})
     assert ok.status_code == 200 and ok.get_json()["data"]["result"][1] == "2"
+
+
+@pytest.mark.parametrize(
+    ("query", "status", "error"),
+    [
+        ("up @ 1e20", 400, "at out of range"),
+        ("sum(rate(up[5m] @ 1e19))", 400, "at out of range"),
+        ("up[100000000y]", 400, "range out of range"),
+        ("max_over_time(up[1y:1ms])", 422, "31536000000 steps, more than query_max_samples"),
+        ("vector(1)[1d:1ms]", 422, "86400000 steps, more than query_max_samples"),
+    ],
+)
+def test_times_and_subquery_steps_beyond_reason_are_refused(
+    client: FlaskClient, query: str, status: int, error: str
+) -> None:
+    r = client.get("/api/v1/query", query_string={"query": query})
+    assert r.status_code == status and error in r.get_json()["error"], r.get_json()
+
+
+def test_a_tree_deeper_than_the_stack_is_an_error_not_a_crash(runtime: Runtime) -> None:
+    engine = Engine(runtime.store, max_depth=10_000)
+    with pytest.raises(QueryTooLarge, match="nests too deeply"):
+        engine.instant("abs(" * 600 + "vector(1)" + ")" * 600, 1_800_000_000_000)

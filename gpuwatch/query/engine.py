@@ -110,7 +110,10 @@ class Engine:
         query = parse(expr, max_length=self.max_length, max_depth=self.max_depth)
         ev = _Evaluation(self, int(time_ms), int(time_ms), timeout_s, query.invalid_utf8)
         ts = np.array([int(time_ms)], dtype=np.int64)
-        frame = ev.eval(query.expr, ts)
+        try:
+            frame = ev.eval(query.expr, ts)
+        except RecursionError:  # deeper than the frames left (query_max_depth bounds it)
+            raise QueryTooLarge("the query nests too deeply to evaluate (setting query_max_depth)") from None
         return _instant_result(frame, int(time_ms))
 
     def range(
@@ -138,7 +141,10 @@ class Engine:
         )
         ev = _Evaluation(self, start_ms, end_ms, timeout_s, query.invalid_utf8, step_ms)
         ts = np.arange(start_ms, end_ms + 1, step_ms, dtype=np.int64)
-        frame = ev.eval(query.expr, ts)
+        try:
+            frame = ev.eval(query.expr, ts)
+        except RecursionError:  # deeper than the frames left (query_max_depth bounds it)
+            raise QueryTooLarge("the query nests too deeply to evaluate (setting query_max_depth)") from None
         return _range_result(frame, ts)
 
 
@@ -394,6 +400,12 @@ class _Evaluation:
         start = step * _go_div(lo, step)
         if start <= lo:
             start += step
+        steps = (int(ends.max()) - start) // step + 1
+        if steps > self.engine.max_samples:
+            raise QueryTooLarge(
+                f"the subquery would be evaluated at {steps} steps, more than query_max_samples "
+                f"({self.engine.max_samples}); use a coarser step"
+            )
         inner_ts = np.arange(start, int(ends.max()) + 1, step, dtype=np.int64)
         if len(inner_ts) == 0:
             return RangeFrame([], rng, ends)

@@ -51,6 +51,8 @@ IMPLEMENTED_EXPERIMENTAL = frozenset(
 )
 
 UNSUPPORTED_AGGREGATIONS = frozenset({"limitk", "limit_ratio"})
+# Node attributes holding times and durations, converted by promql-parser only when read.
+_TIMES = ("at", "offset", "range", "step")
 
 
 @dataclass(frozen=True)
@@ -209,8 +211,16 @@ def _parse_as_written(text: str) -> ParsedQuery:
 
 
 def check_supported(expr: Any) -> None:
-    """Raise Unsupported when `expr` uses a feature gpuwatch does not evaluate."""
+    """Raise Unsupported when `expr` uses a feature gpuwatch does not evaluate, PromQLParseError when
+    a time or duration in it is beyond what promql-parser can hand over (`up @ 1e20`, `x[1e9y]`)."""
     for node in walk(expr):
+        for name in _TIMES:
+            try:
+                value = getattr(node, name, None)
+                if isinstance(value, pp.AtModifier):
+                    value = value.at
+            except (ValueError, OverflowError) as e:
+                raise PromQLParseError(f"parse error: {name} out of range: {e}") from None
         if isinstance(node, pp.Call):
             name = node.func.name
             if name in NATIVE_HISTOGRAM_FUNCTIONS:
