@@ -3,23 +3,18 @@
 from __future__ import annotations
 
 import math
-import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
+from hypothesis import given, settings
 
 from gpuwatch.clock import FakeClock
 from gpuwatch.model import STALE_NAN, Batch, Matcher, Sample, SeriesData, last_samples, make_labels
 from gpuwatch.query import Engine, Vector
 from gpuwatch.store import Store
-from gpuwatch.store import writer as writer_module
-
-NAME = Matcher("__name__", "=", "m")
-T0 = 1_800_000_000_000
+from tests.storemodel import NAME, T0, Op, modelled_store, operations
 
 
 def _last_of_select(store: Store, start: int, end: int) -> list[tuple[str, list[int], list[int]]]:
@@ -43,58 +38,14 @@ def _agree(store: Store, marks: list[int]) -> None:
             assert _select_last(store, start, end) == _last_of_select(store, start, end), (start, end)
 
 
-_value = st.one_of(st.floats(-5, 5, allow_nan=False), st.just(STALE_NAN))
-_op = st.one_of(
-    # a live batch of some series at one time (may be in the past or the future of the others)
-    st.tuples(
-        st.just("batch"), st.integers(0, 40), st.lists(st.tuples(st.sampled_from("ab"), _value), max_size=3)
-    ),
-    # append_series of one series (short: the head; long: chunks written directly, as an import)
-    st.tuples(
-        st.just("series"),
-        st.sampled_from("abc"),
-        st.lists(st.tuples(st.integers(0, 40), _value), min_size=1, max_size=12),
-    ),
-    st.tuples(st.just("flush")),
-    st.tuples(st.just("compact")),
-    st.tuples(st.just("retention"), st.integers(0, 45)),
-    st.tuples(st.just("reopen")),
-)
-
-
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(ops=st.lists(_op, min_size=1, max_size=14))
-def test_select_last_equals_the_last_sample_of_select(
-    ops: list[tuple], monkeypatch: pytest.MonkeyPatch
-) -> None:  # type: ignore[type-arg]
-    monkeypatch.setattr(writer_module, "_BULK_MIN", 6)  # imports of 6+ samples skip the head, as big ones do
-    clock = FakeClock(T0 / 1000)
-    with tempfile.TemporaryDirectory() as tmp:
-        store = Store.open(Path(tmp), clock=clock, flush_interval_s=3600, retention_s=0)
-        try:
-            for op in ops:
-                kind = op[0]
-                if kind == "batch":
-                    store.append(
-                        Batch(T0 + op[1] * 1000, [Sample("m", make_labels({"s": s}), v) for s, v in op[2]])
-                    )
-                elif kind == "series":
-                    t = np.array([T0 + x * 1000 for x, _ in op[2]], np.int64)
-                    v = np.array([v for _, v in op[2]], np.float64)
-                    store.append_series("m", make_labels({"s": op[1]}), t, v)
-                elif kind == "flush":
-                    store.flush()
-                elif kind == "compact":
-                    store.compact()
-                elif kind == "retention":
-                    store.apply_retention(T0 + op[1] * 1000)
-                else:
-                    store.close()
-                    store = Store.open(Path(tmp), clock=clock, flush_interval_s=3600, retention_s=0)
-                store.flush()
-                _agree(store, [T0 + 10_000, T0 + 25_000, T0 + 40_000])
-        finally:
-            store.close()
+@settings(max_examples=40, deadline=None)
+@given(ops=operations(slots=40, retention_slots=45))
+def test_select_last_equals_the_last_sample_of_select(ops: list[Op]) -> None:
+    with modelled_store(step_ms=1000) as m:
+        for op in ops:
+            m.apply(op)
+            _agree(m.store, [T0 + 10_000, T0 + 25_000, T0 + 40_000])
+            m.agree([(T0, T0 + 40_000)])
 
 
 def _vec(result: object) -> list[tuple[tuple[tuple[str, str], ...], str]]:

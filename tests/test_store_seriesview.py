@@ -3,14 +3,12 @@ the plain read (`read.read_samples`, no cache) returns, while the writer flushes
 
 from __future__ import annotations
 
-import tempfile
 import time
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gpuwatch.clock import FakeClock
@@ -22,6 +20,7 @@ from gpuwatch.store import writer as writer_module
 from gpuwatch.store.chunkcache import ChunkCache
 from gpuwatch.store.chunking import WINDOW_MS
 from gpuwatch.store.read import read_samples
+from tests.storemodel import Op, modelled_store, operations
 
 NAME = Matcher("__name__", "=", "m")
 T0 = 1_800_000_000_000 // WINDOW_MS * WINDOW_MS
@@ -180,53 +179,25 @@ def test_staleness_markers_are_known_where_read_from_views() -> None:
         assert counts[0] == counts[1] == [("a", 36.0), ("b", 36.0), ("c", 36.0)]  # the marker is not a sample
 
 
-_op = st.one_of(
-    st.tuples(
-        st.just("batch"),
-        st.integers(0, 30),
-        st.sampled_from(["a", "b", "ab"]),
-        st.sampled_from([1.5, STALE_NAN]),
-    ),
-    st.tuples(
-        st.just("series"),
-        st.sampled_from("abc"),
-        st.lists(st.integers(0, 30), min_size=1, max_size=10, unique=True),
-    ),
-    st.tuples(st.just("compact")),
-    st.tuples(st.just("retention"), st.integers(0, 20)),
-    st.tuples(st.just("read"), st.integers(0, 32), st.integers(0, 32)),
-)
+_read = st.tuples(st.just("read"), st.integers(0, 32), st.integers(0, 32))
 
 
-@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(ops=st.lists(_op, min_size=1, max_size=16), cache_kb=st.sampled_from([1, 4, 1024]))
-def test_reads_between_writes_return_what_the_plain_read_returns(
-    ops: list[tuple[Any, ...]], cache_kb: int, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setattr(writer_module, "_BULK_MIN", 4)
-    with tempfile.TemporaryDirectory() as tmp:
-        store = Store.open(
-            Path(tmp), clock=FakeClock(T0 / 1000), chunk_cache_mb=cache_kb / 1024, retention_s=0
-        )
-        with store:
-            for n, op in enumerate(ops):
-                if op[0] == "batch":
-                    _batch(store, op[1], {s: op[3] + n for s in op[2]})
-                elif op[0] == "series":
-                    _series(store, op[1], sorted(op[2]), [float(n + k) for k in range(len(op[2]))])
-                elif op[0] == "compact":
-                    store.compact()
-                elif op[0] == "retention":
-                    store.apply_retention(T0 + op[1] * STEP)
-                else:
-                    start, end = T0 + min(op[1:]) * STEP, T0 + max(op[1:]) * STEP + op[1] % 2
-                    _agree(store, start, end)
-                    _agree(store, start, end)
-                store.flush()
-                _agree(store, T0, T0 + 32 * STEP)
-                cache = _cache(store)
-                assert cache.bytes <= cache.max_bytes
-                assert cache.bytes == sum(b.nbytes for b in cache._blocks.values())
+@settings(max_examples=30, deadline=None)
+@given(ops=operations(max_size=16, extra=[_read]), cache_kb=st.sampled_from([1, 4, 1024]))
+def test_reads_between_writes_return_what_the_plain_read_returns(ops: list[Op], cache_kb: int) -> None:
+    with modelled_store(step_ms=STEP, bulk_min=4, chunk_cache_mb=cache_kb / 1024) as m:
+        for op in ops:
+            if op[0] == "read":
+                start, end = T0 + min(op[1:]) * STEP, T0 + max(op[1:]) * STEP + op[1] % 2
+                _agree(m.store, start, end)
+                _agree(m.store, start, end)
+            else:
+                m.apply(op)
+            _agree(m.store, T0, T0 + 32 * STEP)
+            m.agree([(T0, T0 + 32 * STEP)])
+            cache = _cache(m.store)
+            assert cache.bytes <= cache.max_bytes
+            assert cache.bytes == sum(b.nbytes for b in cache._blocks.values())
 
 
 def test_series_added_or_deleted_between_reads_are_seen() -> None:
