@@ -507,3 +507,20 @@ def test_a_failed_write_is_one_line_in_the_error_and_the_log(
     monkeypatch.setattr(core, "MEMORY_LIMIT_MB", 64)
     with Store.open(tmp_path, clock=FakeClock(1_800_000_000)) as store:
         assert len(store.select([Matcher("__name__", "=", "m")], 0, 2_000_000_000_000)) == 1
+
+
+def test_the_catalogue_grown_in_steps_equals_one_built_at_once() -> None:
+    from gpuwatch.store.catalog import Catalog, Entry, match
+
+    entries = [Entry.make(i, f"m{i % 3}", make_labels({"pod": f"p{i}"})) for i in range(60)]
+    grown = Catalog(entries[:10])
+    for lo in range(10, 60, 7):
+        grown.add(entries[lo : lo + 7])
+    whole = Catalog(entries)
+    a, b = grown.snapshot(), whole.snapshot()
+    assert a.by_id == b.by_id
+    assert {k: sorted(e.series_id for e in v) for k, v in a.by_name.items()} == {
+        k: sorted(e.series_id for e in v) for k, v in b.by_name.items()
+    }
+    for matchers in ([Matcher("__name__", "=", "m1")], [Matcher("pod", "=~", "p1.*")]):
+        assert match(a, matchers) == match(b, matchers)

@@ -9,6 +9,7 @@ import only adds samples; it never deletes or rewrites what is already stored.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -21,9 +22,7 @@ from gpuwatch.promtext.parser import ParseIssue, parse
 class SeriesSink(Protocol):
     """What the importer needs from the store."""
 
-    def append_series(
-        self, name: str, labels: Labels, timestamps_ms: np.ndarray, values: np.ndarray
-    ) -> None: ...
+    def append_many(self, series: Sequence[tuple[str, Labels, np.ndarray, np.ndarray]]) -> None: ...
 
     def flush(self) -> None: ...
 
@@ -108,14 +107,12 @@ def prepare(
 
 
 def write(store: SeriesSink, prepared: Prepared) -> ImportResult:
-    """Append every prepared series to `store` and flush; return what was written."""
-    oldest: int | None = None
-    for s in prepared.series:
-        if len(s.timestamps_ms):
-            store.append_series(s.name, s.labels, s.timestamps_ms, s.values)
-            first = int(s.timestamps_ms[0])
-            oldest = first if oldest is None else min(oldest, first)
+    """Append every prepared series to `store` (one request to its writer) and flush; return what was
+    written."""
+    kept = [s for s in prepared.series if len(s.timestamps_ms)]
+    store.append_many([(s.name, s.labels, s.timestamps_ms, s.values) for s in kept])
     store.flush()
+    oldest = min((int(s.timestamps_ms[0]) for s in kept), default=None)
     return ImportResult(prepared.samples, len(prepared.series), list(prepared.errors), oldest)
 
 

@@ -1,7 +1,7 @@
 """The series catalogue: every known series' id, name and labels, and label matching over it.
 
-The catalogue is small (thousands of series), so matchers are evaluated in Python over an
-immutable snapshot that the writer replaces whenever series appear or disappear. Readers never
+Matchers are evaluated in Python over an immutable snapshot that the writer replaces whenever series
+appear or disappear (new series: the old snapshot's dicts copied, only their names' groups rebuilt). Readers never
 lock for longer than it takes to grab the current snapshot.
 """
 
@@ -59,10 +59,20 @@ class Catalog:
             return self._snap
 
     def add(self, entries: Sequence[Entry]) -> None:
-        """Publish newly committed series."""
-        if entries:
-            with self._lock:
-                self._snap = _index([*self._snap.by_id.values(), *entries])
+        """Publish newly committed series: the old snapshot's dicts copied (in C), and only the names
+        that got series rebuilt, so that many new series cost what they are, not the whole catalogue."""
+        if not entries:
+            return
+        with self._lock:
+            old = self._snap
+            by_id = {**old.by_id, **{e.series_id: e for e in entries}}
+            added: dict[str, list[Entry]] = {}
+            for e in entries:
+                added.setdefault(e.name, []).append(e)
+            by_name = dict(old.by_name)
+            for name, group in added.items():
+                by_name[name] = (*by_name.get(name, ()), *group)
+            self._snap = Snapshot(by_id, by_name)
 
     def remove(self, series_ids: Iterable[int]) -> None:
         """Forget series whose samples are all gone."""

@@ -195,6 +195,21 @@ class Store(SideTables):
             self.flush()  # let a bulk import wait for the writer rather than fill memory
         self._writer.queue.put(("series", name, labels, t, v))
 
+    def append_many(self, series: Sequence[tuple[str, Labels, np.ndarray, np.ndarray]]) -> None:
+        """Queue many series at once (an import): one item for the writer, however many series."""
+        if self._writer is None or self._closed:
+            raise StoreError("the store is closed or open read-only")
+        items = []
+        for name, labels, timestamps_ms, values in series:
+            t = np.array(timestamps_ms, dtype=np.int64)
+            v = np.array(values, dtype=np.float64)
+            if t.shape != v.shape or t.ndim != 1:
+                raise ValueError("timestamps_ms and values must be 1-d arrays of the same length")
+            items.append((name, labels, t, v))
+        if self._writer.queue.qsize() >= _BACKPRESSURE_ITEMS:
+            self.flush()
+        self._writer.queue.put(("many", items))
+
     def flush(self) -> None:
         """Block until everything appended so far is written; raise StoreError if it could not be."""
         self._ask(lambda: None)

@@ -176,6 +176,9 @@ class Writer:
             self._add_batch(item[1])
         elif kind == "series":
             self._add_series(*item[1:])
+        elif kind == "many":
+            for name, labels, t, v in item[1]:
+                self._add_series(name, labels, t, v)
         elif kind == "call":
             self._call(item[1], item[2])
         elif kind is _STOP:
@@ -347,10 +350,16 @@ class Writer:
             self.head_index.add(ids, t_ms)  # before the rows can be seen (headindex.py)
         cur.execute("BEGIN TRANSACTION")
         try:
-            if self._new:
-                cur.executemany(
-                    "INSERT INTO series VALUES (?, ?, ?)",
-                    [[e.series_id, e.name, json.dumps(e.labels)] for e in self._new],
+            if self._new:  # one columnar insert: executemany takes ~0.1 ms a row
+                new = self._new
+                _insert(
+                    cur,
+                    "series",
+                    {
+                        "series_id": np.fromiter((e.series_id for e in new), np.int32, len(new)),
+                        "name": np.array([e.name for e in new], dtype=object),
+                        "labels": np.array([json.dumps(e.labels) for e in new], dtype=object),
+                    },
                 )
             if head is not None:
                 _insert(cur, "head", head)
