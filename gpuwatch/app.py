@@ -49,6 +49,12 @@ SELF_METRICS: tuple[MetricInfo, ...] = (
     MetricInfo("gpuwatch_store_series", "gauge", "Series in the store.", ""),
     MetricInfo("gpuwatch_store_queue_depth", "gauge", "Batches waiting to be written to the store.", ""),
     MetricInfo("gpuwatch_store_write_errors_total", "counter", "Failed writes to the store since start.", ""),
+    MetricInfo(
+        "gpuwatch_store_dropped_samples_total",
+        "counter",
+        "Samples dropped since start because too many waited for a store that could not write.",
+        "",
+    ),
     MetricInfo("gpuwatch_job_runs_total", "counter", "Runs of each scheduled job since start.", "", ("job",)),
     MetricInfo("gpuwatch_job_failures_total", "counter", "Failed runs of each scheduled job.", "", ("job",)),
     MetricInfo(
@@ -126,6 +132,7 @@ class Runtime:
             Sample("gpuwatch_store_series", (), float(stats.get("series", 0))),
             Sample("gpuwatch_store_queue_depth", (), float(stats.get("queue_depth", 0))),
             Sample("gpuwatch_store_write_errors_total", (), float(stats.get("write_errors", 0))),
+            Sample("gpuwatch_store_dropped_samples_total", (), float(stats.get("dropped_samples", 0))),
         ]
         if self.rules is not None:
             for key, n in self.rules.failure_counts().items():
@@ -217,9 +224,15 @@ class Runtime:
         return dict(sorted({**scraped, **own}.items()))
 
     def status(self) -> dict[str, Any]:
-        """Return a short status for /-/health and the overview page."""
+        """Return a short status for /-/health and the overview page: "degraded" with the reason while
+        the store cannot write (a full disk): samples wait in memory, bounded, until it can."""
+        counters = self.store.counters()
+        failing = counters["write_failing"]
         return {
-            "status": "ok",
+            "status": "degraded" if failing else "ok",
+            "problem": f"store writes fail ({counters['pending_samples']} samples wait in memory): {failing}"
+            if failing
+            else None,
             "version": __version__,
             "hostname": self.hostname,
             "demo": self.settings.demo,

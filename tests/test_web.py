@@ -13,6 +13,7 @@ from gpuwatch.clock import FakeClock
 from gpuwatch.config import load
 from gpuwatch.demo.nvml import FakeNvml
 from gpuwatch.errors import ConfigError
+from gpuwatch.model import Matcher
 from gpuwatch.web import create_app
 
 
@@ -128,3 +129,36 @@ def test_readme_has_the_gpu_metric_table() -> None:
         [sys.executable, "-m", "gpuwatch.collect.gpu_metrics"], capture_output=True, text=True, check=True
     ).stdout.strip()
     assert table in (ROOT / "README.md").read_text(), "README's metric table is stale"
+
+
+def test_health_is_degraded_while_writes_fail_and_recovers(
+    runtime: Runtime, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import duckdb
+
+    from gpuwatch.errors import StoreError
+    from gpuwatch.store import writer as writer_mod
+
+    real = writer_mod._insert
+    full = {"on": True}
+
+    def disk(cur: duckdb.DuckDBPyConnection, table: str, columns: dict, computed: str = "") -> None:
+        if full["on"]:
+            raise duckdb.IOException("Could not write file: No space left on device")
+        real(cur, table, columns, computed)
+
+    monkeypatch.setattr(writer_mod, "_insert", disk)
+    client = create_app(runtime).test_client()
+    runtime.jobs.run("sample")
+    with pytest.raises(StoreError, match="No space left"):
+        runtime.store.flush()
+    r = client.get("/-/health")
+    body = r.get_json()
+    assert r.status_code == 503 and body["status"] == "degraded"
+    assert "store writes fail" in body["problem"] and "No space left on device" in body["problem"]
+    full["on"] = False  # space is back: what waited in memory is written
+    runtime.store.flush()
+    r = client.get("/-/health")
+    assert r.status_code == 200 and r.get_json()["status"] == "ok" and r.get_json()["problem"] is None
+    got = runtime.store.select([Matcher("__name__", "=", "DCGM_FI_DEV_GPU_UTIL")], 0, 2**62)
+    assert len(got) == 4 and all(sd.timestamps_ms.size == 1 for sd in got)

@@ -13,10 +13,14 @@ import threading
 from collections.abc import Sequence
 from pathlib import Path
 from types import FrameType
+from typing import TYPE_CHECKING
 
 from gpuwatch import __version__
 from gpuwatch.config import Settings, load
-from gpuwatch.errors import GpuwatchError, NvmlUnavailable, StoreInUse
+from gpuwatch.errors import GpuwatchError, NvmlUnavailable, StoreError, StoreInUse
+
+if TYPE_CHECKING:  # the type only: `gpuwatch smi` and `query` start without loading the whole app
+    from gpuwatch.app import Runtime
 
 log = logging.getLogger("gpuwatch")
 
@@ -174,8 +178,18 @@ def _serve(settings: Settings) -> int:
         server.task_dispatcher.shutdown()
         server.close()
     finally:
+        closed = _close(runtime)
+    return 0 if closed else 1
+
+
+def _close(runtime: Runtime) -> bool:
+    """Close the runtime; a store that cannot write its last samples (a full disk) is one log line."""
+    try:
         runtime.close()
-    return 0
+    except StoreError as e:
+        log.error("%s", e)
+        return False
+    return True
 
 
 def _smi(settings: Settings) -> int:

@@ -375,6 +375,7 @@ class Store(SideTables):
         return {
             "series": len(self._snapshot().by_id),
             "write_errors": w.write_errors if w else 0,
+            "write_failing": w.failing if w else "",
             "dropped_samples": self._dropped + (w.dropped_samples if w else 0),
             "queue_depth": (w.queue.qsize() + len(w.batches)) if w else 0,
             "pending_samples": w.pending_samples if w else 0,
@@ -415,28 +416,38 @@ class Store(SideTables):
         }
 
     def close(self) -> None:
-        """Flush, compact, checkpoint, close the database and release the lock; safe to call twice."""
+        """Flush, compact, checkpoint, close the database and release the lock; safe to call twice.
+
+        Everything is released even when the last writes fail (a full disk); then StoreError says, in
+        one line, how many samples were not written."""
         with self._guard:
             if self._closed:
                 return
             self._closed = True
+        problem = ""
         try:
             if self._writer is not None:
                 fut: Future[Any] = Future()
                 self._writer.queue.put((_STOP, fut))
                 try:
                     fut.result()
-                except Exception as exc:  # noqa: BLE001 - closing must finish; the error is logged, not raised
-                    log.error("store: final flush/compaction failed: %s", exc)
+                except Exception as exc:  # noqa: BLE001 - closing must finish; the error is reported below
+                    problem = one_line(exc)
                 self._writer.join()
         finally:
             with self._guard:
                 for cur in self._cursors:
                     cur.close()
                 self._cursors.clear()
-            self._con.close()
+            try:
+                self._con.close()
+            except (duckdb.Error, OSError) as exc:
+                problem = problem or one_line(exc)
             if self._lock is not None:
                 self._lock.release()
+        if problem:
+            lost = self._writer.pending_samples if self._writer is not None else 0
+            raise StoreError(f"the last {lost} samples could not be written before exit: {problem}")
 
     def __enter__(self) -> Store:
         return self

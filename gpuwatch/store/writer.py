@@ -124,6 +124,7 @@ class Writer:
         self._last_flush = clock.monotonic()
         self._last_compact = clock.monotonic()
         self.write_errors = 0
+        self.failing = ""  # the last write's error while writes fail; "" once one succeeds
         self.dropped_samples = 0
         self.last_error = ""
         self.last_flush_ms: int | None = None
@@ -223,7 +224,7 @@ class Writer:
 
     def _count_error(self, what: str, exc: BaseException) -> None:
         self.write_errors += 1
-        self.last_error = f"{what}: {one_line(exc)}"
+        self.last_error = self.failing = f"{what}: {one_line(exc)}"
         log.warning("store %s failed (kept for retry): %s", what, one_line(exc))
 
     # -- buffering ----------------------------------------------------------------------------------
@@ -380,6 +381,7 @@ class Writer:
         self._catalog.add(self._new)
         self._new, self._pending, self._pending_chunks, self._pending_rows = [], [], [], 0
         self.last_flush_ms = self._clock.now_ms()
+        self.failing = ""
 
     @_changes_chunks
     def compact(self) -> None:

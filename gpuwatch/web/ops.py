@@ -14,7 +14,8 @@ bp = Blueprint("ops", __name__)
 
 @bp.get("/-/health")
 def health() -> ResponseReturnValue:
-    return jsonify(runtime().status())
+    status = runtime().status()
+    return jsonify(status), 503 if status["status"] != "ok" else 200
 
 
 @bp.get("/-/ready")
