@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
 import signal
 import subprocess
+import threading
+import time
 from pathlib import Path
 
 import pytest
+import requests
 from prometheus_client.parser import text_string_to_metric_families
 
 from gpuwatch.clock import SystemClock
@@ -181,3 +185,31 @@ def test_version_and_smi_demo() -> None:
     )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.count("NVIDIA H100 80GB HBM3") == 8
+
+
+def _imported(data_dir: Path) -> int:
+    store = Store.open(data_dir, clock=SystemClock())
+    try:
+        return len(store.select([Matcher("__name__", "=", "imported_total")], 0, 2**62))
+    finally:
+        store.close()
+
+
+@pytest.mark.parametrize("delay_s", [1.0, 3.0, 4.5, 6.0])
+def test_an_import_killed_midway_is_all_or_nothing(serve, tmp_path: Path, delay_s: float) -> None:  # type: ignore[no-untyped-def]
+    """kill -9 at some moment of a 200,000-series import: afterwards the store holds all of it or none."""
+    data = tmp_path / "data"
+    n = 200_000
+    body = "".join(f'imported_total{{pod="p{i}"}} {i} 1700000000000\n' for i in range(n)).encode()
+    srv = serve("--demo", data_dir=data, env=clean_env(GPUWATCH_DEMO_GPUS="1", GPUWATCH_DEMO_SOURCES="false"))
+
+    def post() -> None:
+        with contextlib.suppress(requests.RequestException):
+            requests.post(srv.url + "/api/v1/import/prometheus", data=body, timeout=120)
+
+    sender = threading.Thread(target=post)
+    sender.start()
+    time.sleep(delay_s)  # a moment somewhere in the import: what is asserted does not depend on which
+    srv.stop(signal.SIGKILL)
+    sender.join(60)
+    assert _imported(data) in (0, n)
