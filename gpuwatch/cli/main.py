@@ -16,6 +16,7 @@ from types import FrameType
 from typing import TYPE_CHECKING
 
 from gpuwatch import __version__
+from gpuwatch.cli.logthrottle import LogThrottle
 from gpuwatch.config import Settings, load
 from gpuwatch.errors import GpuwatchError, NvmlUnavailable, StoreError, StoreInUse
 
@@ -95,11 +96,10 @@ def _settings(args: argparse.Namespace, env: dict[str, str]) -> Settings:
 
 
 def _setup_logging(level: str) -> None:
-    logging.basicConfig(
-        level=getattr(logging, level.upper()),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        stream=sys.stderr,
-    )
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    handler.addFilter(LogThrottle())  # one line per condition per minute under load
+    logging.basicConfig(level=getattr(logging, level.upper()), handlers=[handler])
     # APScheduler logs every run at INFO; keep the user's terminal for things that matter.
     logging.getLogger("apscheduler").setLevel(logging.WARNING)
 
