@@ -56,7 +56,9 @@ DEFAULT_LABEL_LIMITS = LabelLimits()
 
 def make_labels(labels: Mapping[str, str]) -> Labels:
     """Return `labels` as a sorted tuple, dropping `__name__` and empty values."""
-    return tuple(sorted((k, v) for k, v in labels.items() if k != "__name__" and v != ""))
+    pairs = [kv for kv in labels.items() if kv[1] != "" and kv[0] != "__name__"]
+    pairs.sort()
+    return tuple(pairs)
 
 
 _INTERNED_MAX = 65_536

@@ -386,3 +386,12 @@ def test_json_numbers_too_big_to_read_are_a_400(client: FlaskClient, number: str
         resp = client.post(path, data=text, content_type="application/json")
         body = resp.get_json()
         assert resp.status_code == 400 and body["errorType"] == "bad_data", (path, body)
+
+
+def test_a_label_with_a_lone_surrogate_is_stored_and_read_back(client: FlaskClient, runtime: Runtime) -> None:
+    body = '{"run": "r", "step": 1, "metrics": {"loss": 0.5}, "labels": {"note": "\\udcff"}}'
+    r = client.post("/api/v1/push", data=body, content_type="application/json")
+    assert r.status_code == 200, r.get_json()
+    runtime.store.flush()
+    (sd,) = runtime.store.select([Matcher("__name__", "=", "training_loss")], 0, 2**62)
+    assert dict(sd.labels)["note"] == "\udcff"

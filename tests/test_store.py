@@ -372,11 +372,11 @@ def test_background_write_error_is_counted(clock: FakeClock, monkeypatch: pytest
     real = writer_mod._insert
     failed = threading.Event()
 
-    def flaky(cur: duckdb.DuckDBPyConnection, table: str, columns: dict) -> None:
+    def flaky(cur: duckdb.DuckDBPyConnection, table: str, columns: dict, computed: str = "") -> None:
         if not failed.is_set():
             failed.set()
             raise duckdb.IOException("No space left on device")
-        real(cur, table, columns)
+        real(cur, table, columns, computed)
 
     monkeypatch.setattr(writer_mod, "_insert", flaky)
     # The writer looks at the (fake) clock whenever its queue wait times out, after flush_interval_s of
@@ -503,7 +503,10 @@ def test_a_failed_write_is_one_line_in_the_error_and_the_log(
         store.flush()
     assert "\n" not in str(got.value) and str(got.value).startswith("store write failed: Out of Memory Error")
     assert all("\n" not in r.getMessage() for r in caplog.records)
-    store.close()
+    with pytest.raises(
+        StoreError, match=r"the last \d+ samples could not be written before exit: .*Out of Memory"
+    ):
+        store.close()  # everything is released all the same
     monkeypatch.setattr(core, "MEMORY_LIMIT_MB", 64)
     with Store.open(tmp_path, clock=FakeClock(1_800_000_000)) as store:
         assert len(store.select([Matcher("__name__", "=", "m")], 0, 2_000_000_000_000)) == 1

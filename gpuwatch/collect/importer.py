@@ -96,6 +96,10 @@ def prepare(
         entry[1].append(value)
     series = []
     for (name, labels), (ts_list, value_list) in groups.items():
+        if len(ts_list) == 1:  # most series of a big import of new series: nothing to sort
+            one_t, one_v = np.array(ts_list, np.int64), np.array(value_list, np.float64)
+            series.append(PreparedSeries(name, labels, one_t, one_v))
+            continue
         t = np.asarray(ts_list, dtype=np.int64)
         v = np.asarray(value_list, dtype=np.float64)
         order = np.argsort(t, kind="stable")

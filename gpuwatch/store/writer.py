@@ -22,6 +22,7 @@ from typing import Any
 
 import duckdb
 import numpy as np
+import orjson
 
 from gpuwatch.clock import Clock
 from gpuwatch.errors import StoreError, one_line
@@ -178,8 +179,7 @@ class Writer:
         elif kind == "series":
             self._add_series(*item[1:])
         elif kind == "many":
-            for name, labels, t, v in item[1]:
-                self._add_series(name, labels, t, v)
+            self._add_many(item[1])
         elif kind == "call":
             self._call(item[1], item[2])
         elif kind is _STOP:
@@ -316,6 +316,22 @@ class Writer:
         self._pending_chunks.extend(encode_series(sid, t_ms, values, self._next_seq(1)))
         self._pending_rows += n
 
+    def _add_many(self, items: list[tuple[str, Labels, np.ndarray, np.ndarray]]) -> None:
+        """`_add_series` of each; the one-sample series (most of an import of new series) buffered as
+        one block rather than one per series."""
+        ids: list[int] = []
+        times: list[int] = []
+        values: list[float] = []
+        for name, labels, t, v in items:
+            if t.size == 1:
+                ids.append(self._series_id(name, labels))
+                times.append(int(t[0]))
+                values.append(float(v[0]))
+            else:
+                self._add_series(name, labels, t, v)
+        if ids:
+            self._buffer(np.array(ids, np.int32), np.array(times, np.int64), np.array(values, np.float64))
+
     def _buffer(self, ids: np.ndarray, t_ms: np.ndarray, values: np.ndarray) -> None:
         self._pending.append((ids, t_ms, values))
         self._pending_rows += ids.size
@@ -359,7 +375,7 @@ class Writer:
                     {
                         "series_id": np.fromiter((e.series_id for e in new), np.int32, len(new)),
                         "name": np.array([e.name for e in new], dtype=object),
-                        "labels": np.array([json.dumps(e.labels) for e in new], dtype=object),
+                        "labels": np.array([_labels_json(e.labels) for e in new], dtype=object),
                     },
                 )
             if head is not None:
@@ -568,6 +584,14 @@ def _insert_chunks(cur: duckdb.DuckDBPyConnection, rows: list[ChunkRow]) -> None
         },
         ", hash(ts, vs)",  # h: the content key of chunks kept in memory (chunkcache.py), hashed once here
     )
+
+
+def _labels_json(labels: Labels) -> str:
+    """A series' labels as the JSON text the series table keeps (orjson: 7x json.dumps)."""
+    try:
+        return orjson.dumps(labels).decode()
+    except TypeError:  # a lone surrogate (JSON's "\udcff" in a push): json escapes what orjson refuses
+        return json.dumps(labels)
 
 
 def _rollback(cur: duckdb.DuckDBPyConnection) -> None:
