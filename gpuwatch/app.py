@@ -440,15 +440,7 @@ def build_manager(settings: Settings, store: RuleStore, clock: Clock, queryable:
     except RuleFileError as e:
         raise ConfigError("config error: rule_files: " + "; ".join(e.errors)) from None
     cache = RoundCache(queryable)
-    engine = Engine(
-        cache,
-        lookback_ms=int(settings.lookback * 1000),
-        max_samples=settings.query_max_samples,
-        timeout_s=settings.query_timeout,
-        monotonic=clock.monotonic,
-        max_length=settings.query_max_length,
-        max_depth=settings.query_max_depth,
-    )
+    engine = Engine.configured(cache, settings, clock.monotonic)
     return RuleManager(
         store,
         engine.instant,

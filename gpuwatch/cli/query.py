@@ -165,15 +165,7 @@ def _local(
 
     store = Store.open(settings.data_dir, clock=clock, retention_s=settings.retention, read_only=True)
     try:
-        engine = Engine(
-            store,
-            lookback_ms=int(settings.lookback * 1000),
-            max_samples=settings.query_max_samples,
-            timeout_s=settings.query_timeout,
-            monotonic=clock.monotonic,
-            max_length=settings.query_max_length,
-            max_depth=settings.query_max_depth,
-        )
+        engine = Engine.configured(store, settings, clock.monotonic)
         if times is not None and "start" in times:
             return to_prometheus_json(engine.range(expr, times["start"], times["end"], times["step"]))
         return to_prometheus_json(engine.instant(expr, (times or {"time": now_ms})["time"]))

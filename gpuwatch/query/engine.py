@@ -53,6 +53,21 @@ class Queryable(Protocol):
         ...
 
 
+class EngineSettings(Protocol):
+    """The settings a query engine is built from (`config.Settings` has them)."""
+
+    @property
+    def lookback(self) -> float: ...
+    @property
+    def query_timeout(self) -> float: ...
+    @property
+    def query_max_samples(self) -> int: ...
+    @property
+    def query_max_length(self) -> int: ...
+    @property
+    def query_max_depth(self) -> int: ...
+
+
 @functools.lru_cache(maxsize=1 << 16)
 def _series_labels(name: str, labels: Labels) -> LabelSet:
     return make_labelset({NAME: name, **dict(labels)})
@@ -103,6 +118,28 @@ class Engine:
         self.monotonic = monotonic
         self.subquery_step_ms = int(subquery_step_ms)
         self.max_points = int(max_points)
+
+    @classmethod
+    def configured(
+        cls,
+        source: Queryable,
+        settings: EngineSettings,
+        monotonic: Callable[[], float],
+        *,
+        timeout_s: float | None = None,
+        lookback_ms: int | None = None,
+    ) -> Engine:
+        """An engine over `source` with the limits `settings` give (a request may shorten the
+        timeout or set its own lookback)."""
+        return cls(
+            source,
+            lookback_ms=int(settings.lookback * 1000) if lookback_ms is None else lookback_ms,
+            max_samples=settings.query_max_samples,
+            timeout_s=settings.query_timeout if timeout_s is None else timeout_s,
+            monotonic=monotonic,
+            max_length=settings.query_max_length,
+            max_depth=settings.query_max_depth,
+        )
 
     def instant(self, expr: str, time_ms: int, *, timeout_s: float | None = None) -> Result:
         """Evaluate `expr` at `time_ms`."""

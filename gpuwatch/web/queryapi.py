@@ -88,18 +88,10 @@ def _engine(runtime: WebRuntime, params: Params) -> Engine:
     text = one(params, "timeout")
     if text:
         timeout_s = min(timeout_s, duration_ms(text, "timeout") / 1000)
-    lookback_ms = int(settings.lookback * 1000)
     text = one(params, "lookback_delta")
-    if text:
-        lookback_ms = duration_ms(text, "lookback_delta")
-    return Engine(
-        runtime.store,
-        lookback_ms=lookback_ms,
-        max_samples=settings.query_max_samples,
-        timeout_s=timeout_s,
-        monotonic=runtime.clock.monotonic,
-        max_length=settings.query_max_length,
-        max_depth=settings.query_max_depth,
+    lookback_ms = duration_ms(text, "lookback_delta") if text else None
+    return Engine.configured(
+        runtime.store, settings, runtime.clock.monotonic, timeout_s=timeout_s, lookback_ms=lookback_ms
     )
 
 
