@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from gpuwatch.query.engine import Engine, Queryable
+from gpuwatch.query.engine import Engine
 from gpuwatch.query.errors import (
     PromQLEvalError,
     PromQLParseError,
@@ -10,6 +10,7 @@ from gpuwatch.query.errors import (
     QueryTooLarge,
     Unsupported,
 )
+from gpuwatch.query.source import EngineSettings, Queryable
 from gpuwatch.query.values import (
     Matrix,
     Sample,
@@ -23,6 +24,7 @@ from gpuwatch.query.values import (
 
 __all__ = [
     "Engine",
+    "EngineSettings",
     "Matrix",
     "PromQLEvalError",
     "PromQLParseError",

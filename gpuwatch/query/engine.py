@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import functools
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from datetime import datetime, timedelta, timezone
-from typing import Any, Protocol
+from typing import Any
 
 import numpy as np
 import promql_parser as pp
@@ -33,6 +33,7 @@ from gpuwatch.query.functions import MATH
 from gpuwatch.query.limits import MAX_DEPTH, MAX_LENGTH
 from gpuwatch.query.nativehist import NativeHistogramUnsupported
 from gpuwatch.query.parse import matchers_of, parse
+from gpuwatch.query.source import EngineSettings, Queryable
 from gpuwatch.query.values import Matrix, Result, Sample, Scalar, Series, String, Vector
 from gpuwatch.query.windows import same_times
 
@@ -40,32 +41,6 @@ Frame = ScalarFrame | VectorFrame | RangeFrame | StringFrame
 
 MAX_POINTS = 11_000
 _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
-
-
-class Queryable(Protocol):
-    """Where the engine reads samples from (the store satisfies it)."""
-
-    def select(self, matchers: Sequence[Matcher], start_ms: int, end_ms: int) -> list[SeriesData]: ...
-
-    def select_last(self, matchers: Sequence[Matcher], start_ms: int, end_ms: int) -> list[SeriesData]:
-        """What `select` returns cut to each series' last sample (the store answers it from memory);
-        instant selectors at one step use it."""
-        ...
-
-
-class EngineSettings(Protocol):
-    """The settings a query engine is built from (`config.Settings` has them)."""
-
-    @property
-    def lookback(self) -> float: ...
-    @property
-    def query_timeout(self) -> float: ...
-    @property
-    def query_max_samples(self) -> int: ...
-    @property
-    def query_max_length(self) -> int: ...
-    @property
-    def query_max_depth(self) -> int: ...
 
 
 @functools.lru_cache(maxsize=1 << 16)
