@@ -71,8 +71,8 @@ def test_hostile_requests_never_stop_sampling_or_serving(serve: Callable[..., Se
         c.start()
     health: list[int] = []
     try:
-        # ~8 s of samples under attack, measured in stored samples, not in the test's own sleeps
-        wait_until(lambda: (_gpu_times(server) > start).sum() >= 8, 120, "sampling stopped")
+        # ~6 s of samples under attack, measured in stored samples, not in the test's own sleeps
+        wait_until(lambda: (_gpu_times(server) > start).sum() >= 6, 120, "sampling stopped")
         health.append(server.get("/-/health").status_code)
     finally:
         stop.set()
@@ -81,7 +81,7 @@ def test_hostile_requests_never_stop_sampling_or_serving(serve: Callable[..., Se
     times = _gpu_times(server)
     during = times[times >= start]
     gaps = np.diff(during)
-    assert during.size >= 8 and gaps.max() <= 2.0, f"gaps over 2 sample intervals: {gaps[gaps > 2.0]}"
+    assert during.size >= 6 and gaps.max() <= 2.0, f"gaps over 2 sample intervals: {gaps[gaps > 2.0]}"
     assert health == [200]
     assert len(answers) >= len(HOSTILE), "the clients got through the mix at least once"
     errors = [a for a in answers if not 400 <= a[1] < 500 and a[1] != 200]
