@@ -18,33 +18,24 @@ from gpuwatch.notify.config import NotifyConfig
 from gpuwatch.notify.notifier import Notifier
 from gpuwatch.notify.received import ReceivedAlerts
 from gpuwatch.notify.silences import Silences
+from gpuwatch.query.source import EngineSettings
 from gpuwatch.rules.manager import RuleManager
 
 if TYPE_CHECKING:  # the type only: importing the store would load DuckDB into every route module
     from gpuwatch.store import Store
 
 
-class WebSettings(Protocol):
-    """The settings pages and APIs read."""
+class WebSettings(EngineSettings, Protocol):
+    """The settings pages and APIs read: the query engine's, and these."""
 
     @property
     def sample_interval(self) -> float: ...
     @property
     def flush_interval(self) -> float: ...
     @property
-    def lookback(self) -> float: ...
-    @property
-    def query_timeout(self) -> float: ...
-    @property
-    def query_max_samples(self) -> int: ...
-    @property
     def notify(self) -> NotifyConfig: ...
     @property
     def label_limits(self) -> LabelLimits: ...
-    @property
-    def query_max_length(self) -> int: ...
-    @property
-    def query_max_depth(self) -> int: ...
     def public(self) -> dict[str, Any]: ...
 
 
