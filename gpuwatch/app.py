@@ -12,7 +12,7 @@ from gpuwatch import __version__
 from gpuwatch.clock import Clock, SystemClock
 from gpuwatch.collect.host import HOST_METRICS, HostCollector
 from gpuwatch.collect.logs import LOG_METRICS, LogTailer
-from gpuwatch.collect.nvml import GPU_METRICS, GpuCollector, load_nvml
+from gpuwatch.collect.nvml import DEMO_HINT, EXPECT_GPUS_HINT, GPU_METRICS, GpuCollector, load_nvml
 from gpuwatch.collect.push import PUSH_METRICS, REEMIT_INTERVAL_S, PushGroups
 from gpuwatch.collect.runs import RUN_METRICS, RUN_STATUS_INTERVAL_S, run_status_samples
 from gpuwatch.collect.scrapeconfig import ScrapeConfig, url_config
@@ -228,11 +228,14 @@ class Runtime:
         the store cannot write (a full disk): samples wait in memory, bounded, until it can."""
         counters = self.store.counters()
         failing = counters["write_failing"]
+        problem = None
+        if failing:
+            problem = f"store writes fail ({counters['pending_samples']} samples wait in memory): {failing}"
+        elif self.gpu is None and self.settings.expect_gpus and not self.settings.demo:
+            problem = self.gpu_problem or f"no NVIDIA GPU found; {EXPECT_GPUS_HINT}"
         return {
-            "status": "degraded" if failing else "ok",
-            "problem": f"store writes fail ({counters['pending_samples']} samples wait in memory): {failing}"
-            if failing
-            else None,
+            "status": "degraded" if problem else "ok",
+            "problem": problem,
             "version": __version__,
             "hostname": self.hostname,
             "demo": self.settings.demo,
@@ -354,12 +357,15 @@ def build_runtime(settings: Settings, hostname: str, clock: Clock | None = None,
     try:
         if nvml is None:
             nvml = make_nvml(settings, clock)
-        proc_root = Path("/proc")
+        proc_root = settings.proc_root
         if settings.demo and hasattr(nvml, "write_proc_root"):
             # Simulated processes get simulated /proc entries, so users and containers show too.
             proc_root = settings.data_dir / "demo-proc"
             nvml.write_proc_root(proc_root)
-        gpu: GpuCollector | None = GpuCollector(nvml, hostname=hostname, proc_root=proc_root)
+        hint = EXPECT_GPUS_HINT if settings.expect_gpus and not settings.demo else DEMO_HINT
+        gpu: GpuCollector | None = GpuCollector(
+            nvml, hostname=hostname, proc_root=proc_root, no_gpu_hint=hint
+        )
         problem: str | None = None
         try:
             gpu.open()  # type: ignore[union-attr]
@@ -381,7 +387,7 @@ def build_runtime(settings: Settings, hostname: str, clock: Clock | None = None,
             gpu_problem=problem,
             jobs=jobs,
             metadata=metadata,
-            host=HostCollector(instance=hostname, data_dir=settings.data_dir),
+            host=HostCollector(instance=hostname, data_dir=settings.data_dir, proc_root=settings.proc_root),
         )
         jobs.add("sample", runtime.sample, settings.sample_interval)
         jobs.add("push", runtime.repush, REEMIT_INTERVAL_S)

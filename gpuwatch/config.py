@@ -119,7 +119,27 @@ OPTIONS: tuple[Option, ...] = (
         "In demo mode, also run a simulated vLLM and SGLang server (scraped as jobs `demo-vllm` and "
         "`demo-sglang`) and a simulated training run; false: only simulated GPUs.",
     ),
-    Option("hostname", _parse_str, "", "Value of the Hostname label (default: this machine's host name)."),
+    Option(
+        "hostname",
+        _parse_str,
+        "",
+        "Value of the Hostname label (default: this machine's host name; in Docker pass "
+        '`--hostname "$(hostname)"`, or the label is the container id).',
+    ),
+    Option(
+        "proc_root",
+        _parse_path,
+        Path("/proc"),
+        "Where the host's `/proc` is, for the names, users and containers of GPU processes (NVML reports "
+        "host PIDs): `/proc` with `--pid=host`, or where the host's `/proc` is mounted (e.g. `/host/proc`).",
+    ),
+    Option(
+        "expect_gpus",
+        _parse_bool,
+        False,
+        "This machine should have NVIDIA GPUs: finding none makes `/-/health` answer 503 `degraded` "
+        "(the Docker image sets it, so a container started without `--gpus all` fails its health check).",
+    ),
     Option("sample_interval", _parse_positive_duration(0.1, 3600), 1.0, "How often every GPU is sampled."),
     Option(
         "host_interval",
@@ -308,6 +328,8 @@ class Settings:
     label_limit: int = 64
     label_name_length_limit: int = 1024
     label_value_length_limit: int = 4096
+    proc_root: Path = Path("/proc")
+    expect_gpus: bool = False
     config_file: Path | None = None
 
     @property

@@ -1,4 +1,4 @@
-"""Command line: gpuwatch serve | demo | smi | import | query | rules check | rules export | notify test | silence | --version."""
+"""Command line: gpuwatch serve | demo | smi | health | import | query | rules check | rules export | notify test | silence | --version."""
 
 from __future__ import annotations
 
@@ -57,6 +57,10 @@ def _parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("smi", help="print the GPUs' current figures once, like nvidia-smi")
     _add_common(p)
+    help_text = "ask a running gpuwatch for /-/health: exit 0 when ok, 1 when degraded or not answering"
+    p = sub.add_parser("health", help=help_text, description=help_text)
+    p.add_argument("--config", type=Path, help="YAML settings file (also GPUWATCH_CONFIG)")
+    p.add_argument("--url", help="the server's /-/health URL (default: this machine, the configured port)")
 
     from gpuwatch.cli.query import add_import_arguments, add_query_arguments
 
@@ -110,11 +114,19 @@ def _hostname(settings: Settings) -> str:
 
 def _serve(settings: Settings) -> int:
     from gpuwatch.app import build_runtime
+    from gpuwatch.cli.deploy import hostname_warning, in_container, unwritable_data_dir
     from gpuwatch.cli.gctune import tune_for_serving
     from gpuwatch.web import create_app
     from gpuwatch.web.serving import make_server
 
+    problem = unwritable_data_dir(settings.data_dir)
+    if problem is not None:
+        print(f"gpuwatch: {problem}", file=sys.stderr)
+        return 2
     _setup_logging(settings.log_level)
+    warning = hostname_warning(settings.hostname, socket.gethostname(), in_container())
+    if warning is not None:
+        log.warning("%s", warning)
     try:
         runtime = build_runtime(settings, _hostname(settings))
     except StoreInUse as e:
@@ -200,7 +212,7 @@ def _smi(settings: Settings) -> int:
 
     with tempfile.TemporaryDirectory(prefix="gpuwatch-smi-") as tmp:
         nvml = make_nvml(settings, SystemClock())
-        proc_root = Path("/proc")
+        proc_root = settings.proc_root
         if settings.demo:
             proc_root = Path(tmp)
             nvml.write_proc_root(proc_root)
@@ -215,6 +227,15 @@ def _smi(settings: Settings) -> int:
         finally:
             collector.close()
     return 0
+
+
+def _health(args: argparse.Namespace, env: dict[str, str]) -> int:
+    from gpuwatch.cli.deploy import check_health, health_url
+
+    url = args.url or health_url(load(args.config, env, {}))
+    healthy, line = check_health(url)
+    print(f"gpuwatch: {line}", file=sys.stdout if healthy else sys.stderr)
+    return 0 if healthy else 1
 
 
 def _rules_check(files: Sequence[Path]) -> int:
@@ -294,6 +315,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.command == "notify":
             return _notify_test(args, dict(os.environ))
+        if args.command == "health":
+            return _health(args, dict(os.environ))
         settings = _settings(args, dict(os.environ))
         if args.command in ("serve", "demo"):
             return _serve(settings)

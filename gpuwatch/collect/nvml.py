@@ -20,6 +20,7 @@ from gpuwatch.model import Batch, Labels, Sample, make_labels
 
 __all__ = [
     "DEMO_HINT",
+    "EXPECT_GPUS_HINT",
     "GPU_METRICS",
     "GpuCollector",
     "GpuIdentity",
@@ -30,6 +31,11 @@ __all__ = [
 ]
 
 DEMO_HINT = "run `gpuwatch serve --demo` to try gpuwatch with simulated GPUs"
+# With `expect_gpus` (the Docker image): a container without GPUs was almost always started without them.
+EXPECT_GPUS_HINT = (
+    "GPUs were expected here: start the container with `--gpus all` "
+    "(the host needs the NVIDIA driver and the NVIDIA Container Toolkit)"
+)
 _MAX_EVENTS_PER_WAIT = 256
 
 
@@ -54,9 +60,12 @@ class GpuCollector:
         logger: logging.Logger | None = None,
         reprobe_interval_s: float = 30.0,
         pcie_throughput_fallback: bool = False,
+        no_gpu_hint: str = DEMO_HINT,
     ) -> None:
         """`pcie_throughput_fallback`: where the PCIe byte counters are unsupported, call
-        nvmlDeviceGetPcieThroughput instead (it blocks ~20 ms per call and direction)."""
+        nvmlDeviceGetPcieThroughput instead (it blocks ~20 ms per call and direction).
+        `no_gpu_hint`: what the NvmlUnavailable of `open` suggests when no GPU is found."""
+        self._hint = no_gpu_hint
         self._nvml = nvml
         self._hostname = hostname
         self._proc_root = proc_root
@@ -87,15 +96,15 @@ class GpuCollector:
         try:
             nvml.nvmlInit()
         except nvml.NVMLError as exc:
-            raise NvmlUnavailable(f"no NVIDIA GPU found (NVML: {self._describe(exc)}); {DEMO_HINT}") from exc
+            raise NvmlUnavailable(f"no NVIDIA GPU found (NVML: {self._describe(exc)}); {self._hint}") from exc
         try:
             count = nvml.nvmlDeviceGetCount()
         except nvml.NVMLError as exc:
             self._shutdown()
-            raise NvmlUnavailable(f"no NVIDIA GPU found (NVML: {self._describe(exc)}); {DEMO_HINT}") from exc
+            raise NvmlUnavailable(f"no NVIDIA GPU found (NVML: {self._describe(exc)}); {self._hint}") from exc
         if count == 0:
             self._shutdown()
-            raise NvmlUnavailable(f"no NVIDIA GPU found (NVML reports 0 GPUs); {DEMO_HINT}")
+            raise NvmlUnavailable(f"no NVIDIA GPU found (NVML reports 0 GPUs); {self._hint}")
         self._is_open = True
         self._stopping.clear()
         self.driver_version = self._dev.query(None, "driver_version", nvml.nvmlSystemGetDriverVersion)
