@@ -232,7 +232,11 @@ def _smi(settings: Settings) -> int:
 def _health(args: argparse.Namespace, env: dict[str, str]) -> int:
     from gpuwatch.cli.deploy import check_health, health_url
 
-    url = args.url or health_url(load(args.config, env, {}))
+    try:
+        url = args.url or health_url(load(args.config, env, {}))
+    except GpuwatchError as e:  # exit 1, not 2: Docker reserves 2 in a HEALTHCHECK
+        print(f"gpuwatch: {e}", file=sys.stderr)
+        return 1
     healthy, line = check_health(url)
     print(f"gpuwatch: {line}", file=sys.stdout if healthy else sys.stderr)
     return 0 if healthy else 1
