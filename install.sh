@@ -133,12 +133,16 @@ finish() {
 # -- uninstall ----------------------------------------------------------------------------------
 if [ "$uninstall" = 1 ]; then
   if [ "$purge" = 1 ]; then
-    echo "gpuwatch will be removed from $prefix, with its settings, the data in $data_dir and the gpuwatch user."
+    echo "gpuwatch will be removed from $prefix, with its settings, the data in $data_dir and its service's user."
   else
     echo "gpuwatch will be removed from $prefix; $config and the data in $data_dir are kept."
   fi
   confirm
-  if [ -f "$unit" ]; then
+  ours=0  # the unit of this prefix only: never another installation's service
+  if [ -f "$unit" ] && grep -q "ExecStart=$venv/bin/gpuwatch " "$unit"; then
+    ours=1
+  fi
+  if [ "$ours" = 1 ]; then
     if [ -d /run/systemd/system ]; then
       run systemctl disable --now gpuwatch
     fi
@@ -156,7 +160,7 @@ if [ "$uninstall" = 1 ]; then
         echo "Left $data_dir: it holds no gpuwatch.duckdb, so it may not be gpuwatch's."
       fi
     fi
-    if id gpuwatch >/dev/null 2>&1; then
+    if [ "$ours" = 1 ] && id gpuwatch >/dev/null 2>&1; then  # the service's user, made by install.sh
       run userdel gpuwatch
     fi
     echo "gpuwatch is uninstalled, its data and settings removed."
