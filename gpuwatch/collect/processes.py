@@ -1,7 +1,8 @@
 """Who a GPU process is: its name, user and container, read from a `/proc` tree.
 
-NVML reports driver-side (host) PIDs. Inside a container, give gpuwatch the host's `/proc`
-(for example mounted at `/host/proc`) or names, users and containers stay empty.
+NVML reports driver-side (host) PIDs. Inside a container, run gpuwatch with `--pid=host`, or mount
+the host's `/proc` (for example at `/host/proc`) and set `proc_root`, or names, users and containers
+stay empty.
 """
 
 from __future__ import annotations
