@@ -172,6 +172,55 @@ def test_install_sh_lab_configs_load(tmp_path: Path) -> None:
     assert _sh("--node", "hub:9842").stderr.strip().startswith("install.sh: --node needs the hub's URL")
 
 
+def test_install_sh_systemd_unit(tmp_path: Path) -> None:
+    """Where systemd runs: a dedicated user, a hardened unit (a copy of install.sh that sees a fake
+    /run/systemd/system, in --dry-run), which systemd-analyze accepts without a warning."""
+    fake_systemd = tmp_path / "run-systemd-system"
+    fake_systemd.mkdir()
+    script = tmp_path / "checkout" / "install.sh"
+    script.parent.mkdir()
+    script.write_text((ROOT / "install.sh").read_text().replace("/run/systemd/system", str(fake_systemd)))
+    (script.parent / "pyproject.toml").write_text("")
+    prefix = tmp_path / "opt"
+    (prefix / "venv" / "bin").mkdir(parents=True)  # ExecStart's program, for systemd-analyze
+    (prefix / "venv" / "bin" / "gpuwatch").write_text("#!/bin/sh\n")
+    (prefix / "venv" / "bin" / "gpuwatch").chmod(0o755)
+    (prefix / "venv" / "bin" / "python").symlink_to(sys.executable)
+    before = _tree(tmp_path)
+    proc = subprocess.run(
+        ["sh", str(script), "--dry-run", "--prefix", str(prefix), "--data-dir", str(tmp_path / "d")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=clean_env(),
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert _tree(tmp_path) == before
+    assert "+ useradd --system --user-group" in proc.stdout and "+ systemctl restart gpuwatch" in proc.stdout
+    unit = _written(proc.stdout, "gpuwatch.service")
+    for line in (
+        "Wants=network-online.target",
+        "Restart=on-failure",
+        "User=gpuwatch",
+        "NoNewPrivileges=yes",
+        "ProtectSystem=strict",
+        f"ReadWritePaths={tmp_path / 'd'}",
+        "ProtectHome=yes",
+        "PrivateTmp=yes",
+        f"ExecStart={prefix}/venv/bin/gpuwatch serve --config {prefix}/gpuwatch.yml",
+    ):
+        assert line in unit.splitlines(), line
+    analyze = shutil.which("systemd-analyze")
+    if analyze is None:
+        pytest.skip("systemd-analyze not installed")
+    (tmp_path / "gpuwatch.service").write_text(unit)
+    verify = subprocess.run(
+        [analyze, "verify", str(tmp_path / "gpuwatch.service")], capture_output=True, text=True, timeout=60
+    )
+    complaints = [line for line in verify.stderr.splitlines() if "gpuwatch.service" in line]
+    assert verify.returncode == 0 and not complaints, verify.stderr
+
+
 def test_dockerfile_passes_hadolint() -> None:
     hadolint = Path(sysconfig.get_path("scripts")) / "hadolint"
     if not hadolint.exists():
