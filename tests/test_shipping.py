@@ -331,6 +331,9 @@ def test_install_sh_into_a_prefix_starts_is_idempotent_and_uninstalls(
     again = _sh(*args)  # idempotent: the same files, the settings kept
     assert again.returncode == 0 and f"Keeping the existing {config}" in again.stdout, again.stderr
     assert _tree(prefix) == installed
+    for dry in (_sh(*args, "--dry-run"), _sh("--uninstall", "--purge", "--dry-run", "--prefix", str(prefix))):
+        assert dry.returncode == 0 and dry.stdout.endswith("Dry run: nothing was changed.\n"), dry.stderr
+    assert _tree(prefix) == installed and _tree(data) == {}
 
     proc = subprocess.Popen(
         [str(gpuwatch), "serve", "--config", str(config)],
@@ -401,7 +404,7 @@ def _dockerfile() -> Image:
     return Image(env, user, workdir, healthcheck, entrypoint + cmd)
 
 
-def _image_python(uid: int, gid: int, demote: Callable[[], None] | None) -> str | None:
+def _image_python(demote: Callable[[], None] | None) -> str | None:
     """A Python of this version that `uid` can run (the test's own may live under root's home)."""
     version = f"{sys.version_info[0]}.{sys.version_info[1]}"
     for candidate in (f"/usr/local/bin/python{version}", f"/usr/bin/python{version}", sys.executable):
@@ -436,7 +439,7 @@ def test_docker_image_steps_replayed(image_root: Path, wheelhouse: Path) -> None
         os.setuid(uid)
 
     demote = as_image_user if os.getuid() == 0 else None
-    python = _image_python(uid, gid, demote)
+    python = _image_python(demote)
     if python is None:
         pytest.skip(f"no Python {sys.version_info[0]}.{sys.version_info[1]} that uid {uid} can run")
     # RUN pip install . (a fresh environment: only the dependencies, borrowed, are there before it)
