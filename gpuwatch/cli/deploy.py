@@ -5,6 +5,7 @@ Each check returns one line for the user, or None when all is well; `main.py` de
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import re
@@ -55,10 +56,15 @@ def unwritable_data_dir(data_dir: Path) -> str | None:
             if entry.is_file() and not os.access(entry, os.R_OK | os.W_OK):
                 raise PermissionError(13, f"{entry.name} is not ours to write")
     except OSError as e:
-        fix = f"chown -R {uid} {data_dir}" if existed else f"mkdir -p {data_dir} && chown {uid} {data_dir}"
+        if e.errno == errno.EROFS:
+            fix = "mount it read-write"
+        elif existed:
+            fix = f"chown -R {uid} {data_dir} (as root)"
+        else:
+            fix = f"mkdir -p {data_dir} && chown {uid} {data_dir} (as root)"
         return (
             f"cannot write the data directory {data_dir} (uid {uid}): {e.strerror or e}; "
-            f"fix: {fix} (as root), or pass --data-dir DIR"
+            f"fix: {fix}, or pass --data-dir DIR"
         )
     return None
 
