@@ -334,6 +334,10 @@ def test_install_sh_into_a_prefix_starts_is_idempotent_and_uninstalls(
     for dry in (_sh(*args, "--dry-run"), _sh("--uninstall", "--purge", "--dry-run", "--prefix", str(prefix))):
         assert dry.returncode == 0 and dry.stdout.endswith("Dry run: nothing was changed.\n"), dry.stderr
     assert _tree(prefix) == installed and _tree(data) == {}
+    node = _sh(*args, "--node", "http://hub.invalid:9842", "--name", "gpu-node-9")
+    assert node.returncode == 0, node.stderr
+    with_token = "authorization: {credentials: gwt_" in node.stdout  # where `gpuwatch token` exists
+    assert with_token or f"add 'gpu-node-9:{port}' to the targets of the gpuwatch-nodes job" in node.stdout
 
     proc = subprocess.Popen(
         [str(gpuwatch), "serve", "--config", str(config)],
