@@ -136,6 +136,8 @@ def _default_data_dir(env: Mapping[str, str]) -> Path:
 
 
 DEFAULT_PORT = 9842
+# Variables the clients (SDK, `gpuwatch silence`/`query`/`import`) read; not settings of the server.
+CLIENT_VARIABLES = ("GPUWATCH_TOKEN",)
 
 OPTIONS: tuple[Option, ...] = (
     Option("host", _parse_str, "0.0.0.0", "Address to listen on.", "--host"),
@@ -477,7 +479,7 @@ def load(
         for key, raw in _read_file(file).items():
             values[str(key)] = _apply(str(key), raw, str(file))
     for name, raw in env.items():
-        if not name.startswith("GPUWATCH_") or name == "GPUWATCH_CONFIG":
+        if not name.startswith("GPUWATCH_") or name in ("GPUWATCH_CONFIG", *CLIENT_VARIABLES):
             continue
         key = name[len("GPUWATCH_") :].lower()
         if key not in _BY_KEY:

@@ -1,4 +1,5 @@
-"""Command line: gpuwatch serve | demo | smi | import | query | rules check | rules export | notify test | silence | --version."""
+"""Command line: gpuwatch serve | demo | smi | import | query | rules check | rules export | notify test |
+silence | token | password | --version."""
 
 from __future__ import annotations
 
@@ -58,12 +59,15 @@ def _parser() -> argparse.ArgumentParser:
     p = sub.add_parser("smi", help="print the GPUs' current figures once, like nvidia-smi")
     _add_common(p)
 
+    from gpuwatch.cli.access import add_access_commands, add_token_arguments
     from gpuwatch.cli.query import add_import_arguments, add_query_arguments
 
     help_text = "import Prometheus text or OpenMetrics files (with timestamps) into the store"
-    add_import_arguments(sub.add_parser("import", help=help_text, description=help_text))
+    add_import_arguments(p := sub.add_parser("import", help=help_text, description=help_text))
+    add_token_arguments(p)
     help_text = "evaluate a PromQL expression on a running server (--url) or a stopped data directory"
-    add_query_arguments(sub.add_parser("query", help=help_text, description=help_text))
+    add_query_arguments(p := sub.add_parser("query", help=help_text, description=help_text))
+    add_token_arguments(p)
     help_text = "check Prometheus rule files, as promtool check rules does"
     rules = sub.add_parser("rules", help="alert and recording rule files").add_subparsers(
         dest="rules_command", metavar="ACTION", required=True
@@ -85,6 +89,7 @@ def _parser() -> argparse.ArgumentParser:
     test = notify.add_parser("test", help=help_text, description=help_text)
     test.add_argument("--config", type=Path, help="YAML settings file (also GPUWATCH_CONFIG)")
     test.add_argument("receiver", metavar="RECEIVER")
+    add_access_commands(sub)
     return parser
 
 
@@ -110,11 +115,19 @@ def _hostname(settings: Settings) -> str:
 
 def _serve(settings: Settings) -> int:
     from gpuwatch.app import build_runtime
+    from gpuwatch.cli.access import access_line
     from gpuwatch.cli.gctune import tune_for_serving
     from gpuwatch.web import create_app
-    from gpuwatch.web.serving import make_server
+    from gpuwatch.web.serving import TlsError, make_server, stop_server, tls_context
 
     _setup_logging(settings.log_level)
+    tls = None
+    if settings.tls_cert_file is not None and settings.tls_key_file is not None:
+        try:
+            tls = tls_context(settings.tls_cert_file, settings.tls_key_file)
+        except TlsError as e:
+            print(f"gpuwatch: tls_cert_file: {e}", file=sys.stderr)
+            return 2
     try:
         runtime = build_runtime(settings, _hostname(settings))
     except StoreInUse as e:
@@ -123,7 +136,7 @@ def _serve(settings: Settings) -> int:
     try:
         app = create_app(runtime)
         try:
-            server = make_server(app, settings.host, settings.port)
+            server = make_server(app, settings.host, settings.port, tls)
         except OSError as e:
             print(
                 f"gpuwatch: cannot listen on {settings.host}:{settings.port}: {e.strerror or e}; "
@@ -146,16 +159,21 @@ def _serve(settings: Settings) -> int:
         tune_for_serving()  # after start-up: fewer GC scans (gctune.py)
         gpus = f"{len(runtime.gpu.gpus)} GPU(s)" if runtime.gpu is not None else "no GPUs"
         mode = " (demo: simulated GPUs)" if settings.demo else ""
-        shown_host = "localhost" if settings.host in ("0.0.0.0", "::", "") else settings.host
+        everywhere = settings.host in ("0.0.0.0", "::", "")
+        shown_host = "localhost" if everywhere else settings.host
         log.info(
-            "gpuwatch %s serving http://%s:%s/ with %s%s; data in %s",
+            "gpuwatch %s serving %s://%s:%s/%s with %s%s; data in %s",
             __version__,
+            "https" if tls is not None else "http",
             shown_host,
             settings.port,
+            f" (listening on all interfaces, {settings.host or '0.0.0.0'})" if everywhere else "",
             gpus,
             mode,
             settings.data_dir,
         )
+        line = access_line(settings, runtime.first_token)
+        (log.warning if settings.auth == "off" else log.info)("%s", line)
 
         # The HTTP server runs in its own thread so that the main thread only waits for a signal and
         # then shuts down in order: stop accepting, stop sampling, flush and checkpoint the store.
@@ -174,9 +192,7 @@ def _serve(settings: Settings) -> int:
                 break
         log.info("shutting down: flushing the store")
         runtime.stop_demo()  # the simulated training run's last push must reach the server before it closes
-        # Let requests in flight finish first: a worker that answers after close() pulls a closed trigger (EBADF).
-        server.task_dispatcher.shutdown()
-        server.close()
+        stop_server(server)
     finally:
         closed = _close(runtime)
     return 0 if closed else 1
@@ -276,6 +292,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from gpuwatch.cli.rules import run_export
 
         return run_export(args.config, args.output, dict(os.environ))
+    if args.command in ("token", "password"):
+        from gpuwatch.cli.access import run_access
+
+        return run_access(args, dict(os.environ))
     if args.command == "silence":
         from gpuwatch.cli.silence import run_silence
 

@@ -261,10 +261,9 @@ class Gate:
         site = req.headers.get("Sec-Fetch-Site", "").strip().lower()
         if site and site not in ("same-origin", "none"):
             return f"cross-site request refused (Sec-Fetch-Site: {site})"
-        origin = req.headers.get("Origin")
-        if origin is not None:
-            if origin.strip().lower() == "null" or urlsplit(origin.strip()).netloc.lower() != self.host(req):
-                return f"cross-site request refused (Origin {origin} is not this server)"
+        origin = (req.headers.get("Origin") or "").strip()
+        if origin and (origin.lower() == "null" or urlsplit(origin).netloc.lower() != self.host(req)):
+            return f"cross-site request refused (Origin {origin} is not this server)"
         return None
 
     def check(self, req: Request) -> Identity:
@@ -281,13 +280,17 @@ class Gate:
         if writes:
             size = req.content_length
             if size is not None and size > self.settings.write_max_bytes:
-                raise Refused(413, f"request body larger than write_max_bytes ({self.settings.write_max_bytes})")
+                raise Refused(
+                    413, f"request body larger than write_max_bytes ({self.settings.write_max_bytes})"
+                )
         who = Identity("admin", "auth-off") if self.settings.auth == "off" else self.identify(req)
         if writes and who.via != "loopback":  # this machine's own processes are not limited
             client = self.client(req)
             if not self.writes.allow(client):
                 retry = str(self.writes.retry_after(client))
-                raise Refused(429, "too many writes from this address (write_rate_limit)", {"Retry-After": retry})
+                raise Refused(
+                    429, "too many writes from this address (write_rate_limit)", {"Retry-After": retry}
+                )
         if who.via == "auth-off":
             return who
         if cls == PUBLIC:  # the login and logout forms
@@ -335,7 +338,9 @@ def csrf_token() -> str:
 
 
 def _wants_json(req: Request) -> bool:
-    return req.path.startswith(("/api/", "/-/", "/metrics")) or req.accept_mimetypes.best == "application/json"
+    return (
+        req.path.startswith(("/api/", "/-/", "/metrics")) or req.accept_mimetypes.best == "application/json"
+    )
 
 
 class _SessionInterface(SecureCookieSessionInterface):
@@ -379,7 +384,9 @@ def _refusal(r: Refused) -> Response:
         resp = redirect(url_for("auth.login", next=request.full_path.rstrip("?")))
         return resp  # type: ignore[return-value]
     if _wants_json(request):
-        resp = jsonify({"status": "error", "errorType": _ERROR_TYPES.get(r.status, "bad_data"), "error": r.message})
+        resp = jsonify(
+            {"status": "error", "errorType": _ERROR_TYPES.get(r.status, "bad_data"), "error": r.message}
+        )
     else:
         resp = Response(render_template("error.html", code=r.status, message=r.message), mimetype="text/html")
     resp.status_code = r.status
@@ -387,7 +394,13 @@ def _refusal(r: Refused) -> Response:
     return resp
 
 
-_ERROR_TYPES = {401: "unauthorized", 403: "forbidden", 413: "bad_data", 429: "unavailable", 503: "unavailable"}
+_ERROR_TYPES = {
+    401: "unauthorized",
+    403: "forbidden",
+    413: "bad_data",
+    429: "unavailable",
+    503: "unavailable",
+}
 
 
 def identity(req: Request) -> Identity:
