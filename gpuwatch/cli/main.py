@@ -172,8 +172,8 @@ def _serve(settings: Settings) -> int:
             mode,
             settings.data_dir,
         )
-        line = access_line(settings, runtime.first_token)
-        (log.warning if settings.auth == "off" else log.info)("%s", line)
+        level = logging.WARNING if settings.auth == "off" else logging.INFO
+        logging.getLogger("gpuwatch.access").log(level, "%s", access_line(settings, runtime.first_token))
 
         # The HTTP server runs in its own thread so that the main thread only waits for a signal and
         # then shuts down in order: stop accepting, stop sampling, flush and checkpoint the store.

@@ -27,10 +27,11 @@ def tls_context(cert_file: Path, key_file: Path) -> ssl.SSLContext:
     """A server context for the PEM `cert_file` and `key_file` (TLS 1.2 and later). TlsError: unusable."""
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+    for path in (cert_file, key_file):
+        if not path.is_file():
+            raise TlsError(f"cannot read {path}: no such file")
     try:
         ctx.load_cert_chain(str(cert_file), str(key_file))
-    except FileNotFoundError as e:
-        raise TlsError(f"cannot read {e.filename}: {e.strerror}") from None
     except (ssl.SSLError, OSError) as e:
         raise TlsError(f"cannot load {cert_file} with {key_file}: {e}") from None
     return ctx
