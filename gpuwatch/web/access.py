@@ -17,7 +17,7 @@ import ipaddress
 import logging
 import secrets
 import socket
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any, Protocol
 from urllib.parse import urlsplit
 
@@ -111,6 +111,25 @@ class AccessSettings(Protocol):
 
 
 @dataclass(frozen=True)
+class AccessPolicy:
+    """The access settings as the gate uses them; the defaults are config.py's (the safe ones)."""
+
+    auth: str = "on"
+    read_access: str = "open"
+    read_only: bool = False
+    trust_loopback: bool = True
+    trusted_proxies: tuple[str, ...] = ()
+    write_rate_limit: float = 100.0
+    write_max_bytes: int = 64 * 1024 * 1024
+
+    @classmethod
+    def of(cls, settings: object) -> AccessPolicy:
+        """The policy of `settings`; a partial settings object (a test's, a bench's) gets the defaults."""
+        names = [f.name for f in fields(cls)]
+        return cls(**{n: getattr(settings, n) for n in names if hasattr(settings, n)})
+
+
+@dataclass(frozen=True)
 class Identity:
     """Who sent a request: a role (None: nobody known), how it was shown, and a name for logs."""
 
@@ -146,13 +165,13 @@ def _address(text: str | None) -> ipaddress.IPv4Address | ipaddress.IPv6Address 
 class Gate:
     """The access checks of one app: settings, the credentials file, rate limiters."""
 
-    def __init__(self, settings: AccessSettings, access: AccessFile, clock: Clock) -> None:
-        self.settings = settings
+    def __init__(self, settings: AccessSettings | AccessPolicy, access: AccessFile, clock: Clock) -> None:
+        self.settings = AccessPolicy.of(settings)
         self.access = access
         self.clock = clock
         monotonic = clock.monotonic
-        self.proxies = tuple(_network(p) for p in settings.trusted_proxies)
-        rate = settings.write_rate_limit
+        self.proxies = tuple(_network(p) for p in self.settings.trusted_proxies)
+        rate = self.settings.write_rate_limit
         self.writes = RateLimiter(rate, 2 * rate, monotonic)
         self.failures = RateLimiter(FAILURES_PER_MINUTE / 60.0, 2 * FAILURES_PER_MINUTE, monotonic)
         self.local_names = {"localhost", socket.gethostname().lower()}
