@@ -232,7 +232,15 @@ class AccessFile:
         finally:
             os.close(fd)
 
-    def ensure(self) -> str | None:
+    def first_token(self) -> str | None:
+        """The `local` machine token from `<data_dir>/machine-token`, or None (never made, or revoked)."""
+        try:
+            secret = (self.data_dir / FIRST_TOKEN_FILE).read_text(encoding="utf-8").strip()
+        except OSError:
+            return None
+        return secret if secret and self.check_token(secret) is not None else None
+
+    def ensure(self, now_ms: int) -> str | None:
         """Create the file on first start: a session key and one machine token named `local`, whose
         secret is also written to `<data_dir>/machine-token` (0600). Return that secret when made now."""
         if self.path.exists():
@@ -243,7 +251,7 @@ class AccessFile:
         def change(creds: Credentials) -> tuple[Credentials, str | None]:
             if self.path.exists():  # another process made it meanwhile
                 return creds, None
-            token = Token(FIRST_TOKEN_NAME, "machine", 0, hash_token(secret))
+            token = Token(FIRST_TOKEN_NAME, "machine", now_ms, hash_token(secret))
             return Credentials((*creds.tokens, token), creds.passwords, creds.session_key), secret
 
         made: str | None = self._update(change)

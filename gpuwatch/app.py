@@ -392,7 +392,7 @@ def build_runtime(settings: Settings, hostname: str, clock: Clock | None = None,
         jobs.add("retention", runtime.retention, 3600.0)
         jobs.add("runs", runtime.sample_runs, RUN_STATUS_INTERVAL_S)
         runtime.access = AccessFile(settings.data_dir)
-        runtime.first_token = runtime.access.ensure()
+        runtime.first_token = runtime.access.ensure(clock.now_ms())
         runtime.rules = build_manager(settings, store, clock, store)
         jobs.add("rules", runtime.rules.run_due, runtime.rules.min_interval_s)
         runtime.silences = Silences(
@@ -414,7 +414,10 @@ def build_runtime(settings: Settings, hostname: str, clock: Clock | None = None,
             # a trainer's log that is tailed like any `log_files` entry.
             demo_log = settings.data_dir / "demo-logs" / "train.log"
             runtime.demo = DemoSources(
-                local_url(settings.host, settings.port), clock=clock, training_log=demo_log
+                local_url(settings.host, settings.port),
+                clock=clock,
+                training_log=demo_log,
+                token=runtime.access.first_token(),
             )
             log_files = (*log_files, training_log_file(demo_log))
         if log_files:

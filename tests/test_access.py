@@ -349,6 +349,14 @@ def test_behind_a_trusted_proxy_the_forwarded_client_and_https_count(
     assert resp.status_code == 302 and "Secure" in resp.headers["Set-Cookie"]
 
 
+def test_the_demo_training_run_sends_the_first_machine_token(
+    make: Callable[..., tuple[Runtime, FlaskClient]],
+) -> None:
+    rt, _ = make(trust_loopback=False)
+    assert rt.demo is not None and rt.demo.training is not None
+    assert rt.first_token is not None and rt.demo.training.options["token"] == rt.first_token
+
+
 def _cli(tmp_path: Path, clock: FakeClock, *argv: str, stdin: str = "") -> tuple[int, str, str]:
     args: argparse.Namespace = _parser().parse_args([*argv, "--data-dir", str(tmp_path / "cli-data")])
     out, err = io.StringIO(), io.StringIO()
