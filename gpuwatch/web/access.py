@@ -34,7 +34,7 @@ PUBLIC, READ, MACHINE, ADMIN = "public", "read", "machine", "admin"
 NEEDED_ROLE = {READ: "viewer", MACHINE: "machine", ADMIN: "admin"}
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 SESSION_LIFETIME_S = 12 * 3600
-FAILURES_PER_MINUTE = 10  # wrong tokens or passwords one client may try (a burst of 20)
+FAILURES_PER_MINUTE = 10  # wrong passwords one client may try (a burst of 20); tokens are unguessable
 _PROXY_HEADERS = ("Forwarded", "X-Forwarded-For", "X-Forwarded-Host", "X-Forwarded-Proto", "X-Real-IP")
 
 _R = {"GET": READ}
@@ -229,10 +229,6 @@ class Gate:
         """Who sent `req`. Refused(401): a credential was sent and is wrong (or too many were)."""
         header = req.headers.get("Authorization", "").strip()
         if header:
-            client = self.client(req)
-            if self.failures.empty(client):
-                retry = str(self.failures.retry_after(client))
-                raise Refused(429, "too many wrong credentials from this address", {"Retry-After": retry})
             return self._from_header(req, header)
         role = session.get("role")
         if isinstance(role, str) and self._session_valid(role):
@@ -257,7 +253,11 @@ class Gate:
             token = self.access.check_token(password)
             if token is not None:
                 return Identity(token.role, "token", token.name)
-            if user in ("viewer", "admin"):
+            if user in ("viewer", "admin"):  # a password: guessable, so limited (tokens are not)
+                client = self.client(req)
+                if self.failures.empty(client):
+                    retry = str(self.failures.retry_after(client))
+                    raise Refused(429, "too many wrong passwords from this address", {"Retry-After": retry})
                 role = self.access.check_password(password, (user,))
                 if role is not None:
                     return Identity(role, "password", role)
@@ -287,7 +287,9 @@ class Gate:
 
     def check(self, req: Request) -> Identity:
         """Allow `req` or raise Refused. Order: cross-site, read-only, size, credential, rate, role, CSRF."""
-        cls = route_class(req.url_rule.endpoint if req.url_rule is not None else None, req.method)
+        if req.url_rule is None:  # no route: 404 or 405 answers and nothing runs
+            return Identity(None, "anonymous")
+        cls = route_class(req.url_rule.endpoint, req.method)
         unsafe = req.method not in SAFE_METHODS
         if unsafe and (why := self.cross_site(req)) is not None:
             raise Refused(403, why)
