@@ -112,6 +112,9 @@ def _parse(data: Any, path: Path) -> Credentials:
         passwords = tuple(sorted((str(k), str(v)) for k, v in dict(data.get("passwords", {})).items()))
     except (KeyError, TypeError, ValueError) as e:
         raise AccessError(f"{path}: malformed entry ({type(e).__name__}: {e})") from None
+    for t in tokens:
+        if t.role not in ROLES:
+            raise AccessError(f"{path}: token {t.name!r} has an unknown role {t.role!r}")
     return Credentials(tokens, passwords, str(data.get("session_key", "")))
 
 

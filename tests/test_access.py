@@ -413,3 +413,14 @@ def test_tls_needs_both_files(tmp_path: Path) -> None:
     with pytest.raises(Exception, match="go together"):
         load(None, {}, {"data_dir": str(tmp_path), "tls_cert_file": str(tmp_path / "c.pem")})
     load(None, {"GPUWATCH_TOKEN": "gwt_x"}, {})  # the clients' variable is not a setting
+
+
+def test_a_broken_credentials_file_refuses_writes_and_says_why(
+    make: Callable[..., tuple[Runtime, FlaskClient]], clock: FakeClock
+) -> None:
+    rt, client = make()
+    tok = tokens(rt, clock)
+    (rt.settings.data_dir / "access.json").write_text('{"tokens": [{"name": "x", "role": "root"')
+    resp = client.post("/-/reload", headers=bearer(tok["admin"]), environ_base=REMOTE)
+    assert resp.status_code == 503 and "access.json" in resp.get_json()["error"]
+    assert client.get("/-/health", environ_base=REMOTE).status_code == 200
