@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from gpuwatch import __version__
+from gpuwatch.access import AccessFile
 from gpuwatch.clock import Clock, SystemClock
 from gpuwatch.collect.host import HOST_METRICS, HostCollector
 from gpuwatch.collect.logs import LOG_METRICS, LogTailer
@@ -95,6 +96,8 @@ class Runtime:
     received: ReceivedAlerts | None = None  # alerts other senders POST to /api/v2/alerts
     logs: LogTailer | None = None
     notifier: Notifier | None = None
+    access: AccessFile | None = None  # tokens and passwords (<data_dir>/access.json)
+    first_token: str | None = None  # the machine token made on this first start, to show once
     _latest: dict[str, Batch] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _stop: threading.Event = field(default_factory=threading.Event)
@@ -394,6 +397,8 @@ def build_runtime(settings: Settings, hostname: str, clock: Clock | None = None,
         jobs.add("host", runtime.sample_host, settings.host_interval)
         jobs.add("retention", runtime.retention, 3600.0)
         jobs.add("runs", runtime.sample_runs, RUN_STATUS_INTERVAL_S)
+        runtime.access = AccessFile(settings.data_dir)
+        runtime.first_token = runtime.access.ensure(clock.now_ms())
         runtime.rules = build_manager(settings, store, clock, store)
         jobs.add("rules", runtime.rules.run_due, runtime.rules.min_interval_s)
         runtime.silences = Silences(
@@ -415,7 +420,10 @@ def build_runtime(settings: Settings, hostname: str, clock: Clock | None = None,
             # a trainer's log that is tailed like any `log_files` entry.
             demo_log = settings.data_dir / "demo-logs" / "train.log"
             runtime.demo = DemoSources(
-                local_url(settings.host, settings.port), clock=clock, training_log=demo_log
+                local_url(settings.host, settings.port),
+                clock=clock,
+                training_log=demo_log,
+                token=runtime.access.first_token(),
             )
             log_files = (*log_files, training_log_file(demo_log))
         if log_files:

@@ -50,9 +50,12 @@ DEFAULT_URL = "http://127.0.0.1:9842"
 Transport = Callable[[str, str, Any, float], int]
 
 
-def requests_transport(session: requests.Session | None = None) -> Transport:
-    """Return a transport that sends JSON with `requests` (one keep-alive session)."""
+def requests_transport(session: requests.Session | None = None, token: str | None = None) -> Transport:
+    """Return a transport that sends JSON with `requests` (one keep-alive session), with
+    `Authorization: Bearer <token>` when a token is given (a machine token; docs/security.md)."""
     http = session or requests.Session()
+    if token:
+        http.headers["Authorization"] = f"Bearer {token}"
 
     def send(method: str, url: str, body: Any, timeout: float) -> int:
         return int(http.request(method, url, json=body, timeout=timeout).status_code)
@@ -189,7 +192,14 @@ class Sender:
             return False
         if 400 <= status < 500 and status not in (408, 429):
             self.rejected += len(body) if isinstance(body, list) else 1
-            log.warning("gpuwatch rejected a message (HTTP %d on %s); it is dropped", status, path)
+            if status in (401, 403):
+                log.warning(
+                    "gpuwatch refused a message (HTTP %d on %s: pass token= a machine token); it is dropped",
+                    status,
+                    path,
+                )
+            else:
+                log.warning("gpuwatch rejected a message (HTTP %d on %s); it is dropped", status, path)
             return True
         return False
 
@@ -221,6 +231,7 @@ class Run:
         config: Mapping[str, Any] | None = None,
         gpus: list[Any] | str | None = None,
         transport: Transport | None = None,
+        token: str | None = None,
         clock: Clock | None = None,
         flush_interval_s: float = 1.0,
         max_buffer: int = 100_000,
@@ -234,7 +245,7 @@ class Run:
         self._outbox = Outbox(max_buffer)
         self._sender = Sender(
             url,
-            transport or requests_transport(),
+            transport or requests_transport(token=token),
             self._outbox,
             backoff=backoff,
             batch_size=batch_size,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import ipaddress
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -73,6 +74,44 @@ def _parse_globs(v: object) -> tuple[str, ...]:
     return tuple(p.strip() for p in v)
 
 
+def _parse_choice(*choices: str) -> Callable[[object], str]:
+    def parse(v: object) -> str:
+        s = _parse_str(v).strip().lower()
+        if s not in choices:
+            raise ValueError(f"expected one of {', '.join(choices)}")
+        return s
+
+    return parse
+
+
+def _parse_optional_path(v: object) -> Path | None:
+    return None if v is None or v == "" else _parse_path(v)
+
+
+def _parse_networks(v: object) -> tuple[str, ...]:
+    if isinstance(v, str):
+        v = [p for p in v.split(",") if p.strip()]
+    if not isinstance(v, (list, tuple)) or not all(isinstance(p, str) for p in v):
+        raise ValueError("expected a list of addresses or networks (CIDR)")
+    out = []
+    for p in v:
+        try:
+            out.append(str(ipaddress.ip_network(p.strip(), strict=False)))
+        except ValueError:
+            raise ValueError(f"{p.strip()!r} is not an address or a network such as 10.0.0.0/8") from None
+    return tuple(out)
+
+
+def _parse_rate(v: object) -> float:
+    try:
+        n = float(v) if isinstance(v, (int, float, str)) and not isinstance(v, bool) else None
+    except ValueError:
+        n = None
+    if n is None or not 0 <= n <= 1e6:
+        raise ValueError("expected requests a second from 0 (no limit) to 1000000")
+    return n
+
+
 def _parse_level(v: object) -> str:
     s = _parse_str(v).lower()
     if s not in ("debug", "info", "warning", "error"):
@@ -97,6 +136,8 @@ def _default_data_dir(env: Mapping[str, str]) -> Path:
 
 
 DEFAULT_PORT = 9842
+# Variables the clients (SDK, `gpuwatch silence`/`query`/`import`) read; not settings of the server.
+CLIENT_VARIABLES = ("GPUWATCH_TOKEN",)
 
 OPTIONS: tuple[Option, ...] = (
     Option("host", _parse_str, "0.0.0.0", "Address to listen on.", "--host"),
@@ -278,6 +319,59 @@ OPTIONS: tuple[Option, ...] = (
         "see docs/notify.md.",
     ),
     Option(
+        "auth",
+        _parse_choice("on", "off"),
+        "on",
+        "on: writes (pushes, imports, posted alerts, silences, reload, deletes) need a token or password, "
+        "except from this machine's loopback (see `trust_loopback`); off: nobody is asked (a trusted "
+        "network only). See docs/security.md.",
+    ),
+    Option(
+        "read_access",
+        _parse_choice("open", "login"),
+        "open",
+        "open: pages and read APIs answer anyone; login: they need the viewer password (or any token).",
+    ),
+    Option(
+        "read_only",
+        _parse_bool,
+        False,
+        "Refuse every write (403), whoever asks: pushes, imports, alerts, silences, reload.",
+    ),
+    Option(
+        "trust_loopback",
+        _parse_bool,
+        True,
+        "Requests from 127.0.0.1/::1 that came through no proxy act as admin without a credential. "
+        "In Docker, requests from the host come from the bridge, not loopback, and need the token.",
+    ),
+    Option(
+        "trusted_proxies",
+        _parse_networks,
+        (),
+        "Reverse proxies (addresses or CIDRs) whose X-Forwarded-For/-Proto are believed; their "
+        "requests are never trusted as loopback.",
+    ),
+    Option(
+        "write_rate_limit",
+        _parse_rate,
+        100.0,
+        "Writes a second one client may send (bursts of twice as many); more get 429 (0: no limit).",
+    ),
+    Option(
+        "write_max_bytes",
+        _parse_int(1024, 2**40),
+        64 * 1024 * 1024,
+        "Largest request body any write or login may send; larger ones get 413.",
+    ),
+    Option(
+        "tls_cert_file",
+        _parse_optional_path,
+        None,
+        "PEM certificate (chain): serve HTTPS instead of HTTP (with `tls_key_file`).",
+    ),
+    Option("tls_key_file", _parse_optional_path, None, "PEM private key of `tls_cert_file`."),
+    Option(
         "alerting",
         parse_alerting,
         AlertingConfig(),
@@ -330,6 +424,15 @@ class Settings:
     label_value_length_limit: int = 4096
     proc_root: Path = Path("/proc")
     expect_gpus: bool = False
+    auth: str = "on"
+    read_access: str = "open"
+    read_only: bool = False
+    trust_loopback: bool = True
+    trusted_proxies: tuple[str, ...] = ()
+    write_rate_limit: float = 100.0
+    write_max_bytes: int = 64 * 1024 * 1024
+    tls_cert_file: Path | None = None
+    tls_key_file: Path | None = None
     config_file: Path | None = None
 
     @property
@@ -398,7 +501,7 @@ def load(
         for key, raw in _read_file(file).items():
             values[str(key)] = _apply(str(key), raw, str(file))
     for name, raw in env.items():
-        if not name.startswith("GPUWATCH_") or name == "GPUWATCH_CONFIG":
+        if not name.startswith("GPUWATCH_") or name in ("GPUWATCH_CONFIG", *CLIENT_VARIABLES):
             continue
         key = name[len("GPUWATCH_") :].lower()
         if key not in _BY_KEY:
@@ -411,6 +514,8 @@ def load(
         # Simulated history must never mix with a real GPU's: the demo gets its own default directory.
         default = _default_data_dir(env)
         values["data_dir"] = default.with_name(default.name + "-demo") if values["demo"] else default
+    if (values["tls_cert_file"] is None) != (values["tls_key_file"] is None):
+        raise ConfigError("config error: tls_cert_file and tls_key_file go together; set both or neither")
     return Settings(**values, config_file=file)
 
 

@@ -16,7 +16,7 @@ PACKAGE = Path(__file__).resolve().parent.parent / "gpuwatch"
 
 # The flow, earliest first; a top-level module is its own entry.
 FLOW: list[tuple[str, ...]] = [
-    ("gpuwatch", "errors", "regex", "model", "clock", "units", "jobs", "client"),
+    ("gpuwatch", "errors", "regex", "model", "clock", "units", "jobs", "client", "access"),
     ("promtext",),
     ("collect",),
     ("store",),

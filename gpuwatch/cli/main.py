@@ -1,4 +1,5 @@
-"""Command line: gpuwatch serve | demo | smi | health | import | query | rules check | rules export | notify test | silence | --version."""
+"""Command line: gpuwatch serve | demo | smi | health | import | query | rules check | rules export |
+notify test | silence | token | password | --version."""
 
 from __future__ import annotations
 
@@ -62,12 +63,15 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--config", type=Path, help="YAML settings file (also GPUWATCH_CONFIG)")
     p.add_argument("--url", help="the server's /-/health URL (default: this machine, the configured port)")
 
+    from gpuwatch.cli.access import add_access_commands, add_token_arguments
     from gpuwatch.cli.query import add_import_arguments, add_query_arguments
 
     help_text = "import Prometheus text or OpenMetrics files (with timestamps) into the store"
-    add_import_arguments(sub.add_parser("import", help=help_text, description=help_text))
+    add_import_arguments(p := sub.add_parser("import", help=help_text, description=help_text))
+    add_token_arguments(p)
     help_text = "evaluate a PromQL expression on a running server (--url) or a stopped data directory"
-    add_query_arguments(sub.add_parser("query", help=help_text, description=help_text))
+    add_query_arguments(p := sub.add_parser("query", help=help_text, description=help_text))
+    add_token_arguments(p)
     help_text = "check Prometheus rule files, as promtool check rules does"
     rules = sub.add_parser("rules", help="alert and recording rule files").add_subparsers(
         dest="rules_command", metavar="ACTION", required=True
@@ -89,6 +93,7 @@ def _parser() -> argparse.ArgumentParser:
     test = notify.add_parser("test", help=help_text, description=help_text)
     test.add_argument("--config", type=Path, help="YAML settings file (also GPUWATCH_CONFIG)")
     test.add_argument("receiver", metavar="RECEIVER")
+    add_access_commands(sub)
     return parser
 
 
@@ -114,10 +119,11 @@ def _hostname(settings: Settings) -> str:
 
 def _serve(settings: Settings) -> int:
     from gpuwatch.app import build_runtime
+    from gpuwatch.cli.access import access_line
     from gpuwatch.cli.deploy import hostname_warning, in_container, unwritable_data_dir
     from gpuwatch.cli.gctune import tune_for_serving
     from gpuwatch.web import create_app
-    from gpuwatch.web.serving import make_server
+    from gpuwatch.web.serving import TlsError, make_server, stop_server, tls_context
 
     problem = unwritable_data_dir(settings.data_dir)
     if problem is not None:
@@ -127,6 +133,13 @@ def _serve(settings: Settings) -> int:
     warning = hostname_warning(settings.hostname, socket.gethostname(), in_container())
     if warning is not None:
         log.warning("%s", warning)
+    tls = None
+    if settings.tls_cert_file is not None and settings.tls_key_file is not None:
+        try:
+            tls = tls_context(settings.tls_cert_file, settings.tls_key_file)
+        except TlsError as e:
+            print(f"gpuwatch: tls_cert_file: {e}", file=sys.stderr)
+            return 2
     try:
         runtime = build_runtime(settings, _hostname(settings))
     except StoreInUse as e:
@@ -135,7 +148,7 @@ def _serve(settings: Settings) -> int:
     try:
         app = create_app(runtime)
         try:
-            server = make_server(app, settings.host, settings.port)
+            server = make_server(app, settings.host, settings.port, tls)
         except OSError as e:
             print(
                 f"gpuwatch: cannot listen on {settings.host}:{settings.port}: {e.strerror or e}; "
@@ -158,16 +171,21 @@ def _serve(settings: Settings) -> int:
         tune_for_serving()  # after start-up: fewer GC scans (gctune.py)
         gpus = f"{len(runtime.gpu.gpus)} GPU(s)" if runtime.gpu is not None else "no GPUs"
         mode = " (demo: simulated GPUs)" if settings.demo else ""
-        shown_host = "localhost" if settings.host in ("0.0.0.0", "::", "") else settings.host
+        everywhere = settings.host in ("0.0.0.0", "::", "")
+        shown_host = "localhost" if everywhere else settings.host
         log.info(
-            "gpuwatch %s serving http://%s:%s/ with %s%s; data in %s",
+            "gpuwatch %s serving %s://%s:%s/%s with %s%s; data in %s",
             __version__,
+            "https" if tls is not None else "http",
             shown_host,
             settings.port,
+            f" (listening on all interfaces, {settings.host or '0.0.0.0'})" if everywhere else "",
             gpus,
             mode,
             settings.data_dir,
         )
+        level = logging.WARNING if settings.auth == "off" else logging.INFO
+        logging.getLogger("gpuwatch.access").log(level, "%s", access_line(settings, runtime.first_token))
 
         # The HTTP server runs in its own thread so that the main thread only waits for a signal and
         # then shuts down in order: stop accepting, stop sampling, flush and checkpoint the store.
@@ -186,9 +204,7 @@ def _serve(settings: Settings) -> int:
                 break
         log.info("shutting down: flushing the store")
         runtime.stop_demo()  # the simulated training run's last push must reach the server before it closes
-        # Let requests in flight finish first: a worker that answers after close() pulls a closed trigger (EBADF).
-        server.task_dispatcher.shutdown()
-        server.close()
+        stop_server(server)
     finally:
         closed = _close(runtime)
     return 0 if closed else 1
@@ -301,6 +317,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from gpuwatch.cli.rules import run_export
 
         return run_export(args.config, args.output, dict(os.environ))
+    if args.command in ("token", "password"):
+        from gpuwatch.cli.access import run_access
+
+        return run_access(args, dict(os.environ))
     if args.command == "silence":
         from gpuwatch.cli.silence import run_silence
 

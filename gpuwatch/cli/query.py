@@ -136,7 +136,9 @@ def _times(args: argparse.Namespace, now_ms: int) -> dict[str, int] | None:
     return {"start": start, "end": end, "step": step}
 
 
-def _over_http(url: str, expr: str, times: dict[str, int] | None, now_ms: int) -> dict[str, Any]:
+def _over_http(
+    url: str, expr: str, times: dict[str, int] | None, now_ms: int, auth: dict[str, str]
+) -> dict[str, Any]:
     base = url.rstrip("/")
     if times is not None and "start" in times:
         path = "/api/v1/query_range"
@@ -145,7 +147,7 @@ def _over_http(url: str, expr: str, times: dict[str, int] | None, now_ms: int) -
         path = "/api/v1/query"
         params = {"query": expr, "time": str((times or {"time": now_ms})["time"] / 1000)}
     try:
-        resp = requests.post(base + path, data=params, timeout=HTTP_TIMEOUT_S)
+        resp = requests.post(base + path, data=params, headers=auth, timeout=HTTP_TIMEOUT_S)
     except requests.RequestException as exc:
         raise ConnectionError(f"cannot reach {base}: {type(exc).__name__}") from None
     try:
@@ -191,7 +193,9 @@ def run_query(
     try:
         times = _times(args, now_ms)
         if args.url:
-            data = _over_http(args.url, args.expr, times, now_ms)
+            from gpuwatch.cli.access import auth_headers
+
+            data = _over_http(args.url, args.expr, times, now_ms, auth_headers(args, env))
         else:
             settings = _settings(args, env)
             try:
@@ -239,10 +243,12 @@ def _read(name: str, stdin: Any) -> bytes:
         raise UsageError(f"cannot read {name}: {exc.strerror or exc}") from None
 
 
-def _post(url: str, name: str, data: bytes, openmetrics: bool | None, partial: bool) -> tuple[int, int]:
+def _post(
+    url: str, name: str, data: bytes, openmetrics: bool | None, partial: bool, auth: dict[str, str]
+) -> tuple[int, int]:
     from gpuwatch.promtext.parser import OPENMETRICS_CONTENT_TYPE, TEXT_CONTENT_TYPE
 
-    headers = {}
+    headers = dict(auth)
     if openmetrics is not None:
         headers["Content-Type"] = OPENMETRICS_CONTENT_TYPE if openmetrics else TEXT_CONTENT_TYPE
     endpoint = url.rstrip("/") + "/api/v1/import/prometheus" + ("?partial=1" if partial else "")
@@ -291,8 +297,11 @@ def run_import(
             say(f"{bad} invalid line(s); nothing imported (use --partial to import the valid lines)")
             return 1
         if args.url:
+            from gpuwatch.cli.access import auth_headers
+
+            auth = auth_headers(args, env)
             for name, data, _ in prepared:
-                samples, series = _post(args.url, name, data, openmetrics, args.partial)
+                samples, series = _post(args.url, name, data, openmetrics, args.partial, auth)
                 print(f"imported {samples} samples in {series} series from {name}", file=out)
             return 0
         from gpuwatch.store import Store

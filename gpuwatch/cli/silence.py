@@ -18,6 +18,7 @@ from urllib.parse import quote
 
 import requests
 
+from gpuwatch.cli.access import add_token_arguments, auth_headers
 from gpuwatch.cli.query import UsageError, parse_duration_ms, parse_time_ms
 from gpuwatch.clock import Clock, SystemClock
 from gpuwatch.config import load
@@ -35,6 +36,7 @@ def add_silence_arguments(p: argparse.ArgumentParser) -> None:
     def common(q: argparse.ArgumentParser) -> None:
         q.add_argument("--url", help="the running gpuwatch (default: http://127.0.0.1:<configured port>)")
         q.add_argument("--config", type=Path, help="YAML settings file, for the port (also GPUWATCH_CONFIG)")
+        add_token_arguments(q)
 
     help_text = "silence alerts matching every MATCHER (name=value, name!=value, name=~regex, name!~regex)"
     add = actions.add_parser("add", help=help_text, description=help_text)
@@ -141,7 +143,14 @@ def _table(silences: list[dict[str, Any]]) -> str:
     return "\n".join(line.rstrip() for line in lines) + "\n"
 
 
-def _add(args: argparse.Namespace, env: Mapping[str, str], base: str, now_ms: int, out: TextIO) -> None:
+def _add(
+    args: argparse.Namespace,
+    env: Mapping[str, str],
+    base: str,
+    now_ms: int,
+    out: TextIO,
+    auth: dict[str, str],
+) -> None:
     matchers = [parse_matcher(t).to_json() for t in _matchers(args.matchers)]
     start = parse_time_ms(args.start, now_ms) if args.start else now_ms
     if args.end:
@@ -160,13 +169,13 @@ def _add(args: argparse.Namespace, env: Mapping[str, str], base: str, now_ms: in
         "createdBy": args.author or _user(env),
         "comment": args.comment,
     }
-    answer = _call("POST", base + "/api/v2/silences", json=body)
+    answer = _call("POST", base + "/api/v2/silences", json=body, headers=auth)
     print(answer["silenceID"], file=out)
 
 
-def _list(args: argparse.Namespace, base: str, out: TextIO) -> None:
+def _list(args: argparse.Namespace, base: str, out: TextIO, auth: dict[str, str]) -> None:
     params = [("filter", m) for m in _matchers(args.matchers)]
-    found = _call("GET", base + "/api/v2/silences", params=params)
+    found = _call("GET", base + "/api/v2/silences", params=params, headers=auth)
     shown = [s for s in found if (s["status"]["state"] == "expired") == args.expired]
     if args.quiet:
         out.write("".join(f"{s['id']}\n" for s in shown))
@@ -189,13 +198,14 @@ def run_silence(
     now_ms = (clock or SystemClock()).now_ms()
     try:
         base = _base_url(args, env)
+        auth = auth_headers(args, env)
         if args.silence_command == "add":
-            _add(args, env, base, now_ms, out)
+            _add(args, env, base, now_ms, out, auth)
         elif args.silence_command == "list":
-            _list(args, base, out)
+            _list(args, base, out, auth)
         else:
             for sid in args.ids:
-                _call("DELETE", f"{base}/api/v2/silence/{quote(sid, safe='')}")
+                _call("DELETE", f"{base}/api/v2/silence/{quote(sid, safe='')}", headers=auth)
                 print(f"expired {sid}", file=out)
     except (UsageError, ConnectionError, ConfigError) as exc:
         print(f"gpuwatch: {exc}", file=err)

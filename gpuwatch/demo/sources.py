@@ -367,14 +367,19 @@ class DemoSources:
         tick_s: float = 1.0,
         seed: int | None = None,
         training_log: Path | None = None,
+        token: str | None = None,
     ) -> None:
+        """`token`: the machine token the training run sends (needed where loopback is not trusted)."""
         self.clock = clock or SystemClock()
         self.tick_s = tick_s
         rng = random.Random(seed)
         self.vllm = VllmSim(rng)
         self.sglang = SglangSim(rng)
+        options: dict[str, Any] = {"token": token} if token else {}
         self.training = (
-            TrainingSim(gpuwatch_url, rng, self.clock, log_path=training_log) if gpuwatch_url else None
+            TrainingSim(gpuwatch_url, rng, self.clock, log_path=training_log, **options)
+            if gpuwatch_url
+            else None
         )
         self._servers: dict[str, WSGIServer] = {}
         self._thread: threading.Thread | None = None

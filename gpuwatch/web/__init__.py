@@ -6,9 +6,12 @@ from pathlib import Path
 
 from flask import Flask
 
+from gpuwatch.access import AccessFile
+from gpuwatch.web.access import Gate, install
 from gpuwatch.web.alertmanager import bp as alertmanager_bp
 from gpuwatch.web.errors import register_error_handlers
 from gpuwatch.web.importapi import bp as import_bp
+from gpuwatch.web.login import bp as login_bp
 from gpuwatch.web.logs import bp as logs_bp
 from gpuwatch.web.notify import bp as notify_bp
 from gpuwatch.web.ops import bp as ops_bp
@@ -30,7 +33,8 @@ def _asset_dir(name: str) -> str:
 
 
 def create_app(runtime: WebRuntime) -> Flask:
-    """Build the Flask app around `runtime`; opens no files and starts no threads."""
+    """Build the Flask app around `runtime`, every route behind the access gate (web/access.py);
+    starts no threads."""
     app = Flask(
         __name__,
         template_folder=_asset_dir("templates"),
@@ -40,7 +44,9 @@ def create_app(runtime: WebRuntime) -> Flask:
     app.extensions["gpuwatch"] = runtime
     app.json.sort_keys = False  # type: ignore[attr-defined]
 
-    for bp in (ops_bp, pages_bp, prom_bp, import_bp, push_bp, targets_bp, logs_bp, rules_bp):
+    access = getattr(runtime, "access", None) or AccessFile(None)  # a partial runtime (tests, bench) has none
+    install(app, Gate(runtime.settings, access, runtime.clock), access.session_key())
+    for bp in (ops_bp, login_bp, pages_bp, prom_bp, import_bp, push_bp, targets_bp, logs_bp, rules_bp):
         app.register_blueprint(bp)
     app.register_blueprint(alertmanager_bp)
     app.register_blueprint(notify_bp)

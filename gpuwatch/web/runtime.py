@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from flask import current_app
 
+from gpuwatch.access import AccessFile
 from gpuwatch.clock import Clock
 from gpuwatch.collect.push import PushGroups
 from gpuwatch.jobs import JobRegistry
@@ -20,13 +21,14 @@ from gpuwatch.notify.received import ReceivedAlerts
 from gpuwatch.notify.silences import Silences
 from gpuwatch.query.source import EngineSettings
 from gpuwatch.rules.manager import RuleManager
+from gpuwatch.web.access import AccessSettings
 
 if TYPE_CHECKING:  # the type only: importing the store would load DuckDB into every route module
     from gpuwatch.store import Store
 
 
-class WebSettings(EngineSettings, Protocol):
-    """The settings pages and APIs read: the query engine's, and these."""
+class WebSettings(EngineSettings, AccessSettings, Protocol):
+    """The settings pages and APIs read: the query engine's, the access checks', and these."""
 
     @property
     def sample_interval(self) -> float: ...
@@ -62,6 +64,8 @@ class WebRuntime(Protocol):
     def received(self) -> ReceivedAlerts | None: ...
     @property
     def notifier(self) -> Notifier | None: ...
+    @property
+    def access(self) -> AccessFile | None: ...
     def status(self) -> dict[str, Any]: ...
     def exposition(self) -> str: ...
     def targets(self) -> list[dict[str, Any]]: ...
