@@ -27,27 +27,55 @@ def runtime_for(tmp_path: Path, clock: FakeClock, hostname: str, gpus: int) -> R
     return build_runtime(settings, hostname, clock=clock, nvml=nvml)
 
 
-def test_hub_lists_nodes_ready_and_not_ready(tmp_path: Path) -> None:
+NODE_JOB = {
+    "job_name": "gpuwatch-nodes",
+    "metrics_path": "/federate",
+    "params": {"match[]": ['{__name__=~".+"}']},
+    "honor_labels": True,
+    "static_configs": [{"targets": ["node-a:9842"]}],
+}
+
+
+def test_hub_federates_a_node_ready_not_ready_unreachable(tmp_path: Path) -> None:
+    """The default lab job (/federate, honor_labels): the node's GPUs, its run with progress and ETA and
+    its job counters reach the hub with their own labels; the node is Ready, NotReady while its
+    samples are stale, Unreachable while it does not answer; the hub does not federate it back."""
     clock = FakeClock(1_800_000_000)
     node, hub = runtime_for(tmp_path, clock, "node-a", 2), runtime_for(tmp_path, clock, "hub", 1)
+    node_client = create_app(node).test_client()
     answer: dict[str, Any] = {}
 
     def fetch(spec: TargetSpec, timeout_s: float) -> FetchResult:
         if "down" in answer:
             raise ScrapeError("connection refused")
-        return FetchResult(node.exposition().encode(), "text/plain; version=0.0.4")  # the node's /metrics
+        node.store.flush()
+        got = node_client.get(spec.metrics_path, query_string=list(spec.params))
+        assert got.status_code == 200, got.get_data(as_text=True)
+        return FetchResult(got.get_data(), got.headers["Content-Type"])
 
-    jobs = [{"job_name": "gpuwatch-nodes", "static_configs": [{"targets": ["node-a:9842"]}]}]
-    pool = ScrapePool(parse_scrape_configs(jobs), default_interval_s=15, sink=hub.store.append, clock=clock, fetch=fetch)  # fmt: skip
+    pool = ScrapePool(parse_scrape_configs([NODE_JOB]), default_interval_s=15, sink=hub.store.append, clock=clock, fetch=fetch)  # fmt: skip
+    hub.scrapes = pool  # the runtime's own pool has no targets: /federate asks this one what it got
     client = create_app(hub).test_client()
-    try:
-        assert client.get("/api/overview").get_json()["nodes"] == []
-        for _ in range(3):
+
+    def tick(*, node_samples: bool = True) -> None:
+        if node_samples:
             node.jobs.run("sample")
-            hub.jobs.run("sample")
-            pool.scrape_all()
-            clock.advance(5)
+        hub.jobs.run("sample")
+        pool.scrape_all()
         hub.store.flush()
+        clock.advance(5)
+
+    def nodes() -> list[dict[str, Any]]:
+        return list(client.get("/api/overview").get_json()["nodes"])
+
+    try:
+        assert nodes() == []
+        init = {"run": "sft-a", "action": "init", "total_steps": 1000, "host": "node-a"}
+        assert node_client.post("/api/v1/runs", json=init).status_code == 200
+        for step in range(0, 101, 20):
+            node_client.post("/api/v1/push", json={"run": "sft-a", "step": step, "metrics": {"loss": 1.0}})
+            node.jobs.run("runs")
+            tick()  # 5 s a tick: 4 steps a second
         data = client.get("/api/overview").get_json()
         (row,) = data["nodes"]
         assert row["instance"] == "node-a:9842" and row["job"] == "gpuwatch-nodes"
@@ -57,12 +85,38 @@ def test_hub_lists_nodes_ready_and_not_ready(tmp_path: Path) -> None:
         page = client.get("/").get_data(as_text=True)
         assert 'data-node="node-a:9842"' in page and ">Ready<" in page and "<th>Host</th>" in page
 
-        answer["down"] = True
-        pool.scrape_all()
-        hub.store.flush()
-        (row,) = client.get("/api/overview").get_json()["nodes"]
+        (run,) = client.get("/api/v1/runs").get_json()["data"]
+        assert run["run"] == "sft-a" and run["instance"] == "node-a:9842" and run["host"] == "node-a"
+        assert run["status"] == "running" and run["total_steps"] == 1000 and run["last_step"] == 100
+        assert run["progress"] == 0.1 and run["steps_per_second"] == pytest.approx(4.0)
+        assert run["eta_seconds"] == pytest.approx(225.0)
+
+        # Pushed series keep the node's job; the node's own series get the scrape job's, not "rules".
+        q = client.get("/api/v1/query", query_string={"query": 'training_step{run="sft-a"}'}).get_json()
+        (step,) = q["data"]["result"]
+        assert step["metric"]["job"] == "training" and step["metric"]["instance"] == "node-a:9842"
+        q = client.get("/api/v1/query", query_string={"query": 'gpuwatch_job_runs_total{task="rules"}'})
+        jobs = sorted(r["metric"].get("job", "") for r in q.get_json()["data"]["result"])
+        assert jobs == ["", "gpuwatch-nodes"]  # the hub's own and the node's
+
+        # What the hub got from the node is not served again by the hub's /federate.
+        fed = client.get("/federate", query_string={"match[]": '{__name__=~".+"}'}).get_data(as_text=True)
+        assert 'Hostname="hub"' in fed and "node-a" not in fed and "gpuwatch-nodes" not in fed
+
+        for _ in range(8):  # the node answers but samples nothing for 40 s
+            tick(node_samples=False)
+        (row,) = nodes()
         assert row["state"] == "NotReady" and row["is_ready"] is False
-        assert ">NotReady<" in client.get("/").get_data(as_text=True)
+
+        answer["down"] = True
+        tick()
+        (row,) = nodes()
+        assert row["state"] == "Unreachable" and row["is_ready"] is False
+        assert ">Unreachable<" in client.get("/").get_data(as_text=True)
+
+        del answer["down"]
+        tick()
+        assert [n["state"] for n in nodes()] == ["Ready"]
     finally:
         node.close()
         hub.close()

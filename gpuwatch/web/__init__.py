@@ -8,6 +8,7 @@ from flask import Flask
 
 from gpuwatch.web.alertmanager import bp as alertmanager_bp
 from gpuwatch.web.errors import register_error_handlers
+from gpuwatch.web.federate import bp as federate_bp
 from gpuwatch.web.importapi import bp as import_bp
 from gpuwatch.web.logs import bp as logs_bp
 from gpuwatch.web.notify import bp as notify_bp
@@ -40,7 +41,7 @@ def create_app(runtime: WebRuntime) -> Flask:
     app.extensions["gpuwatch"] = runtime
     app.json.sort_keys = False  # type: ignore[attr-defined]
 
-    for bp in (ops_bp, pages_bp, prom_bp, import_bp, push_bp, targets_bp, logs_bp, rules_bp):
+    for bp in (ops_bp, pages_bp, prom_bp, federate_bp, import_bp, push_bp, targets_bp, logs_bp, rules_bp):
         app.register_blueprint(bp)
     app.register_blueprint(alertmanager_bp)
     app.register_blueprint(notify_bp)
