@@ -1,14 +1,16 @@
-"""A small lab: a hub gpuwatch scrapes other gpuwatch nodes; their GPUs show on the hub with the node's
-Hostname, and each node is Ready or NotReady by `up`."""
+"""A small lab: a hub gpuwatch federates its gpuwatch nodes (GPUs, host figures, scraped servers, runs)
+and shows each node Ready, NotReady or Unreachable."""
 
 from __future__ import annotations
 
 import json
+import signal
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+import gpuwatch.client
 from gpuwatch.app import Runtime, build_runtime
 from gpuwatch.clock import FakeClock
 from gpuwatch.collect.scrape import FetchResult, TargetSpec
@@ -123,49 +125,114 @@ def test_hub_federates_a_node_ready_not_ready_unreachable(tmp_path: Path) -> Non
 
 
 @pytest.mark.slow
-def test_two_gpuwatch_processes_hub_and_node(serve, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
-    base = {
-        "GPUWATCH_DEMO_SOURCES": "false",
-        "GPUWATCH_FLUSH_INTERVAL": "0.5s",
+def test_a_hub_and_two_nodes(serve, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """Real processes: two demo nodes (their own simulated vLLM and SGLang, an SDK run each) and a hub
+    with the default lab job. The hub has both nodes' GPUs, host figures, inference servers and runs;
+    a killed node is Unreachable and TargetDown goes pending; restarted, it is Ready again."""
+    fast = {
+        "GPUWATCH_FLUSH_INTERVAL": "0.3s",
         "GPUWATCH_LOG_LEVEL": "warning",
+        "GPUWATCH_SCRAPE_INTERVAL": "1s",
     }
-    node: Server = serve(
-        "--demo",
-        data_dir=tmp_path / "node",
-        env=clean_env(**base, GPUWATCH_HOSTNAME="node-a", GPUWATCH_DEMO_GPUS="2"),
-    )
-    config = tmp_path / "hub.yml"
-    config.write_text(
-        json.dumps(
-            {
-                "scrape_configs": [
-                    {
-                        "job_name": "gpuwatch-nodes",
-                        "scrape_interval": "1s",
-                        "static_configs": [{"targets": [f"127.0.0.1:{node.port}"]}],
-                    }
-                ]
-            }
+    nodes: dict[str, Server] = {
+        name: serve(
+            "--demo",
+            data_dir=tmp_path / name,
+            env=clean_env(
+                **fast, GPUWATCH_HOSTNAME=name, GPUWATCH_DEMO_GPUS="2", GPUWATCH_HOST_INTERVAL="1s"
+            ),
         )
-    )
+        for name in ("node-a", "node-b")
+    }
+    address = {name: f"127.0.0.1:{srv.port}" for name, srv in nodes.items()}
+    runs = {
+        name: gpuwatch.client.init(f"sft-{name}", total_steps=1000, url=srv.url)
+        for name, srv in nodes.items()
+    }
+    for run in runs.values():
+        run.log({"loss": 2.0}, step=10)
+    config = tmp_path / "hub.yml"
+    config.write_text(json.dumps({"scrape_configs": [{**NODE_JOB, "scrape_interval": "1s", "static_configs": [{"targets": list(address.values())}]}]}))  # fmt: skip
     hub: Server = serve(
         "--demo",
         "--config",
         str(config),
         data_dir=tmp_path / "hub",
-        env=clean_env(**base, GPUWATCH_HOSTNAME="hub", GPUWATCH_DEMO_GPUS="1"),
+        env=clean_env(
+            **fast,
+            GPUWATCH_HOSTNAME="hub",
+            GPUWATCH_DEMO_GPUS="1",
+            GPUWATCH_DEMO_SOURCES="false",
+            GPUWATCH_EVALUATION_INTERVAL="1s",
+        ),
     )
 
-    def nodes() -> list[dict[str, Any]]:
-        return list(hub.get("/api/overview").json()["nodes"])
+    def states() -> dict[str, str]:
+        return {n["instance"]: n["state"] for n in hub.get("/api/overview").json()["nodes"]}
 
-    wait_until(
-        lambda: [n["state"] for n in nodes()] == ["Ready"], 30, f"node not Ready on the hub:\n{hub.log}"
-    )
-    query = hub.get("/api/v1/query", params={"query": 'DCGM_FI_DEV_GPU_UTIL{job="gpuwatch-nodes"}'}).json()
-    got = sorted((r["metric"]["Hostname"], r["metric"]["gpu"]) for r in query["data"]["result"])
-    assert got == [("node-a", "0"), ("node-a", "1")]
-    assert node.stop() == 0
-    wait_until(lambda: [n["state"] for n in nodes()] == ["NotReady"], 30, "a stopped node stays Ready")
-    assert hub.stop() == 0
-    assert "Traceback" not in hub.log
+    def query(expr: str) -> list[dict[str, str]]:
+        return [
+            r["metric"] for r in hub.get("/api/v1/query", params={"query": expr}).json()["data"]["result"]
+        ]
+
+    def hub_runs() -> dict[str, dict[str, Any]]:
+        return {r["run"]: r for r in hub.get("/api/v1/runs").json()["data"] if r["instance"]}
+
+    try:
+        ready = {a: "Ready" for a in address.values()}
+        wait_until(lambda: states() == ready, 20, f"nodes not Ready on the hub: {states()}\n{hub.log}")
+        gpus = query('DCGM_FI_DEV_GPU_UTIL{job="gpuwatch-nodes"}')
+        assert sorted((g["Hostname"], g["gpu"]) for g in gpus) == [
+            ("node-a", "0"), ("node-a", "1"), ("node-b", "0"), ("node-b", "1"),
+        ]  # fmt: skip
+        if len({g["UUID"] for g in gpus}) == 4:  # simulated UUIDs may repeat across demo nodes
+            overview = hub.get("/api/overview").json()["gpus_seen"]
+            assert {g["uuid"] for g in gpus} <= {g["uuid"] for g in overview}
+        assert {m["instance"] for m in query('node_load1{job="gpuwatch-nodes"}')} == {"node-a", "node-b"}
+        # Each node's own vLLM, under the node's name (its scrape saw 127.0.0.1), with its own job.
+        wait_until(
+            lambda: (
+                {
+                    m["instance"].split(":")[0]
+                    for m in query('gpuwatch:inference_requests:rate1m{engine="vllm"}')
+                }
+                == {"node-a", "node-b"}
+            ),
+            15,
+            f"no inference series of both nodes: {query('gpuwatch:inference_requests:rate1m')}",
+        )
+        assert {m["job"] for m in query('vllm:num_requests_running{instance=~"node-.*"}')} == {"demo-vllm"}
+        for run in runs.values():
+            run.log({"loss": 1.9}, step=20)
+        wait_until(
+            lambda: all(
+                (r := hub_runs().get(f"sft-{n}")) is not None and r["last_step"] == 20 and r["eta_seconds"]
+                for n in nodes
+            ),
+            15,
+            f"node runs not on the hub: {hub_runs()}",
+        )
+        run_a = hub_runs()["sft-node-a"]
+        assert run_a["instance"] == address["node-a"] and run_a["total_steps"] == 1000
+        assert run_a["progress"] == 0.02 and run_a["status"] == "running"
+
+        runs["node-b"].finish(timeout_s=5)
+        nodes["node-b"].stop(signal.SIGKILL)
+        wait_until(lambda: states()[address["node-b"]] == "Unreachable", 10, f"a killed node: {states()}")
+        assert states()[address["node-a"]] == "Ready"
+
+        def target_down() -> list[dict[str, Any]]:
+            alerts = hub.get("/api/v1/alerts").json()["data"]["alerts"]
+            return [a for a in alerts if a["labels"]["alertname"] == "TargetDown"]
+
+        wait_until(lambda: target_down(), 10, "TargetDown is not pending for the killed node")
+        (alert,) = target_down()
+        assert alert["labels"]["instance"] == address["node-b"] and alert["state"] in ("pending", "firing")
+
+        nodes["node-b"].start()
+        wait_until(lambda: states() == ready, 20, f"a restarted node is not Ready again: {states()}")
+        assert hub.stop() == 0
+        assert "Traceback" not in hub.log
+    finally:
+        for run in runs.values():
+            run.finish(timeout_s=1)
