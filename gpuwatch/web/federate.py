@@ -51,7 +51,7 @@ def node_instance(labels: Labels, hostname: str) -> Labels:
     return labels
 
 
-@bp.route("/federate", methods=["GET", "POST"])
+@bp.get("/federate")
 def federate() -> ResponseReturnValue:
     """Serve the newest sample of each series matching any `match[]` selector (module docstring)."""
     try:
