@@ -119,6 +119,44 @@ def test_hub_federates_a_node_ready_not_ready_unreachable(tmp_path: Path) -> Non
         del answer["down"]
         tick()
         assert [n["state"] for n in nodes()] == ["Ready"]
+
+        finish = {"run": "sft-a", "action": "finish", "status": "failed"}
+        assert node_client.post("/api/v1/runs", json=finish).status_code == 200
+        tick()
+        (run,) = client.get("/api/v1/runs").get_json()["data"]
+        assert run["status"] == "failed" and run["eta_seconds"] is None and run["end"] == clock.now() - 5
+    finally:
+        node.close()
+        hub.close()
+
+
+def test_a_hub_job_on_metrics_still_sees_nodes(tmp_path: Path) -> None:
+    """An older hub job on the nodes' /metrics: GPUs with their Hostname, Ready, then Unreachable."""
+    clock = FakeClock(1_800_000_000)
+    node, hub = runtime_for(tmp_path, clock, "node-a", 2), runtime_for(tmp_path, clock, "hub", 1)
+    answer: dict[str, Any] = {}
+
+    def fetch(spec: TargetSpec, timeout_s: float) -> FetchResult:
+        if "down" in answer:
+            raise ScrapeError("connection refused")
+        return FetchResult(node.exposition().encode(), "text/plain; version=0.0.4")
+
+    jobs = [{"job_name": "gpuwatch-nodes", "static_configs": [{"targets": ["node-a:9842"]}]}]
+    pool = ScrapePool(parse_scrape_configs(jobs), default_interval_s=15, sink=hub.store.append, clock=clock, fetch=fetch)  # fmt: skip
+    client = create_app(hub).test_client()
+    try:
+        for _ in range(2):
+            node.jobs.run("sample")
+            pool.scrape_all()
+            clock.advance(5)
+        hub.store.flush()
+        (row,) = client.get("/api/overview").get_json()["nodes"]
+        assert row["state"] == "Ready" and row["gpus"] == 2
+        answer["down"] = True
+        pool.scrape_all()
+        hub.store.flush()
+        (row,) = client.get("/api/overview").get_json()["nodes"]
+        assert row["state"] == "Unreachable"
     finally:
         node.close()
         hub.close()
