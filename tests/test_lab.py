@@ -104,6 +104,11 @@ def test_hub_federates_a_node_ready_not_ready_unreachable(tmp_path: Path) -> Non
         # What the hub got from the node is not served again by the hub's /federate.
         fed = client.get("/federate", query_string={"match[]": '{__name__=~".+"}'}).get_data(as_text=True)
         assert 'Hostname="hub"' in fed and "node-a" not in fed and "gpuwatch-nodes" not in fed
+        query = {"match[]": '{__name__=~".+"}', "federated": "true"}  # asked for: all of it
+        fed = client.get("/federate", query_string=query).get_data(as_text=True)
+        assert 'Hostname="hub"' in fed and 'Hostname="node-a"' in fed and 'job="gpuwatch-nodes"' in fed
+        bad = client.get("/federate", query_string={**query, "federated": "maybe"})
+        assert bad.status_code == 400 and "federated" in bad.get_data(as_text=True)
 
         for _ in range(8):  # the node answers but samples nothing for 40 s
             tick(node_samples=False)

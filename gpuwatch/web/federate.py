@@ -12,7 +12,8 @@ What gpuwatch adds, for a lab where every node scrapes its inference server on t
 an `instance` naming a loopback address (`127.0.0.1:8000`, `localhost:8000`, `[::1]:8000`) is sent with
 this node's host name instead (`gpu-node-1:8000`), so the hub keeps two nodes' servers apart. And a node
 never hands back what it got from another server's `/federate` (a hub that is also scraped, or two
-servers that scrape each other): only what this gpuwatch collected itself is served.
+servers that scrape each other): only what this gpuwatch collected itself is served, unless the request
+says `federated=true` (a central Prometheus that federates a hub, knowing there is no loop).
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from gpuwatch.errors import GpuwatchError
 from gpuwatch.model import Labels, Matcher, is_stale
 from gpuwatch.promtext.writer import CONTENT_TYPE, format_federate
 from gpuwatch.query.parse import selector_matchers
-from gpuwatch.web.queryapi import request_params
+from gpuwatch.web.queryapi import BadData, request_params
 from gpuwatch.web.runtime import runtime
 
 bp = Blueprint("federate", __name__)
@@ -38,6 +39,15 @@ _GZIP_MIN_BYTES = 1024
 
 def _plain(message: str, status: int) -> Response:
     return Response(message + "\n", status=status, content_type="text/plain; charset=utf-8")
+
+
+def _flag(text: str) -> bool:
+    value = text.strip().lower()
+    if value in ("1", "true", "yes"):
+        return True
+    if value in ("", "0", "false", "no"):
+        return False
+    raise BadData(f'invalid parameter "federated": {text!r} is not true or false')
 
 
 def node_instance(labels: Labels, hostname: str) -> Labels:
@@ -55,16 +65,18 @@ def node_instance(labels: Labels, hostname: str) -> Labels:
 def federate() -> ResponseReturnValue:
     """Serve the newest sample of each series matching any `match[]` selector (module docstring)."""
     try:
-        texts = request_params().get("match[]", [])
+        params = request_params()
+        texts = params.get("match[]", [])
         if not texts:
             return _plain("bad request: no match[] parameter provided", 400)
         sets: list[list[Matcher]] = [selector_matchers(t) for t in texts]
-    except GpuwatchError as e:
+        everything = _flag(params.get("federated", ["false"])[-1])
+    except (BadData, GpuwatchError) as e:
         return _plain(f"bad request: {e}", 400)
     rt = runtime()
     now_ms = rt.clock.now_ms()
     start_ms = now_ms - int(rt.settings.lookback * 1000)
-    is_federated = rt.federation_filter()
+    is_federated = None if everything else rt.federation_filter()
     hostname = rt.hostname
     rows: dict[tuple[str, Labels], tuple[str, Labels, int, float]] = {}
     for matchers in sets:
