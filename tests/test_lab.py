@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import signal
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -177,16 +178,15 @@ def test_a_hub_and_two_nodes(serve, tmp_path: Path) -> None:  # type: ignore[no-
         "GPUWATCH_LOG_LEVEL": "warning",
         "GPUWATCH_SCRAPE_INTERVAL": "1s",
     }
-    nodes: dict[str, Server] = {
-        name: serve(
-            "--demo",
-            data_dir=tmp_path / name,
-            env=clean_env(
-                **fast, GPUWATCH_HOSTNAME=name, GPUWATCH_DEMO_GPUS="2", GPUWATCH_HOST_INTERVAL="1s"
-            ),
+
+    def start_node(name: str) -> Server:
+        env = clean_env(**fast, GPUWATCH_HOSTNAME=name, GPUWATCH_DEMO_GPUS="2", GPUWATCH_HOST_INTERVAL="1s")
+        return serve("--demo", data_dir=tmp_path / name, env=env)
+
+    with ThreadPoolExecutor(2) as pool:  # both nodes start at once
+        nodes: dict[str, Server] = dict(
+            zip(("node-a", "node-b"), pool.map(start_node, ("node-a", "node-b")), strict=True)
         )
-        for name in ("node-a", "node-b")
-    }
     address = {name: f"127.0.0.1:{srv.port}" for name, srv in nodes.items()}
     runs = {
         name: gpuwatch.client.init(f"sft-{name}", total_steps=1000, url=srv.url)
