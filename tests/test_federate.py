@@ -153,6 +153,14 @@ def test_prometheus_federates_gpuwatch_and_gpuwatch_federates_prometheus(serve, 
         assert gpu["metric"]["Hostname"] == "node-p" and gpu["metric"]["job"] == "lab"
         (vllm,) = result("vllm:num_requests_running")
         assert vllm["metric"]["job"] == "demo-vllm" and vllm["metric"]["instance"].startswith("node-p:")
+        # Prometheus's /federate of what it got writes the same TYPE line and series as gpuwatch's.
+        match = {"match[]": "vllm:num_requests_running"}
+        theirs = requests.get(url + "/federate", params=match, timeout=5).text.splitlines()
+        ours = node.get("/federate", params=match).text.splitlines()
+        assert theirs[0] == ours[0] == "# TYPE vllm:num_requests_running untyped"
+        assert [line.rsplit(" ", 2)[0] for line in theirs[1:]] == [
+            line.rsplit(" ", 2)[0] for line in ours[1:]
+        ]
 
         spec = TargetSpec(
             job="prom", address=url.removeprefix("http://"), scheme="http", metrics_path="/federate",
