@@ -145,7 +145,7 @@ def load_data(
         )
     n += _series(store, "gpuwatch_store_write_errors_total", {}, t1, zeros)
     for job in ("sample", "host", "rules", "runs", "push", "retention"):
-        n += _series(store, "gpuwatch_job_failures_total", {"job": job}, t1, zeros)
+        n += _series(store, "gpuwatch_job_failures_total", {"task": job}, t1, zeros)
     for g in ("gpu", "health", "inference", "training"):
         n += _series(
             store,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -24,7 +25,7 @@ from gpuwatch.demo.sources import DemoSources, local_url
 from gpuwatch.demo.training import training_log_file
 from gpuwatch.errors import ConfigError, NvmlUnavailable
 from gpuwatch.jobs import JobRegistry
-from gpuwatch.model import Batch, MetricInfo, Sample, stable_labels
+from gpuwatch.model import Batch, Labels, MetricInfo, Sample, stable_labels
 from gpuwatch.notify.config import load_templates
 from gpuwatch.notify.dispatcher import MutedBy, no_silences
 from gpuwatch.notify.notifier import NOTIFY_METRICS, Notifier, NotifyStore
@@ -56,8 +57,12 @@ SELF_METRICS: tuple[MetricInfo, ...] = (
         "Samples dropped since start because too many waited for a store that could not write.",
         "",
     ),
-    MetricInfo("gpuwatch_job_runs_total", "counter", "Runs of each scheduled job since start.", "", ("job",)),
-    MetricInfo("gpuwatch_job_failures_total", "counter", "Failed runs of each scheduled job.", "", ("job",)),
+    # Scheduled jobs are labelled `task`, not `job`: `job` is the scrape job's, and a hub scraping this
+    # node with honor_labels would otherwise take `job="rules"` for the node's own scrape job.
+    MetricInfo(
+        "gpuwatch_job_runs_total", "counter", "Runs of each scheduled job since start.", "", ("task",)
+    ),
+    MetricInfo("gpuwatch_job_failures_total", "counter", "Failed runs of each scheduled job.", "", ("task",)),
     MetricInfo(
         "gpuwatch_rule_evaluation_failures_total",
         "counter",
@@ -70,7 +75,7 @@ SELF_METRICS: tuple[MetricInfo, ...] = (
         "gauge",
         "How long the last run of each job took.",
         "seconds",
-        ("job",),
+        ("task",),
     ),
 )
 
@@ -147,7 +152,7 @@ class Runtime:
                     )
                 )
         for name, runs, failures, last_duration_s in self.jobs.counters():
-            labels = stable_labels({"job": name})
+            labels = stable_labels({"task": name})
             out.append(Sample("gpuwatch_job_runs_total", labels, float(runs)))
             out.append(Sample("gpuwatch_job_failures_total", labels, float(failures)))
             if last_duration_s is not None:
@@ -219,6 +224,10 @@ class Runtime:
     def dropped_targets(self) -> list[dict[str, Any]]:
         """Return the targets that relabel_configs dropped, as /api/v1/targets `droppedTargets` entries."""
         return self.scrapes.dropped_states() if self.scrapes is not None else []
+
+    def federation_filter(self) -> Callable[[str, Labels], bool] | None:
+        """Which stored series came from another server's /federate (/federate leaves them out)."""
+        return self.scrapes.federation_filter() if self.scrapes is not None else None
 
     def metric_metadata(self) -> dict[str, list[dict[str, str]]]:
         """Return metadata as Prometheus's /api/v1/metadata shapes it (gpuwatch's own, then scraped)."""

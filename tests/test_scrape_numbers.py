@@ -32,6 +32,7 @@ LINES = [
     'b{x="2"} 4',
     'b{x="1"} 5',
     "c 6 1790000000000",
+    "c 8 1790000001000",
     "c 7",
     "drop_me 8",
     'drop_too{y="1"} 9',
@@ -59,10 +60,12 @@ class Model:
         self.limit, self.drop = limit, drop
         self.last: list[tuple[str, Labels]] = []
         self.ok = False  # did the previous scrape succeed
+        self.newest: dict[tuple[str, Labels], int] = {}  # stored timestamped samples: newest time
 
     def scrape(self, page: str | None, now_ms: int) -> tuple[list[Sample], dict[int, list[Sample]], int]:
         samples: list[Sample] = []
         stamped: dict[int, list[Sample]] = {}
+        newest = dict(self.newest)
         error, scraped, invalid = page is None, 0, 0
         if page is not None:
             parsed = parse(page.encode(), openmetrics=False)
@@ -73,13 +76,16 @@ class Model:
                 final = tuple(sorted((*labels, *TARGET)))
                 if ts is None:
                     samples.append(Sample(name, final, value))
-                else:
+                elif ts > newest.get((name, final), -(2**63)):  # not a duplicate or out of order
+                    newest[name, final] = ts
                     stamped.setdefault(ts, []).append(Sample(name, final, value))
             post = len(samples) + sum(map(len, stamped.values()))
             if self.limit and post > self.limit:
                 error = True
         if error:
             samples, stamped = [], {}
+        else:
+            self.newest = newest
         current = list(dict.fromkeys((s.name, s.labels) for s in samples))
         added = sum(1 for k in current if not self.ok or k not in self.last)
         gone = [k for k in self.last if k not in set(current)]

@@ -68,7 +68,7 @@ def test_metrics_endpoint_has_dcgm_names_and_self_metrics(
     assert fams["gpuwatch_nvml_up"].samples[0].value == 1
     assert fams["gpuwatch_gpus"].samples[0].value == 4
     jobs = {
-        x.labels["job"]: x.value
+        x.labels["task"]: x.value
         for x in fams["gpuwatch_job_runs"].samples
         if x.name == "gpuwatch_job_runs_total"
     }

@@ -22,6 +22,7 @@ from gpuwatch.model import (
 
 RATE_WINDOW_MS = 10 * 60 * 1000  # the step rate (and so the ETA) comes from the last 10 minutes
 STALLED_AFTER_MS = 10 * 60 * 1000  # a running run silent this long is reported as stalled
+RUN_FEED_WINDOW_MS = 5 * 60 * 1000  # a node's run gauges count while one arrived this recently
 SEEN_WRITE_INTERVAL_MS = 10_000  # at most one database write of a run's last step per run and interval
 STATUSES = ("ok", "failed")
 MAX_CONFIG_CHARS = 256 * 1024
@@ -202,13 +203,18 @@ def _seconds(ms: int | None) -> float | None:
 
 
 def list_runs(store: RunSource, now_ms: int) -> list[dict[str, Any]]:
-    """Return every run with progress and ETA from its step rate over the last 10 minutes."""
+    """Return every run with progress and ETA from its step rate over the last 10 minutes: this
+    gpuwatch's own runs (`instance` None), then those of the nodes it scrapes (`federated_runs`)."""
     out = []
     for record in store.runs():
         rate = None
         if record.status == "running":
             found = store.select(
-                [Matcher("__name__", "=", "training_step"), Matcher("run", "=", record.name)],
+                [
+                    Matcher("__name__", "=", "training_step"),
+                    Matcher("run", "=", record.name),
+                    Matcher("instance", "=", ""),  # not a node's run of the same name
+                ],
                 now_ms - RATE_WINDOW_MS,
                 now_ms + RATE_WINDOW_MS,  # a trainer's clock may run ahead of ours
             )
@@ -216,7 +222,80 @@ def list_runs(store: RunSource, now_ms: int) -> list[dict[str, Any]]:
             newest = latest_step(found)
             if newest is not None and newest[0] > (record.last_seen_ms or 0):
                 record = replace(record, last_step=newest[1], last_seen_ms=newest[0])
-        out.append(describe(record, rate, now_ms))
+        out.append({**describe(record, rate, now_ms), "instance": None})
+    out.extend(federated_runs(store, now_ms))
+    return out
+
+
+def _newest(series: SeriesData) -> tuple[int, float] | None:
+    for i in range(len(series.values) - 1, -1, -1):
+        v = float(series.values[i])
+        if not is_stale(v):
+            return int(series.timestamps_ms[i]), v
+    return None
+
+
+def federated_runs(store: RunSource, now_ms: int) -> list[dict[str, Any]]:
+    """Return the runs of the gpuwatch nodes this one scrapes, from their run gauges (RUN_METRICS, which
+    a node writes every 15 s and a hub receives through /federate with the node's `instance`) and
+    their `training_step`; each with the node's `instance`, as `list_runs` describes runs."""
+    found = store.select(
+        [Matcher("__name__", "=~", "gpuwatch_training_run_.+"), Matcher("instance", "!=", "")],
+        now_ms - RUN_FEED_WINDOW_MS,
+        now_ms + RATE_WINDOW_MS,
+    )
+    fields: dict[tuple[str, str], dict[str, Any]] = {}
+    for s in found:
+        labels = dict(s.labels)
+        newest = _newest(s)
+        run, instance = labels.get("run", ""), labels.get("instance", "")
+        if newest is None or not run:
+            continue
+        f = fields.setdefault((instance, run), {})
+        t, v = newest
+        if s.name == "gpuwatch_training_run_info":
+            if t >= f.get("info_ms", -1):  # a status change starts a new info series: the newest wins
+                f.update(info_ms=t, status=labels.get("status", "running"), host=labels.get("host") or None)
+        else:
+            f[s.name] = v
+    out = []
+    for (instance, run), f in sorted(fields.items(), key=lambda kv: (kv[0][1], kv[0][0])):
+        if "info_ms" not in f:
+            continue
+        total = f.get("gpuwatch_training_run_total_steps")
+        start = f.get("gpuwatch_training_run_start_timestamp_seconds")
+        end = f.get("gpuwatch_training_run_end_timestamp_seconds")
+        seen = f.get("gpuwatch_training_run_last_seen_timestamp_seconds")
+        record = RunRecord(
+            name=run,
+            status=f["status"],
+            start_ms=None if start is None else int(start * 1000),
+            end_ms=None if end is None else int(end * 1000),
+            total_steps=None if total is None else int(total),
+            config=None,
+            host=f["host"],
+            gpus=None,
+            last_step=None,
+            last_seen_ms=None if seen is None else int(seen * 1000),
+        )
+        steps = store.select(
+            [
+                Matcher("__name__", "=", "training_step"),
+                Matcher("run", "=", run),
+                Matcher("instance", "=", instance),
+            ],
+            now_ms - RATE_WINDOW_MS,
+            now_ms + RATE_WINDOW_MS,
+        )
+        newest_step = latest_step(steps)
+        if newest_step is not None:
+            record = replace(
+                record,
+                last_step=newest_step[1],
+                last_seen_ms=max(newest_step[0], record.last_seen_ms or 0),
+            )
+        rate = step_rate(steps) if record.status == "running" else None
+        out.append({**describe(record, rate, now_ms), "instance": instance})
     return out
 
 
@@ -241,11 +320,40 @@ RUN_METRICS: tuple[MetricInfo, ...] = (
         "seconds",
         ("run",),
     ),
+    MetricInfo(
+        "gpuwatch_training_run_info",
+        "gauge",
+        "A training run's status (running, ok, failed) and host, always 1; a hub lists its nodes' runs from it.",
+        "",
+        ("run", "status", "host"),
+    ),
+    MetricInfo(
+        "gpuwatch_training_run_start_timestamp_seconds",
+        "gauge",
+        "When a training run started (Unix seconds).",
+        "seconds",
+        ("run",),
+    ),
+    MetricInfo(
+        "gpuwatch_training_run_end_timestamp_seconds",
+        "gauge",
+        "When a finished training run ended (Unix seconds).",
+        "seconds",
+        ("run",),
+    ),
+    MetricInfo(
+        "gpuwatch_training_run_total_steps",
+        "gauge",
+        "The steps a training run was started for (its init's total_steps), where given.",
+        "",
+        ("run",),
+    ),
 )
 
 
 def run_status_samples(records: list[RunRecord], now_ms: int) -> list[Sample]:
-    """Return each recent run's status gauges: running ones seen within a day, finished ones for two hours."""
+    """Return each recent run's gauges (RUN_METRICS): running ones seen within a day, finished ones for
+    two hours. The training rules join on them; a hub lists its nodes' runs from them."""
     out: list[Sample] = []
     for r in records:
         seen_ms = r.last_seen_ms or r.start_ms or now_ms
@@ -257,4 +365,12 @@ def run_status_samples(records: list[RunRecord], now_ms: int) -> list[Sample]:
         labels = stable_labels({"run": r.name})
         out.append(Sample("gpuwatch_training_run_running", labels, 1.0 if running else 0.0))
         out.append(Sample("gpuwatch_training_run_last_seen_timestamp_seconds", labels, seen_ms / 1000))
+        info = stable_labels({"run": r.name, "status": r.status, "host": r.host or ""})
+        out.append(Sample("gpuwatch_training_run_info", info, 1.0))
+        if r.start_ms is not None:
+            out.append(Sample("gpuwatch_training_run_start_timestamp_seconds", labels, r.start_ms / 1000))
+        if r.end_ms is not None and not running:
+            out.append(Sample("gpuwatch_training_run_end_timestamp_seconds", labels, r.end_ms / 1000))
+        if r.total_steps is not None:
+            out.append(Sample("gpuwatch_training_run_total_steps", labels, float(r.total_steps)))
     return out

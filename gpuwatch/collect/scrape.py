@@ -60,10 +60,12 @@ REPORT_NAMES = (
     "gpuwatch_scrape_invalid_lines",
 )
 _MAX_CACHE = 500_000
+_MAX_STAMPED = 1_000_000  # series whose newest timestamped sample a target remembers
 _NEVER = "0001-01-01T00:00:00Z"
 _NO_NUMBERS = np.zeros(0, np.intp)
 _NO_VALUES = np.zeros(0, np.float64)
 _VALUE = itemgetter(3)  # a parsed sample's value
+_OLDEST = -(2**63)
 
 SeriesKey = tuple[str, Labels]
 
@@ -88,6 +90,11 @@ class TargetSpec:
     auth: Auth | None = None
     tls: Tls = Tls()
     discovered: Labels = ()  # the labels before target relabelling, for /api/v1/targets
+
+    @property
+    def is_federation(self) -> bool:
+        """Whether this target is another server's `/federate` (what it stored, not its own page)."""
+        return self.metrics_path.rstrip("/").endswith("/federate")
 
     @property
     def url(self) -> str:
@@ -392,9 +399,12 @@ class Target:
         self.last_invalid_lines = 0
         self.first_invalid_line = ""
         self.invalid_lines_total = 0
+        self.last_out_of_order = 0  # timestamped samples of the last scrape not newer than the series' last
         self.scrapes = 0
         self.metadata: dict[str, FamilyMeta] = {}  # HELP/TYPE/UNIT from the last successful scrape
         self.lock = threading.Lock()  # held while a scrape runs: never two at once for one target
+        # Per series, the newest timestamp stored of its timestamped samples (federation sends them).
+        self._stamped_ms: dict[SeriesKey, int] = {}
 
     def _new_table(self, keep: list[SeriesKey]) -> None:
         """Start a new series table holding the report series and `keep` (the last scrape's series)."""
@@ -459,9 +469,10 @@ class Target:
             self._new_table([(names[i], labels[i]) for i in self._last.tolist()])
 
     def _numbers(
-        self, parsed: ParseResult, stamped: dict[int, list[Sample]]
+        self, parsed: ParseResult, stamped: dict[int, list[Sample]], newest: dict[SeriesKey, int]
     ) -> tuple[np.ndarray, np.ndarray]:
-        """Each sample's series number (-1: dropped) and value; timestamped samples go to `stamped`."""
+        """Each sample's series number (-1: dropped) and value; timestamped samples go to `stamped`
+        (by time) and the newest time of each of their series to `newest`."""
         samples, keys, n = parsed.samples, parsed.keys, len(parsed.samples)
         by_key = self._by_key
         if len(keys) == n and None not in keys:  # text format, every line `<series> <value>`
@@ -478,6 +489,7 @@ class Target:
         values: list[float] = []
         honor_ts = self.spec.honor_timestamps
         names, labels = self._table.names, self._table.labels
+        stamped_ms = self._stamped_ms
         for (name, labels_, ts, value), key in zip(
             samples, keys if len(keys) == n else repeat(None), strict=False
         ):
@@ -490,8 +502,16 @@ class Target:
             if ts is None or not honor_ts or number < 0:
                 numbers.append(number)
                 values.append(value)
+                continue
+            final = (names[number], labels[number])
+            if ts > newest.get(final, stamped_ms.get(final, _OLDEST)):
+                newest[final] = ts
+                stamped.setdefault(ts, []).append(Sample(final[0], final[1], value))
             else:
-                stamped.setdefault(ts, []).append(Sample(names[number], labels[number], value))
+                # Not newer than what this target already gave for the series: a federated sample
+                # that did not change since the last scrape (a duplicate) or one out of order.
+                # Prometheus drops both (the duplicate silently); so does gpuwatch.
+                self.last_out_of_order += 1
         return np.array(numbers, np.intp), np.array(values, np.float64)
 
     def _mark(self, index: np.ndarray, gen: int) -> tuple[np.ndarray, int]:
@@ -515,9 +535,11 @@ class Target:
         start = clock.monotonic()
         index, values = _NO_NUMBERS, _NO_VALUES
         stamped: dict[int, list[Sample]] = {}
+        newest: dict[SeriesKey, int] = {}
         current = _NO_NUMBERS
         gen, added = self._gen + 1, 0
         error, scraped, invalid, first_invalid = "", 0, 0, ""
+        self.last_out_of_order = 0
         try:
             result = self._fetch(spec, spec.timeout_s)
             parsed = self._parser.parse(
@@ -529,7 +551,7 @@ class Target:
             if parsed.metadata:
                 self.metadata = parsed.metadata
             self._trim()
-            index, values = self._numbers(parsed, stamped)
+            index, values = self._numbers(parsed, stamped, newest)
             if index.size and index.min() < 0:
                 keep = index >= 0
                 index, values = index[keep], values[keep]
@@ -539,6 +561,10 @@ class Target:
                     f"sample_limit exceeded: {post} samples after relabelling, limit {spec.sample_limit}"
                 )
             current, added = self._mark(index, gen)
+            if newest:
+                if len(self._stamped_ms) > _MAX_STAMPED:
+                    self._stamped_ms.clear()
+                self._stamped_ms.update(newest)
         except ScrapeError as e:
             error = str(e)
             index, values, stamped, current, added = _NO_NUMBERS, _NO_VALUES, {}, _NO_NUMBERS, 0
@@ -565,6 +591,10 @@ class Target:
         self.first_invalid_line = first_invalid
         self.invalid_lines_total += invalid
         return [Batch(now_ms, samples), *(Batch(ts, s) for ts, s in sorted(stamped.items()))]
+
+    def has_series(self, name: str, labels: Labels) -> bool:
+        """Whether this target's scrapes made the series `name{labels}` (its report series included)."""
+        return (name, labels) in self._series or (labels == self.spec.labels and name in REPORT_NAMES)
 
     def stale_batch(self, now_ms: int) -> Batch:
         """Staleness markers for every series of this target (it was removed from the configuration)."""

@@ -25,7 +25,7 @@ from gpuwatch.clock import Clock
 from gpuwatch.collect.scrape import Fetch, HttpFetcher, Target, TargetSpec, target_specs
 from gpuwatch.collect.scrapeconfig import ScrapeConfig, StaticGroup, targets_group
 from gpuwatch.errors import ConfigError
-from gpuwatch.model import DEFAULT_LABEL_LIMITS, Batch, LabelLimits
+from gpuwatch.model import DEFAULT_LABEL_LIMITS, Batch, LabelLimits, Labels
 
 log = logging.getLogger("gpuwatch.scrape")
 
@@ -160,6 +160,29 @@ class ScrapePool:
     def targets(self) -> list[Target]:
         with self._lock:
             return list(self._targets.values())
+
+    def federation_filter(self) -> Callable[[str, Labels], bool] | None:
+        """Return a test of whether a series came from one of this pool's `/federate` targets (so a node
+        does not hand back what it got from another server's store), or None without such targets.
+
+        A series counts when a current federation target's scrapes made it, or when it carries the
+        `job` of a federation job (its report series, and what the node sent without a job). After a
+        restart, series a federation target sent with their own job (kept by honor_labels) count only
+        from that target's first scrape on."""
+        targets = [t for t in self.targets() if t.spec.is_federation]
+        if not targets:
+            return None
+        jobs = frozenset(t.spec.job for t in targets)
+
+        def is_federated(name: str, labels: Labels) -> bool:
+            for k, v in labels:
+                if k == "job":
+                    if v in jobs:
+                        return True
+                    break
+            return any(t.has_series(name, labels) for t in targets)
+
+        return is_federated
 
     def states(self) -> list[dict[str, Any]]:
         """Return every target as Prometheus's /api/v1/targets `activeTargets` entries."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping
 
-from gpuwatch.model import MetricInfo, Sample
+from gpuwatch.model import Labels, MetricInfo, Sample
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
@@ -47,3 +47,25 @@ def format_text(samples: Iterable[Sample], metadata: Mapping[str, MetricInfo]) -
             else:
                 lines.append(f"{name} {format_value(s.value)}")
     return "\n".join(lines) + "\n" if lines else ""
+
+
+def format_federate(series: Iterable[tuple[str, Labels, int, float]]) -> str:
+    """Return what Prometheus's /federate writes: per metric name (sorted) a `# TYPE name untyped` line,
+    then each series (sorted by labels) with its latest value and that sample's timestamp in ms."""
+    by_name: dict[str, list[tuple[Labels, int, float]]] = {}
+    for name, labels, t_ms, value in series:
+        by_name.setdefault(name, []).append((labels, t_ms, value))
+    lines: list[str] = []
+    for name in sorted(by_name):
+        lines.append(f"# TYPE {name} untyped")
+        for labels, t_ms, value in sorted(by_name[name], key=_labels_key):
+            if labels:
+                inner = ",".join(f'{k}="{_escape_label(v)}"' for k, v in labels)
+                lines.append(f"{name}{{{inner}}} {format_value(value)} {t_ms}")
+            else:
+                lines.append(f"{name} {format_value(value)} {t_ms}")
+    return "\n".join(lines) + "\n" if lines else ""
+
+
+def _labels_key(row: tuple[Labels, int, float]) -> Labels:
+    return row[0]

@@ -10,6 +10,7 @@ from gpuwatch.access import AccessFile
 from gpuwatch.web.access import Gate, install
 from gpuwatch.web.alertmanager import bp as alertmanager_bp
 from gpuwatch.web.errors import register_error_handlers
+from gpuwatch.web.federate import bp as federate_bp
 from gpuwatch.web.importapi import bp as import_bp
 from gpuwatch.web.login import bp as login_bp
 from gpuwatch.web.logs import bp as logs_bp
@@ -46,7 +47,18 @@ def create_app(runtime: WebRuntime) -> Flask:
 
     access = getattr(runtime, "access", None) or AccessFile(None)  # a partial runtime (tests, bench) has none
     install(app, Gate(runtime.settings, access, runtime.clock), access.session_key())
-    for bp in (ops_bp, login_bp, pages_bp, prom_bp, import_bp, push_bp, targets_bp, logs_bp, rules_bp):
+    for bp in (
+        ops_bp,
+        login_bp,
+        pages_bp,
+        prom_bp,
+        federate_bp,
+        import_bp,
+        push_bp,
+        targets_bp,
+        logs_bp,
+        rules_bp,
+    ):
         app.register_blueprint(bp)
     app.register_blueprint(alertmanager_bp)
     app.register_blueprint(notify_bp)

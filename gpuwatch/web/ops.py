@@ -1,4 +1,5 @@
-"""Introspection and scrape endpoints: /-/health, /-/jobs, /-/settings, /-/version, /metrics."""
+"""Introspection and scrape endpoints: /-/health, /-/healthy, /-/ready, /-/jobs, /-/settings, /-/version,
+/metrics."""
 
 from __future__ import annotations
 
@@ -18,9 +19,17 @@ def health() -> ResponseReturnValue:
     return jsonify(status), 503 if status["status"] != "ok" else 200
 
 
-@bp.get("/-/ready")
+@bp.route("/-/healthy", methods=["GET", "HEAD"])
+def healthy() -> ResponseReturnValue:
+    """Prometheus's liveness probe: 200 and one line of text while the process serves requests."""
+    return Response("gpuwatch is Healthy.\n", content_type="text/plain; charset=utf-8")
+
+
+@bp.route("/-/ready", methods=["GET", "HEAD"])
 def ready() -> ResponseReturnValue:
-    return jsonify({"status": "ready"})
+    """Prometheus's readiness probe: 200 and one line of text once gpuwatch serves queries (it does as
+    soon as it listens: the store is open before the server starts)."""
+    return Response("gpuwatch is Ready.\n", content_type="text/plain; charset=utf-8")
 
 
 @bp.get("/-/version")

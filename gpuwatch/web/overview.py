@@ -107,9 +107,19 @@ def read_overview(store: Selectable, now_ms: int, window_ms: int = 30_000) -> li
     return sorted(rows.values(), key=lambda r: (r.hostname, int(r.gpu) if r.gpu.isdigit() else 10**9, r.uuid))
 
 
+NODE_STALE_MS = 30_000  # a node whose newest own sample is older than this at the last scrape: NotReady
+
+
 @dataclass
 class NodeRow:
-    """Another gpuwatch scraped by this one: Ready while its last scrape succeeded (`up` is 1)."""
+    """Another gpuwatch scraped by this one, in one of three states:
+
+    - `Unreachable`: the last scrape failed (`up` is 0) or the target was removed;
+    - `NotReady`: it answers, but its own samples (`gpuwatch_gpus`, written with every GPU sample) were
+      older than `NODE_STALE_MS` at the last scrape: its sampler is stuck (a hung NVML call, a full
+      queue). Only a `/federate` scrape can tell (it keeps the samples' timestamps);
+    - `Ready`: otherwise.
+    """
 
     job: str
     instance: str
@@ -117,21 +127,27 @@ class NodeRow:
     gpus: float | None
     is_ready: bool
     last_scrape_ms: int
+    is_up: bool = False
+    last_sample_ms: int | None = None  # the newest of the node's own samples the hub has
 
     @property
     def state(self) -> str:
+        if not self.is_up:
+            return "Unreachable"
         return "Ready" if self.is_ready else "NotReady"
 
 
-def read_nodes(store: Selectable, now_ms: int, window_ms: int = 3_600_000) -> list[NodeRow]:
+def read_nodes(
+    store: Selectable, now_ms: int, window_ms: int = 3_600_000, stale_ms: int = NODE_STALE_MS
+) -> list[NodeRow]:
     """Return the scrape targets that are gpuwatch nodes (their page had `gpuwatch_build_info` within
-    `window_ms`), each Ready or NotReady by its latest `up`."""
+    `window_ms`), each Ready, NotReady or Unreachable (NodeRow) by its latest `up` and own samples."""
     names = "up|gpuwatch_build_info|gpuwatch_gpus"
     series = store.select(
         [Matcher("__name__", "=~", names), Matcher("job", "!=", "")], now_ms - window_ms, now_ms
     )
     info: dict[tuple[str, str], str] = {}
-    gpus: dict[tuple[str, str], float] = {}
+    gpus: dict[tuple[str, str], tuple[int, float]] = {}
     up: dict[tuple[str, str], tuple[int, float]] = {}
     for s in series:
         labels = dict(s.labels)
@@ -142,13 +158,28 @@ def read_nodes(store: Selectable, now_ms: int, window_ms: int = 3_600_000) -> li
         if s.name == "gpuwatch_build_info":
             info[key] = labels.get("version", "")
         elif s.name == "gpuwatch_gpus" and last is not None:
-            gpus[key] = last[1]
+            if key not in gpus or last[0] > gpus[key][0]:
+                gpus[key] = last
         elif s.name == "up" and len(s.timestamps_ms):
-            # A staleness marker after `up` (target removed) counts as not ready.
+            # A staleness marker after `up` (target removed) counts as not reachable.
             t, v = int(s.timestamps_ms[-1]), float(s.values[-1])
             up[key] = (t, 0.0 if is_stale(v) else v)
     rows = []
     for key, version in info.items():
         t, v = up.get(key, (0, 0.0))
-        rows.append(NodeRow(key[0], key[1], version, gpus.get(key), v == 1.0, t))
+        sample = gpus.get(key)
+        is_up = v == 1.0
+        is_fresh = sample is not None and t - sample[0] <= stale_ms
+        rows.append(
+            NodeRow(
+                key[0],
+                key[1],
+                version,
+                sample[1] if sample is not None else None,
+                is_up and is_fresh,
+                t,
+                is_up=is_up,
+                last_sample_ms=sample[0] if sample is not None else None,
+            )
+        )
     return sorted(rows, key=lambda r: (r.job, r.instance))

@@ -6,6 +6,7 @@ Parts a process may lack (rules, silences, a notifier, ...) are None, never miss
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from flask import current_app
@@ -14,7 +15,7 @@ from gpuwatch.access import AccessFile
 from gpuwatch.clock import Clock
 from gpuwatch.collect.push import PushGroups
 from gpuwatch.jobs import JobRegistry
-from gpuwatch.model import LabelLimits, MetricInfo
+from gpuwatch.model import LabelLimits, Labels, MetricInfo
 from gpuwatch.notify.config import NotifyConfig
 from gpuwatch.notify.notifier import Notifier
 from gpuwatch.notify.received import ReceivedAlerts
@@ -49,6 +50,8 @@ class WebRuntime(Protocol):
     @property
     def clock(self) -> Clock: ...
     @property
+    def hostname(self) -> str: ...
+    @property
     def store(self) -> Store: ...
     @property
     def jobs(self) -> JobRegistry: ...
@@ -71,6 +74,7 @@ class WebRuntime(Protocol):
     def targets(self) -> list[dict[str, Any]]: ...
     def dropped_targets(self) -> list[dict[str, Any]]: ...
     def metric_metadata(self) -> dict[str, list[dict[str, str]]]: ...
+    def federation_filter(self) -> Callable[[str, Labels], bool] | None: ...
 
 
 def runtime() -> WebRuntime:
