@@ -40,7 +40,8 @@ def parse_run_request(body: Any, now_ms: int) -> RunUpdate:  # noqa: C901 - one 
     if not isinstance(body, dict):
         raise PushError("body: expected an object with run and action")
     unknown = sorted(
-        set(body) - {"run", "action", "status", "total_steps", "config", "host", "gpus", "time", "step"}
+        set(body)
+        - {"run", "action", "status", "total_steps", "config", "host", "gpus", "time", "step", "process"}
     )
     if unknown:
         raise PushError(f"body: unknown field {unknown[0]!r}")
@@ -77,6 +78,7 @@ def parse_run_request(body: Any, now_ms: int) -> RunUpdate:  # noqa: C901 - one 
     gpus = body.get("gpus")
     if gpus is not None and (not isinstance(gpus, list) or len(gpus) > 4096):
         raise PushError("gpus: expected a list (indexes or UUIDs)")
+    process = parse_process(body.get("process"))
     time_ms = now_ms
     t = body.get("time")
     if t is not None:
@@ -103,7 +105,43 @@ def parse_run_request(body: Any, now_ms: int) -> RunUpdate:  # noqa: C901 - one 
         host=host,
         gpus=gpus,
         last_step=float(step) if step is not None else None,
+        process=process,
     )
+
+
+def _pid(value: Any, where: str) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 < value < 2**31:
+        raise PushError(f"{where}: expected a process id, got {value!r}")
+    return value
+
+
+def parse_process(value: Any) -> dict[str, Any] | None:
+    """Validate the `process` of an init: `{"pid", "launcher_pid", "cuda_visible_devices", "cuda_device"}`."""
+    if value is None:
+        return None
+    if not isinstance(value, dict):
+        raise PushError("process: expected an object")
+    unknown = sorted(set(value) - {"pid", "launcher_pid", "cuda_visible_devices", "cuda_device"})
+    if unknown:
+        raise PushError(f"process: unknown field {unknown[0]!r}")
+    out: dict[str, Any] = {}
+    for key in ("pid", "launcher_pid"):
+        pid = _pid(value.get(key), f"process.{key}")
+        if pid is not None:
+            out[key] = pid
+    visible = value.get("cuda_visible_devices")
+    if visible is not None:
+        if not isinstance(visible, str) or len(visible) > 4096:
+            raise PushError("process.cuda_visible_devices: expected a string")
+        out["cuda_visible_devices"] = visible
+    device = value.get("cuda_device")
+    if device is not None:
+        if isinstance(device, bool) or not isinstance(device, int) or not 0 <= device < 4096:
+            raise PushError(f"process.cuda_device: expected a device number, got {device!r}")
+        out["cuda_device"] = device
+    return out
 
 
 class SeenThrottle:
@@ -194,6 +232,7 @@ def describe(record: RunRecord, rate: float | None, now_ms: int) -> dict[str, An
         "host": record.host,
         "gpus": record.gpus,
         "config": record.config,
+        "process": record.process,
     }
 
 
