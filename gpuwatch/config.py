@@ -267,6 +267,9 @@ OPTIONS: tuple[Option, ...] = (
 )
 
 _BY_KEY = {o.key: o for o in OPTIONS}
+# Read by the training SDK (gpuwatch.client) in a training job's environment, where `gpuwatch` commands
+# may run too: not settings, and so no setting may be named url, run or token.
+SDK_VARIABLES = frozenset({"GPUWATCH_URL", "GPUWATCH_RUN", "GPUWATCH_TOKEN"})
 
 
 @dataclass(frozen=True)
@@ -376,7 +379,7 @@ def load(
         for key, raw in _read_file(file).items():
             values[str(key)] = _apply(str(key), raw, str(file))
     for name, raw in env.items():
-        if not name.startswith("GPUWATCH_") or name == "GPUWATCH_CONFIG":
+        if not name.startswith("GPUWATCH_") or name == "GPUWATCH_CONFIG" or name in SDK_VARIABLES:
             continue
         key = name[len("GPUWATCH_") :].lower()
         if key not in _BY_KEY:
