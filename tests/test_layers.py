@@ -17,6 +17,9 @@ PACKAGE = Path(__file__).resolve().parent.parent / "gpuwatch"
 # The flow, earliest first; a top-level module is its own entry.
 FLOW: list[tuple[str, ...]] = [
     ("gpuwatch", "errors", "regex", "model", "clock", "units", "jobs", "client"),
+    # Training-library adapters (HF Trainer, Lightning): right after the kernel, so they can import the
+    # SDK (`client`) and nothing else of gpuwatch; a leaf that nothing imports (checked below).
+    ("integrations",),
     ("promtext",),
     ("collect",),
     ("store",),
@@ -163,6 +166,17 @@ def test_no_import_cycles() -> None:
 
 def test_no_imports_inside_functions_outside_the_cli() -> None:
     assert hidden_local_imports() == []
+
+
+def test_nothing_imports_the_integrations() -> None:
+    """They import transformers or lightning, which gpuwatch does not depend on."""
+    _, graph = _graph(PACKAGE)
+    users = sorted(
+        m
+        for m, imports in graph.items()
+        if _unit(m) != "integrations" and any(_unit(t) == "integrations" for _, t, _ in imports)
+    )
+    assert users == []
 
 
 def test_only_the_store_opens_duckdb() -> None:
