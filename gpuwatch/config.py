@@ -35,6 +35,18 @@ def _parse_int(lo: int, hi: int) -> Callable[[object], int]:
     return parse
 
 
+def _parse_price(v: object) -> float:
+    if isinstance(v, bool):
+        raise ValueError("expected a price, a number of at least 0")
+    try:
+        n = float(v) if isinstance(v, (int, float, str)) else None
+    except ValueError:
+        n = None
+    if n is None or not 0 <= n < 1e9:  # also refuses NaN
+        raise ValueError("expected a price, a number of at least 0")
+    return n
+
+
 def _parse_bool(v: object) -> bool:
     if isinstance(v, bool):
         return v
@@ -198,6 +210,13 @@ OPTIONS: tuple[Option, ...] = (
     ),
     Option("log_level", _parse_level, "info", "Log level: debug, info, warning or error."),
     Option(
+        "energy_price_per_kwh",
+        _parse_price,
+        0.0,
+        "Price of a kWh, for the cost of each training run in /api/v1/runs (0: no cost shown).",
+    ),
+    Option("energy_currency", _parse_str, "EUR", "Currency of `energy_price_per_kwh`, shown with each cost."),
+    Option(
         "scrape_interval",
         _parse_positive_duration(1, 86400),
         15.0,
@@ -311,6 +330,8 @@ class Settings:
     label_limit: int = 64
     label_name_length_limit: int = 1024
     label_value_length_limit: int = 4096
+    energy_price_per_kwh: float = 0.0
+    energy_currency: str = "EUR"
     config_file: Path | None = None
 
     @property

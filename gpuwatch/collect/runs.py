@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 import threading
+from collections.abc import Callable
 from dataclasses import replace
 from typing import Any, Protocol
 
@@ -198,8 +199,16 @@ def step_rate(series: list[SeriesData]) -> float | None:
     return best
 
 
-def describe(record: RunRecord, rate: float | None, now_ms: int) -> dict[str, Any]:
-    """Return one run as `GET /api/v1/runs` shows it: times in Unix seconds, progress 0-1, ETA seconds."""
+def describe(
+    record: RunRecord,
+    rate: float | None,
+    now_ms: int,
+    energy_kwh: float | None = None,
+    price_per_kwh: float = 0.0,
+    currency: str = "",
+) -> dict[str, Any]:
+    """Return one run as `GET /api/v1/runs` shows it: times in Unix seconds, progress 0-1, ETA seconds,
+    energy in kWh and its cost (None without a price)."""
     progress = None
     if record.total_steps and record.last_step is not None:
         progress = max(0.0, min(1.0, record.last_step / record.total_steps))
@@ -233,6 +242,9 @@ def describe(record: RunRecord, rate: float | None, now_ms: int) -> dict[str, An
         "gpus": record.gpus,
         "config": record.config,
         "process": record.process,
+        "energy_kwh": energy_kwh,
+        "cost": energy_kwh * price_per_kwh if energy_kwh is not None and price_per_kwh > 0 else None,
+        "currency": currency if price_per_kwh > 0 else None,
     }
 
 
@@ -240,8 +252,15 @@ def _seconds(ms: int | None) -> float | None:
     return None if ms is None else ms / 1000.0
 
 
-def list_runs(store: RunSource, now_ms: int) -> list[dict[str, Any]]:
-    """Return every run with progress and ETA from its step rate over the last 10 minutes."""
+def list_runs(
+    store: RunSource,
+    now_ms: int,
+    energy_kwh: Callable[[RunRecord], float | None] | None = None,
+    price_per_kwh: float = 0.0,
+    currency: str = "",
+) -> list[dict[str, Any]]:
+    """Return every run with progress and ETA from its step rate over the last 10 minutes, and its
+    energy (`energy_kwh(record)`, see `collect.runenergy`) and cost."""
     out = []
     for record in store.runs():
         rate = None
@@ -255,7 +274,8 @@ def list_runs(store: RunSource, now_ms: int) -> list[dict[str, Any]]:
             newest = latest_step(found)
             if newest is not None and newest[0] > (record.last_seen_ms or 0):
                 record = replace(record, last_step=newest[1], last_seen_ms=newest[0])
-        out.append(describe(record, rate, now_ms))
+        kwh = energy_kwh(record) if energy_kwh is not None else None
+        out.append(describe(record, rate, now_ms, kwh, price_per_kwh, currency))
     return out
 
 

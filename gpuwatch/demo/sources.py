@@ -367,6 +367,7 @@ class DemoSources:
         tick_s: float = 1.0,
         seed: int | None = None,
         training_log: Path | None = None,
+        training_gpus: list[str] | None = None,
     ) -> None:
         self.clock = clock or SystemClock()
         self.tick_s = tick_s
@@ -374,7 +375,11 @@ class DemoSources:
         self.vllm = VllmSim(rng)
         self.sglang = SglangSim(rng)
         self.training = (
-            TrainingSim(gpuwatch_url, rng, self.clock, log_path=training_log) if gpuwatch_url else None
+            TrainingSim(
+                gpuwatch_url, rng, self.clock, log_path=training_log, gpus=training_gpus, report_process=False
+            )
+            if gpuwatch_url
+            else None
         )
         self._servers: dict[str, WSGIServer] = {}
         self._thread: threading.Thread | None = None
