@@ -270,3 +270,20 @@ def test_init_reports_the_process_and_visible_devices(gw: Any, monkeypatch: pyte
 def test_a_run_without_a_name_gets_the_script_and_time(gw: Any) -> None:
     run = gw.init(transport=FakeTransport(), clock=FakeClock(1_790_000_000), report_process=False)
     assert run.name == "pytest-20260921-141320", run.name  # the script pytest, the start in UTC
+
+
+def test_an_uncaught_exception_finishes_the_run_failed(gw: Any) -> None:
+    import sys
+
+    transport = FakeTransport()
+    before = sys.excepthook
+    run = Run("crash", transport=transport, flush_interval_s=0.01, exit_timeout_s=5, report_process=False)
+    try:
+        raise RuntimeError("CUDA out of memory")
+    except RuntimeError as exc:
+        calls: list[type[BaseException]] = []
+        run._previous_hook = lambda kind, value, tb: calls.append(kind)  # instead of printing it
+        sys.excepthook(type(exc), exc, exc.__traceback__)
+    assert calls == [RuntimeError] and sys.excepthook != run._excepthook  # restored
+    assert transport.runs()[-1]["status"] == "failed" and run.is_finished
+    sys.excepthook = before

@@ -192,3 +192,21 @@ def test_the_demo_training_run_reports_its_gpus_and_energy(
     assert {g for _, g, _ in info(runtime, clock, "demo-llama-7b-sft")} == {"0"}
     assert got["energy_kwh"] > 0 and got["cost"] == pytest.approx(got["energy_kwh"] * 0.25)
     sim.close()
+
+
+@pytest.mark.slow
+def test_a_real_child_process_is_found_under_proc() -> None:
+    """What torchrun's and DataLoader's workers look like to gpuwatch: children in the real /proc."""
+    import os
+    import subprocess
+    import sys
+
+    from gpuwatch.collect.proctree import parent_map
+
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        assert child.pid in with_descendants([os.getpid()], parent_map())
+        assert os.getpid() not in with_descendants([child.pid], parent_map())
+    finally:
+        child.kill()
+        child.wait()
