@@ -618,6 +618,11 @@ def init(
     return _current
 
 
+def active_run() -> Run | None:
+    """The current run while it is not finished (integrations log into it rather than start another)."""
+    return _current if _current is not None and not _current.is_finished else None
+
+
 def log(data: Mapping[str, Any], step: int | None = None, commit: bool | None = None) -> None:
     """Log to the current run (`Run.log`): `step=`, and `commit=False` to accumulate, as in W&B."""
     if _current is None:

@@ -160,7 +160,7 @@ def _lightning_module(L: Any, torch: Any, fail_at: int | None = None) -> Any:
     return Regression()
 
 
-def _lightning_fit(L: Any, torch: Any, run: str, fail_at: int | None = None) -> None:
+def _lightning_fit(L: Any, torch: Any, run: str | None, fail_at: int | None = None) -> None:
     from gpuwatch.integrations.lightning import GpuwatchLogger
 
     torch.manual_seed(0)
@@ -198,3 +198,21 @@ def test_lightning_logger_logs_curves_hyperparams_and_finish(server: Server) -> 
     with pytest.raises(RuntimeError, match="illegal memory access"):
         _lightning_fit(L, torch, "pl-crash", fail_at=3)
     finished(server, "pl-crash", "failed")
+
+
+def test_an_integration_logs_into_the_run_the_script_started(server: Server) -> None:
+    torch = require_module("torch")
+    L = require_module("lightning")
+    import gpuwatch.client as gw
+
+    gw.init(run="pl-own", config={"dataset": "tiny"}, flush_interval_s=0.1)
+    _lightning_fit(L, torch, None)
+    assert gw.run is not None and gw.run.name == "pl-own" and not gw.run.is_finished
+    gw.log({"custom": 1.0})
+    assert gw.finish(timeout_s=30)
+    finished(server, "pl-own", "ok")
+    info = run_info(server, "pl-own")
+    assert info is not None and info["config"] == {"dataset": "tiny", "lr": 0.05, "hidden": 8}
+    assert len(curve(server, "pl-own", "training_train_loss")) == 4 and curve(
+        server, "pl-own", "training_custom"
+    )

@@ -9,6 +9,8 @@ with `max_steps` as total steps and the training arguments (and the model's conf
 as config; every `on_log` (training loss, learning rate, grad norm, evaluation metrics) goes in at
 `global_step`; each checkpoint save is timed as `training_checkpoint_seconds`; `train_end` finishes the
 run `ok`, and an exception that ends the script finishes it `failed`. Only the world's process zero logs.
+Where the script already started a run (`gpuwatch.client.init`), the callback logs into that one, adds
+the arguments to its config and leaves finishing it to the script.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ class GpuwatchCallback(TrainerCallback):  # type: ignore[misc,unused-ignore]  # 
         self._name = run
         self._options = options
         self.run: client.Run | None = None
+        self._owns_run = False
         self._save_started: float | None = None
 
     def _clock(self) -> float:
@@ -35,16 +38,22 @@ class GpuwatchCallback(TrainerCallback):  # type: ignore[misc,unused-ignore]  # 
     def on_train_begin(self, args: Any, state: Any, control: Any, model: Any = None, **kwargs: Any) -> None:
         if not state.is_world_process_zero:
             return
-        if self.run is not None and not self.run.is_finished:
+        if self.run is not None and self._owns_run and not self.run.is_finished:
             self.run.finish(status="ok")
         config: dict[str, Any] = dict(args.to_dict())
         model_config = getattr(model, "config", None)
         if model_config is not None and hasattr(model_config, "to_dict"):
             config["model_config"] = model_config.to_dict()
+        active = client.active_run()
+        if active is not None and self._name in (None, active.name):
+            self.run, self._owns_run = active, False
+            self.run.config.update(config)
+            return
         name = self._name or client.env_setting("GPUWATCH_RUN") or getattr(args, "run_name", None)
         self.run = client.init(
             run=name, total_steps=int(state.max_steps) or None, config=config, **self._options
         )
+        self._owns_run = True
 
     def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         if self.run is not None and control.should_save:
@@ -69,8 +78,10 @@ class GpuwatchCallback(TrainerCallback):  # type: ignore[misc,unused-ignore]  # 
         self.run.log({"checkpoint_seconds": seconds}, step=int(state.global_step))
 
     def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-        if self.run is not None:
+        if self.run is not None and self._owns_run:
             self.run.finish(status="ok")
+        elif self.run is not None:
+            self.run.flush(timeout_s=10.0)
 
 
 def _is_number(value: Any) -> bool:

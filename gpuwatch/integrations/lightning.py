@@ -8,7 +8,8 @@
 as `a/b`) goes into the run's config, and `finalize` finishes the run: `ok` on success, `failed` when
 training raised. Lightning calls these on the global rank zero only. The run starts at the first call
 (name: `run=`, else GPUWATCH_RUN, else generated); `url`, `token` and other options go to
-`gpuwatch.client.Run`.
+`gpuwatch.client.Run`. Where the script already started a run (`gpuwatch.client.init`), the logger
+logs into that one and leaves finishing it to the script.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ class GpuwatchLogger(Logger):  # type: ignore[misc,unused-ignore]  # Any without
         self._total_steps = total_steps
         self._options = options
         self._run: client.Run | None = None
+        self._owns_run = False
 
     @property
     def name(self) -> str:
@@ -49,7 +51,12 @@ class GpuwatchLogger(Logger):  # type: ignore[misc,unused-ignore]  # Any without
     def experiment(self) -> client.Run:
         """The SDK's run (started on first use)."""
         if self._run is None:
-            self._run = client.init(run=self._name, total_steps=self._total_steps, **self._options)
+            active = client.active_run()
+            if active is not None and self._name in (None, active.name):
+                self._run = active
+            else:
+                self._run = client.init(run=self._name, total_steps=self._total_steps, **self._options)
+                self._owns_run = True
         return self._run
 
     @rank_zero_only  # type: ignore[untyped-decorator,misc,unused-ignore]
@@ -63,8 +70,12 @@ class GpuwatchLogger(Logger):  # type: ignore[misc,unused-ignore]  # Any without
 
     @rank_zero_only  # type: ignore[untyped-decorator,misc,unused-ignore]
     def finalize(self, status: str) -> None:
-        if self._run is not None and not self._run.is_finished:
+        if self._run is None or self._run.is_finished:
+            return
+        if self._owns_run:
             self._run.finish(status="failed" if status == "failed" else "ok")
+        else:
+            self._run.flush(timeout_s=10.0)
 
 
 def _flatten(values: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
