@@ -287,3 +287,18 @@ def test_an_uncaught_exception_finishes_the_run_failed(gw: Any) -> None:
     assert calls == [RuntimeError] and sys.excepthook != run._excepthook  # restored
     assert transport.runs()[-1]["status"] == "failed" and run.is_finished
     sys.excepthook = before
+
+
+@pytest.mark.slow
+def test_the_sdk_imports_nothing_of_the_server() -> None:
+    """It ships into training jobs with only `requests`: no Flask, DuckDB, numpy or YAML."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, gpuwatch.client\n"
+        "bad = sorted({m.split('.')[0] for m in sys.modules} & {'flask', 'duckdb', 'numpy', 'yaml', 'torch'})\n"
+        "print(bad)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
+    assert out.stdout.strip() == "[]", out.stdout + out.stderr

@@ -8,6 +8,7 @@ walk sees every import, including those inside functions and under `if TYPE_CHEC
 from __future__ import annotations
 
 import ast
+import functools
 from pathlib import Path
 
 import pytest
@@ -82,6 +83,7 @@ def _imports(path: Path, root: Path, modules: set[str]) -> list[tuple[int, str, 
     return found
 
 
+@functools.lru_cache(maxsize=8)  # parsed once for all the checks of one tree
 def _graph(root: Path) -> tuple[dict[str, Path], dict[str, list[tuple[int, str, bool]]]]:
     paths = {_module_name(p, root): p for p in sorted(root.rglob("*.py"))}
     modules = set(paths)
