@@ -97,7 +97,8 @@ class RunEnergy:
         self._lock = threading.Lock()
 
     def kwh(self, source: RangeSource, record: RunRecord, now_ms: int) -> float | None:
-        """Return the run's energy so far in kWh, or None when it never held a GPU gpuwatch saw."""
+        """Return the run's energy so far in kWh, or None when it never held a GPU whose energy counter
+        gpuwatch samples."""
         with self._lock:
             acc = self._sums.get(record.name)
             if acc is None or acc.start_ms != record.start_ms:
@@ -117,7 +118,6 @@ class RunEnergy:
             [Matcher("__name__", "=", INFO_METRIC), Matcher("run", "=", run)], acc.upto_ms - HOLD_MS, end_ms
         )
         for ref, spans in held_stretches(info).items():
-            acc.held_any = True
             prev = acc.last.get(ref)
             start = prev[0] if prev is not None else spans[0][0] - MAX_GAP_MS
             found = source.select(
@@ -136,6 +136,8 @@ class RunEnergy:
                 for t, v in zip(s.timestamps_ms, s.values, strict=True)
                 if math.isfinite(float(v))
             ]
+            if samples:
+                acc.held_any = True  # a GPU without an energy counter (before Volta) shows no energy
             if prev is not None and (not samples or samples[0][0] > prev[0]):
                 samples.insert(0, prev)
             acc.mj += increase_within(samples, spans, acc.upto_ms, end_ms)
