@@ -608,12 +608,10 @@ def init(
     """Start logging a training run and make it the current run of `log`, `finish` and `config`.
 
     `run`, `url` and the `token` option default to GPUWATCH_RUN, GPUWATCH_URL, GPUWATCH_TOKEN; see `Run`
-    for the other options. A current run not yet finished is finished first (status ok), as
-    `wandb.init` does with `reinit`.
+    for the other options. A run that was current before goes on (its `Run` object still logs and
+    finishes it), so two runs can log side by side as before the module API existed.
     """
     global _current  # the module API's one current run (see above)
-    if _current is not None and not _current.is_finished:
-        _current.finish(status="ok")
     _current = Run(run, url=url, total_steps=total_steps, config=config, **options)
     return _current
 
