@@ -7,8 +7,8 @@ end inside a held stretch; a counter that went down (driver reloaded) counts fro
 sharing a GPU are each charged the whole GPU. The figure is exact to within one job interval at
 either end of each stretch.
 
-`RunEnergy` keeps what it summed per run, so each call reads only what is new; a finished run is read
-once. It holds at most `max_runs` runs (then starts over, costing one re-read each).
+`RunEnergy` keeps what it summed per run, so each call reads only what is new, at most every 15 s
+for a running run; a finished run is read once. It holds at most `max_runs` runs (then starts over, costing one re-read each).
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ MJ_PER_KWH = 3.6e9
 HOLD_MS = 20_000  # an info sample (every 15 s) covers the next 20 s
 MAX_GAP_MS = 60_000  # counter samples further apart than this, across a gap in holding, are not summed
 SETTLE_MS = 30_000  # samples younger than this may still wait in the store's queue: read them next time
+REREAD_MS = 15_000  # a running run is read again at most this often (info samples come every 15 s)
 
 RUN_ENERGY_METRICS: tuple[MetricInfo, ...] = (
     MetricInfo(
@@ -109,7 +110,8 @@ class RunEnergy:
             end = now_ms - SETTLE_MS
             if record.end_ms is not None:
                 end = min(end, record.end_ms)
-            if end > acc.upto_ms:
+            finished = record.end_ms is not None and end >= record.end_ms
+            if end > acc.upto_ms and (finished or end - acc.upto_ms >= REREAD_MS):
                 self._add(source, record.name, acc, end)
             return acc.mj / MJ_PER_KWH if acc.held_any else None
 
