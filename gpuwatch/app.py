@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import socket
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -16,9 +17,17 @@ from gpuwatch.collect.host import HOST_METRICS, HostCollector
 from gpuwatch.collect.logs import LOG_METRICS, LogTailer
 from gpuwatch.collect.nvml import DEMO_HINT, EXPECT_GPUS_HINT, GPU_METRICS, GpuCollector, load_nvml
 from gpuwatch.collect.push import PUSH_METRICS, REEMIT_INTERVAL_S, PushGroups
-from gpuwatch.collect.runs import RUN_METRICS, RUN_STATUS_INTERVAL_S, run_status_samples
+from gpuwatch.collect.runenergy import RUN_ENERGY_METRICS, RunEnergy, energy_samples
+from gpuwatch.collect.rungpus import RUN_GPU_METRICS, RunGpus
+from gpuwatch.collect.runs import (
+    RUN_METRICS,
+    RUN_STATUS_FINISHED_MS,
+    RUN_STATUS_INTERVAL_S,
+    run_status_samples,
+)
 from gpuwatch.collect.scrapeconfig import ScrapeConfig, url_config
 from gpuwatch.collect.scrapepool import ScrapePool
+from gpuwatch.collect.usage import USAGE_METRICS
 from gpuwatch.config import Settings
 from gpuwatch.demo.nvml import FakeNvml
 from gpuwatch.demo.sources import DemoSources, local_url
@@ -103,6 +112,8 @@ class Runtime:
     notifier: Notifier | None = None
     access: AccessFile | None = None  # tokens and passwords (<data_dir>/access.json)
     first_token: str | None = None  # the machine token made on this first start, to show once
+    run_gpus: RunGpus | None = None  # joins runs with the process table (gpuwatch_run_gpu_info)
+    run_energy: RunEnergy = field(default_factory=RunEnergy)
     _latest: dict[str, Batch] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _stop: threading.Event = field(default_factory=threading.Event)
@@ -116,6 +127,7 @@ class Runtime:
         samples: list[Sample] = []
         if self.gpu is not None:
             samples.extend(self.gpu.collect(now_ms).samples)
+            samples.extend(self.gpu.usage_samples())
         samples.extend(self._self_samples())
         batch = Batch(now_ms, samples)
         with self._lock:
@@ -162,9 +174,15 @@ class Runtime:
         return out
 
     def sample_runs(self) -> None:
-        """Write each recent training run's status gauges, for the training rules (the 'runs' job)."""
+        """Write each recent training run's status gauges, for the training rules, the GPUs each running
+        run uses and its energy so far (the 'runs' job)."""
         now_ms = self.clock.now_ms()
-        batch = Batch(now_ms, run_status_samples(self.store.runs(), now_ms))
+        records = self.store.runs()
+        samples = run_status_samples(records, now_ms)
+        if self.run_gpus is not None:
+            samples.extend(self.run_gpus.samples(records, self.store, now_ms))
+        samples.extend(energy_samples(self.run_energy, records, self.store, now_ms, RUN_STATUS_FINISHED_MS))
+        batch = Batch(now_ms, samples)
         with self._lock:
             self._latest["runs"] = batch
         if batch.samples:
@@ -387,7 +405,17 @@ def build_runtime(settings: Settings, hostname: str, clock: Clock | None = None,
         jobs = JobRegistry(clock)
         metadata = {
             m.name: m
-            for m in (*GPU_METRICS, *HOST_METRICS, *SELF_METRICS, *PUSH_METRICS, *LOG_METRICS, *RUN_METRICS)
+            for m in (
+                *GPU_METRICS,
+                *HOST_METRICS,
+                *SELF_METRICS,
+                *PUSH_METRICS,
+                *LOG_METRICS,
+                *RUN_METRICS,
+                *RUN_GPU_METRICS,
+                *RUN_ENERGY_METRICS,
+                *USAGE_METRICS,
+            )
         }
         metadata.update({m.name: m for m in NOTIFY_METRICS})
         runtime = Runtime(
@@ -400,6 +428,7 @@ def build_runtime(settings: Settings, hostname: str, clock: Clock | None = None,
             jobs=jobs,
             metadata=metadata,
             host=HostCollector(instance=hostname, data_dir=settings.data_dir, proc_root=settings.proc_root),
+            run_gpus=RunGpus(hostname, proc_root, machine_name=socket.gethostname()),
         )
         jobs.add("sample", runtime.sample, settings.sample_interval)
         jobs.add("push", runtime.repush, REEMIT_INTERVAL_S)
@@ -428,11 +457,16 @@ def build_runtime(settings: Settings, hostname: str, clock: Clock | None = None,
             # Nothing is bound until start(); the training run pushes to this very gpuwatch and writes
             # a trainer's log that is tailed like any `log_files` entry.
             demo_log = settings.data_dir / "demo-logs" / "train.log"
+            # The simulated fine-tuning job's GPUs: the run names them, as a trainer's CUDA_VISIBLE_DEVICES
+            # would (its process is gpuwatch's own, which NVML's simulated table does not list).
+            roles = getattr(getattr(nvml, "workload", None), "roles", ())
+            training_gpus = [str(i) for i, role in enumerate(roles) if role == "training"] or None
             runtime.demo = DemoSources(
                 local_url(settings.host, settings.port),
                 clock=clock,
                 training_log=demo_log,
                 token=runtime.access.first_token(),
+                training_gpus=training_gpus,
             )
             log_files = (*log_files, training_log_file(demo_log))
         if log_files:

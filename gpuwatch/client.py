@@ -1,5 +1,17 @@
 """The training SDK: log a run's metrics to gpuwatch from a training loop. Needs only `requests`.
 
+The W&B-style module API (one current run, as `wandb` has):
+
+    import gpuwatch.client as gw
+
+    gw.init(run="llama-7b-sft", total_steps=10000, config={"lr": 3e-4})  # url/run/token from GPUWATCH_*
+    gw.config.update({"batch_size": 64})
+    for step in range(10000):
+        gw.log({"loss": train_step()}, step=step)
+    gw.finish()
+
+or the run object:
+
     import gpuwatch.client
 
     run = gpuwatch.client.init(run="llama-7b-sft", total_steps=10000, url="http://127.0.0.1:9842",
@@ -23,6 +35,13 @@ Names: `loss` -> `training_loss`, `lr` -> `training_learning_rate`, `grad_norm` 
 anything else `x` -> `training_x` (characters a metric name cannot hold become `_`: `eval/loss` ->
 `training_eval_loss`). `tokens` (or `samples`), counted since the previous `log`, also give
 `tokens_per_second` (`samples_per_second`) -> `training_throughput_tokens_per_second`.
+
+Where arguments are left out, `GPUWATCH_URL`, `GPUWATCH_RUN` and `GPUWATCH_TOKEN` give the server, the
+run's name and the bearer token, so a job scheduler can point a script at gpuwatch without editing it.
+The SDK runs in the user's process, not gpuwatch's: it reads its own environment (ruff TID251 is waived
+for this module). `init` also reports the process (pid, a torchrun launcher's pid, CUDA_VISIBLE_DEVICES,
+torch's current device when torch is imported and CUDA initialised), which gpuwatch joins with NVML's
+process table to find the GPUs the run used.
 """
 
 from __future__ import annotations
@@ -30,19 +49,40 @@ from __future__ import annotations
 import atexit
 import collections
 import contextlib
+import datetime as dt
 import logging
 import math
 import re
 import socket
+import sys
 import threading
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, MutableMapping
+from pathlib import Path
 from typing import Any
 
 import requests
 
 from gpuwatch.clock import Clock, SystemClock
+from gpuwatch.runmeta import RunConfig, declared_gpus, env_setting, process_report
 
-log = logging.getLogger("gpuwatch.client")
+__all__ = [
+    "Backoff",
+    "Outbox",
+    "Run",
+    "RunConfig",
+    "Sender",
+    "active_run",
+    "config",
+    "declared_gpus",
+    "env_setting",
+    "finish",
+    "init",
+    "log",
+    "process_report",
+    "requests_transport",
+]
+
+logger = logging.getLogger("gpuwatch.client")  # not `log`: that is the W&B-style function
 
 DEFAULT_URL = "http://127.0.0.1:9842"
 
@@ -54,11 +94,10 @@ def requests_transport(session: requests.Session | None = None, token: str | Non
     """Return a transport that sends JSON with `requests` (one keep-alive session), with
     `Authorization: Bearer <token>` when a token is given (a machine token; docs/security.md)."""
     http = session or requests.Session()
-    if token:
-        http.headers["Authorization"] = f"Bearer {token}"
+    headers = {"Authorization": f"Bearer {token}"} if token else None
 
     def send(method: str, url: str, body: Any, timeout: float) -> int:
-        return int(http.request(method, url, json=body, timeout=timeout).status_code)
+        return int(http.request(method, url, json=body, timeout=timeout, headers=headers).status_code)
 
     return send
 
@@ -156,8 +195,9 @@ class Sender:
     def send_once(self) -> float | None:
         """Try to send the next message; return the wait before the next call (see the class doc)."""
         if self.pending_init is not None:
-            done = self._post("/api/v1/runs", self.pending_init)
-            if done:
+            init = self.pending_init
+            done = self._post("/api/v1/runs", init)
+            if done and self.pending_init is init:  # a config change while in flight is sent next
                 self.pending_init = None
         elif len(self.outbox):
             upto, points = self.outbox.peek(self.batch_size)
@@ -193,13 +233,13 @@ class Sender:
         if 400 <= status < 500 and status not in (408, 429):
             self.rejected += len(body) if isinstance(body, list) else 1
             if status in (401, 403):
-                log.warning(
+                logger.warning(
                     "gpuwatch refused a message (HTTP %d on %s: pass token= a machine token); it is dropped",
                     status,
                     path,
                 )
             else:
-                log.warning("gpuwatch rejected a message (HTTP %d on %s); it is dropped", status, path)
+                logger.warning("gpuwatch rejected a message (HTTP %d on %s); it is dropped", status, path)
             return True
         return False
 
@@ -219,17 +259,25 @@ def _json_number(value: float) -> float | str:
     return "NaN" if math.isnan(value) else ("+Inf" if value > 0 else "-Inf")
 
 
+def default_run_name(now: float) -> str:
+    """A name for a run nobody named: the script's name and the start time (`train-20260101-120000`)."""
+    script = Path(sys.argv[0]).stem if sys.argv and sys.argv[0] not in ("", "-c") else ""
+    stamp = dt.datetime.fromtimestamp(now, dt.timezone.utc).strftime("%Y%m%d-%H%M%S")
+    return f"{_metric_name(script or 'run')}-{stamp}"
+
+
 class Run:
     """A training run being logged; create it with `init`."""
 
     def __init__(
         self,
-        name: str,
+        name: str | None = None,
         *,
-        url: str = DEFAULT_URL,
+        url: str | None = None,
         total_steps: int | None = None,
         config: Mapping[str, Any] | None = None,
         gpus: list[Any] | str | None = None,
+        token: str | None = None,
         transport: Transport | None = None,
         token: str | None = None,
         clock: Clock | None = None,
@@ -239,12 +287,19 @@ class Run:
         timeout_s: float = 10.0,
         backoff: Backoff | None = None,
         exit_timeout_s: float = 10.0,
+        report_process: bool = True,
+        fail_on_exception: bool = True,
     ) -> None:
-        self.name = name
+        """`name`, `url` and `token` default to GPUWATCH_RUN, GPUWATCH_URL and GPUWATCH_TOKEN (then a
+        generated name, http://127.0.0.1:9842 and no token). With `fail_on_exception`, an exception
+        that ends the script finishes the run as `failed` (a `sys.excepthook` that calls the previous one)."""
         self._clock = clock or SystemClock()
+        self.name = name or env_setting("GPUWATCH_RUN") or default_run_name(self._clock.now())
+        self.url = url or env_setting("GPUWATCH_URL") or DEFAULT_URL
+        token = token or env_setting("GPUWATCH_TOKEN")
         self._outbox = Outbox(max_buffer)
         self._sender = Sender(
-            url,
+            self.url,
             transport or requests_transport(token=token),
             self._outbox,
             backoff=backoff,
@@ -262,11 +317,16 @@ class Run:
         self._last_step: float | None = None  # the step of the latest log
         self._last_log_time: float | None = None
         self._last_ms = 0
+        self._pending: dict[str, Any] = {}  # `log(..., commit=False)` accumulates here
+        self._pending_step: int | None = None
         self.invalid_values = 0
         if isinstance(gpus, str):
             gpus = [g.strip() for g in gpus.split(",") if g.strip()]
-        self._sender.pending_init = {
-            "run": name,
+        process = process_report() if report_process else None
+        if gpus is None and process is not None:
+            gpus = declared_gpus(process)
+        self._init_message: dict[str, Any] = {
+            "run": self.name,
             "action": "init",
             "total_steps": total_steps,
             "config": _jsonable(dict(config)) if config is not None else None,
@@ -274,18 +334,66 @@ class Run:
             "gpus": gpus,
             "time": round(self._clock.now(), 3),
         }
-        self._thread = threading.Thread(target=self._loop, name=f"gpuwatch-client-{name}", daemon=True)
+        if process is not None:
+            self._init_message["process"] = process
+        self._sender.pending_init = dict(self._init_message)
+        self.config = RunConfig(config, self._config_changed)
+        self._thread = threading.Thread(target=self._loop, name=f"gpuwatch-client-{self.name}", daemon=True)
         self._thread.start()
         atexit.register(self._at_exit)
+        self._previous_hook: Any = None
+        if fail_on_exception:
+            self._previous_hook = sys.excepthook
+            sys.excepthook = self._excepthook
+
+    def _excepthook(self, kind: type[BaseException], value: BaseException, tb: Any) -> None:
+        """An uncaught exception ends the script: the run failed."""
+        with contextlib.suppress(Exception):
+            self.finish(status="failed", timeout_s=self._exit_timeout_s)
+        (self._previous_hook or sys.__excepthook__)(kind, value, tb)
+
+    def _restore_hook(self) -> None:
+        if self._previous_hook is not None and sys.excepthook == self._excepthook:
+            sys.excepthook = self._previous_hook
+
+    def _config_changed(self, config: dict[str, Any]) -> None:
+        """Send the whole config again (an init of a running run replaces its config, keeps its start)."""
+        if self._finished:
+            return
+        self._init_message["config"] = _jsonable(config)
+        self._sender.pending_init = dict(self._init_message)
+        with self._cond:
+            self._cond.notify_all()
 
     # -- what the training loop calls ---------------------------------------------------------------
 
-    def log(self, metrics: Mapping[str, Any], step: int | None = None) -> None:
-        """Queue one step's metrics; never blocks, never raises (bad values are skipped and counted)."""
+    def log(self, metrics: Mapping[str, Any], step: int | None = None, commit: bool | None = None) -> None:
+        """Queue one step's metrics; never blocks, never raises (bad values are skipped and counted).
+
+        As in W&B, `commit=False` keeps the metrics for the step and sends them with the next `log`
+        that commits; a `step` other than the one kept sends what was kept first, at its own step.
+        """
         try:
+            if self._pending and step is not None and step != self._pending_step:
+                self._commit_pending()
+            if commit is False:
+                if not self._pending:
+                    self._pending_step = step if step is not None else self._next_step
+                self._pending.update(metrics)
+                return
+            if self._pending:
+                merged = {**self._pending, **metrics}
+                step = self._pending_step if step is None else step
+                self._pending, self._pending_step = {}, None
+                metrics = merged
             self._log(metrics, step)
         except Exception:  # noqa: BLE001 - the training loop must never see our trouble
             self.invalid_values += 1
+
+    def _commit_pending(self) -> None:
+        pending, step = self._pending, self._pending_step
+        self._pending, self._pending_step = {}, None
+        self._log(pending, step)
 
     def _log(self, metrics: Mapping[str, Any], step: int | None) -> None:
         if self._finished:
@@ -329,6 +437,9 @@ class Run:
         """Mark the run finished (`ok` or `failed`), send what is buffered; True if all arrived in time."""
         if self._finished:
             return self._sender.is_idle()
+        if self._pending:
+            with contextlib.suppress(Exception):
+                self._commit_pending()
         self._sender.pending_finish = {
             "run": self.name,
             "action": "finish",
@@ -342,7 +453,16 @@ class Run:
             self._closing = True
             self._cond.notify_all()
         atexit.unregister(self._at_exit)
+        self._restore_hook()
         return delivered
+
+    @property
+    def is_finished(self) -> bool:
+        return self._finished
+
+    def monotonic(self) -> float:
+        """The run's clock's monotonic seconds (integrations time things with it)."""
+        return self._clock.monotonic()
 
     def flush(self, timeout_s: float = 30.0) -> bool:
         """Wait until everything logged so far is sent (or `timeout_s` passes); True if it was."""
@@ -396,7 +516,7 @@ class Run:
 
     def _at_exit(self) -> None:
         if not self.flush(self._exit_timeout_s):
-            log.warning(
+            logger.warning(
                 "gpuwatch: %d points of run %s were not delivered before exit (%s)",
                 self.pending,
                 self.name,
@@ -417,12 +537,92 @@ def _jsonable(value: Any) -> Any:
     return str(value)
 
 
+# The module-level API's one current run, as `wandb.run`: a deliberate exception to gpuwatch's "no
+# globals" rule, for the user's training script (the SDK is a library in their process, not part of
+# gpuwatch's object graph). It is this one variable; everything else lives on the Run.
+_current: Run | None = None
+
+
 def init(
-    run: str,
+    run: str | None = None,
     total_steps: int | None = None,
-    url: str = DEFAULT_URL,
+    url: str | None = None,
     config: Mapping[str, Any] | None = None,
     **options: Any,
 ) -> Run:
-    """Start logging a training run to the gpuwatch at `url`; see `Run` for the options."""
-    return Run(run, url=url, total_steps=total_steps, config=config, **options)
+    """Start logging a training run and make it the current run of `log`, `finish` and `config`.
+
+    `run`, `url` and the `token` option default to GPUWATCH_RUN, GPUWATCH_URL, GPUWATCH_TOKEN; see `Run`
+    for the other options. A run that was current before goes on (its `Run` object still logs and
+    finishes it), so two runs can log side by side as before the module API existed.
+    """
+    global _current  # the module API's one current run (see above)
+    _current = Run(run, url=url, total_steps=total_steps, config=config, **options)
+    return _current
+
+
+def active_run() -> Run | None:
+    """The current run while it is not finished (integrations log into it rather than start another)."""
+    return _current if _current is not None and not _current.is_finished else None
+
+
+def log(data: Mapping[str, Any], step: int | None = None, commit: bool | None = None) -> None:
+    """Log to the current run (`Run.log`): `step=`, and `commit=False` to accumulate, as in W&B."""
+    if _current is None:
+        raise RuntimeError("gpuwatch.client.log() called before gpuwatch.client.init()")
+    _current.log(data, step=step, commit=commit)
+
+
+def finish(status: str = "ok", exit_code: int | None = None, timeout_s: float = 30.0) -> bool:
+    """Finish the current run (`exit_code` other than 0 means `failed`); True if everything arrived."""
+    global _current  # the module API's one current run (see above)
+    current, _current = _current, None
+    if current is None:
+        return True
+    if exit_code is not None:
+        status = "ok" if exit_code == 0 else "failed"
+    return current.finish(status=status, timeout_s=timeout_s)
+
+
+class _CurrentConfig(MutableMapping[str, Any]):
+    """`gpuwatch.client.config`: the current run's `RunConfig` (as `wandb.config`); holds no state."""
+
+    @staticmethod
+    def _config() -> RunConfig:
+        if _current is None:
+            raise RuntimeError("gpuwatch.client.config used before gpuwatch.client.init()")
+        return _current.config
+
+    def __getitem__(self, key: str) -> Any:
+        return self._config()[key]
+
+    def __setitem__(self, key: str, value: Any) -> None:
+        self._config()[key] = value
+
+    def __delitem__(self, key: str) -> None:
+        del self._config()[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._config())
+
+    def __len__(self) -> int:
+        return len(self._config())
+
+    def update(self, other: Any = (), /, **kw: Any) -> None:
+        self._config().update(other, **kw)
+
+    def __getattr__(self, key: str) -> Any:
+        return getattr(self._config(), key)
+
+    def __setattr__(self, key: str, value: Any) -> None:
+        self._config()[key] = value
+
+
+config: MutableMapping[str, Any] = _CurrentConfig()
+
+
+def __getattr__(name: str) -> Any:
+    """`gpuwatch.client.run`: the current run (None before `init` and after `finish`), as `wandb.run`."""
+    if name == "run":
+        return _current
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

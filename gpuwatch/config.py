@@ -36,6 +36,18 @@ def _parse_int(lo: int, hi: int) -> Callable[[object], int]:
     return parse
 
 
+def _parse_price(v: object) -> float:
+    if isinstance(v, bool):
+        raise ValueError("expected a price, a number of at least 0")
+    try:
+        n = float(v) if isinstance(v, (int, float, str)) else None
+    except ValueError:
+        n = None
+    if n is None or not 0 <= n < 1e9:  # also refuses NaN
+        raise ValueError("expected a price, a number of at least 0")
+    return n
+
+
 def _parse_bool(v: object) -> bool:
     if isinstance(v, bool):
         return v
@@ -136,9 +148,6 @@ def _default_data_dir(env: Mapping[str, str]) -> Path:
 
 
 DEFAULT_PORT = 9842
-# Variables the clients (SDK, `gpuwatch silence`/`query`/`import`) read; not settings of the server.
-CLIENT_VARIABLES = ("GPUWATCH_TOKEN",)
-
 OPTIONS: tuple[Option, ...] = (
     Option("host", _parse_str, "0.0.0.0", "Address to listen on.", "--host"),
     Option("port", _parse_int(1, 65535), DEFAULT_PORT, "TCP port for pages, APIs and /metrics.", "--port"),
@@ -258,6 +267,13 @@ OPTIONS: tuple[Option, ...] = (
         "lookback", _parse_positive_duration(1, 86400), 300.0, "PromQL lookback delta for instant vectors."
     ),
     Option("log_level", _parse_level, "info", "Log level: debug, info, warning or error."),
+    Option(
+        "energy_price_per_kwh",
+        _parse_price,
+        0.0,
+        "Price of a kWh, for the cost of each training run in /api/v1/runs (0: no cost shown).",
+    ),
+    Option("energy_currency", _parse_str, "EUR", "Currency of `energy_price_per_kwh`, shown with each cost."),
     Option(
         "scrape_interval",
         _parse_positive_duration(1, 86400),
@@ -381,6 +397,9 @@ OPTIONS: tuple[Option, ...] = (
 )
 
 _BY_KEY = {o.key: o for o in OPTIONS}
+# Read by the training SDK (gpuwatch.client) in a training job's environment, where `gpuwatch` commands
+# may run too: not settings, and so no setting may be named url, run or token.
+SDK_VARIABLES = frozenset({"GPUWATCH_URL", "GPUWATCH_RUN", "GPUWATCH_TOKEN"})
 
 
 @dataclass(frozen=True)
@@ -433,6 +452,8 @@ class Settings:
     write_max_bytes: int = 64 * 1024 * 1024
     tls_cert_file: Path | None = None
     tls_key_file: Path | None = None
+    energy_price_per_kwh: float = 0.0
+    energy_currency: str = "EUR"
     config_file: Path | None = None
 
     @property
@@ -501,7 +522,7 @@ def load(
         for key, raw in _read_file(file).items():
             values[str(key)] = _apply(str(key), raw, str(file))
     for name, raw in env.items():
-        if not name.startswith("GPUWATCH_") or name in ("GPUWATCH_CONFIG", *CLIENT_VARIABLES):
+        if not name.startswith("GPUWATCH_") or name == "GPUWATCH_CONFIG" or name in SDK_VARIABLES:
             continue
         key = name[len("GPUWATCH_") :].lower()
         if key not in _BY_KEY:

@@ -246,6 +246,7 @@ class RunRecord:
     gpus: list[Any] | None
     last_step: float | None
     last_seen_ms: int | None
+    process: dict[str, Any] | None = None  # what the SDK said of its process: pid, launcher_pid, devices
 
 
 @dataclass(frozen=True)
@@ -265,6 +266,7 @@ class RunUpdate:
     host: str | None = None
     gpus: list[Any] | None = None
     last_step: float | None = None
+    process: dict[str, Any] | None = None
 
 
 class LogLine(NamedTuple):

@@ -176,3 +176,129 @@ def test_finish_is_idempotent(status: str) -> None:
     assert run.finish(status=status, timeout_s=10) and run.finish(timeout_s=10)
     run.log({"loss": 1})  # after finish: ignored
     assert [r["action"] for r in t.runs()] == ["init", "finish"] and t.runs()[1]["status"] == status
+
+
+# -- the W&B-style module API, the environment, the process report --------------------------------
+
+
+@pytest.fixture
+def gw(monkeypatch: pytest.MonkeyPatch) -> Any:
+    """The module API with a recording transport; no GPUWATCH_* from the developer's shell."""
+    import gpuwatch.client as module
+
+    for name in (
+        "GPUWATCH_URL",
+        "GPUWATCH_RUN",
+        "GPUWATCH_TOKEN",
+        "CUDA_VISIBLE_DEVICES",
+        "TORCHELASTIC_RUN_ID",
+    ):
+        monkeypatch.delenv(name, raising=False)
+    yield module
+    module.finish()
+
+
+def test_module_api_logs_accumulates_with_commit_false_and_updates_config(gw: Any) -> None:
+    transport = FakeTransport()
+    gw.init(run="wb", config={"lr": 0.1}, transport=transport, clock=FakeClock(1000), flush_interval_s=0.01)
+    assert gw.run is not None and gw.run.name == "wb"
+    gw.config.update({"batch_size": 8})
+    gw.config.optimizer = "adamw"
+    assert gw.config["lr"] == 0.1 and gw.config.batch_size == 8
+    gw.log({"loss": 2.0}, commit=False)
+    gw.log({"acc": 0.5}, commit=False)
+    gw.log({"lr": 0.1})  # commits the three at step 0
+    gw.log({"loss": 1.5}, step=5, commit=False)
+    gw.log({"loss": 1.0}, step=6)  # another step: step 5 goes first
+    assert gw.finish(exit_code=1, timeout_s=5)
+    assert gw.run is None
+    points = [(p["step"], p["metrics"]) for p in transport.points()]
+    assert points == [(0, {"loss": 2.0, "acc": 0.5, "lr": 0.1}), (5, {"loss": 1.5}), (6, {"loss": 1.0})]
+    inits = [m for m in transport.runs() if m["action"] == "init"]
+    assert inits[-1]["config"] == {"lr": 0.1, "batch_size": 8, "optimizer": "adamw"}
+    assert transport.runs()[-1] == {**transport.runs()[-1], "action": "finish", "status": "failed"}
+
+
+def test_module_api_before_init_says_so(gw: Any) -> None:
+    with pytest.raises(RuntimeError, match=r"before gpuwatch\.client\.init"):
+        gw.log({"loss": 1.0})
+    assert gw.finish() is True and gw.run is None
+
+
+def test_environment_names_the_server_run_and_token(gw: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    seen: list[tuple[str, str | None]] = []
+
+    class Session(requests.Session):
+        def request(self, method: str, url: str, **kw: Any) -> Any:  # type: ignore[override]
+            seen.append((url, (kw.get("headers") or {}).get("Authorization")))
+            resp = requests.Response()
+            resp.status_code = 200
+            return resp
+
+    monkeypatch.setenv("GPUWATCH_URL", "http://gpu-node-7:9842")
+    monkeypatch.setenv("GPUWATCH_RUN", "job-4711")
+    monkeypatch.setenv("GPUWATCH_TOKEN", "s3cret")
+    monkeypatch.setattr(requests, "Session", Session)
+    run = gw.init(flush_interval_s=0.01)
+    assert run.name == "job-4711" and run.url == "http://gpu-node-7:9842"
+    assert gw.finish(timeout_s=5)
+    assert seen and all(s == ("http://gpu-node-7:9842/api/v1/runs", "Bearer s3cret") for s in seen)
+    explicit = Run("mine", url="http://other:1", transport=FakeTransport(), report_process=False)
+    assert explicit.name == "mine" and explicit.url == "http://other:1"  # arguments win over the environment
+    explicit.finish(timeout_s=5)
+
+
+def test_init_reports_the_process_and_visible_devices(gw: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    import os
+
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "2,3")
+    monkeypatch.setenv("TORCHELASTIC_RUN_ID", "abc")
+    transport = FakeTransport()
+    gw.init(run="ddp", transport=transport, flush_interval_s=0.01)
+    gw.finish(timeout_s=5)
+    init = transport.runs()[0]
+    assert init["process"] == {
+        "pid": os.getpid(),
+        "launcher_pid": os.getppid(),
+        "cuda_visible_devices": "2,3",
+    }
+    assert init["gpus"] == ["2", "3"]
+    assert gw.declared_gpus({"cuda_visible_devices": "2,3", "cuda_device": 1}) == ["3"]
+    assert gw.declared_gpus({"cuda_device": 0}) == ["0"] and gw.declared_gpus({}) is None
+
+
+def test_a_run_without_a_name_gets_the_script_and_time(gw: Any) -> None:
+    run = gw.init(transport=FakeTransport(), clock=FakeClock(1_790_000_000), report_process=False)
+    assert run.name == "pytest-20260921-141320", run.name  # the script pytest, the start in UTC
+
+
+def test_an_uncaught_exception_finishes_the_run_failed(gw: Any) -> None:
+    import sys
+
+    transport = FakeTransport()
+    before = sys.excepthook
+    run = Run("crash", transport=transport, flush_interval_s=0.01, exit_timeout_s=5, report_process=False)
+    try:
+        raise RuntimeError("CUDA out of memory")
+    except RuntimeError as exc:
+        calls: list[type[BaseException]] = []
+        run._previous_hook = lambda kind, value, tb: calls.append(kind)  # instead of printing it
+        sys.excepthook(type(exc), exc, exc.__traceback__)
+    assert calls == [RuntimeError] and sys.excepthook != run._excepthook  # restored
+    assert transport.runs()[-1]["status"] == "failed" and run.is_finished
+    sys.excepthook = before
+
+
+@pytest.mark.slow
+def test_the_sdk_imports_nothing_of_the_server() -> None:
+    """It ships into training jobs with only `requests`: no Flask, DuckDB, numpy or YAML."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, gpuwatch.client\n"
+        "bad = sorted({m.split('.')[0] for m in sys.modules} & {'flask', 'duckdb', 'numpy', 'yaml', 'torch'})\n"
+        "print(bad)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
+    assert out.stdout.strip() == "[]", out.stdout + out.stderr

@@ -139,3 +139,9 @@ def test_every_setting_documented_in_readme() -> None:
     )
     for o in OPTIONS:
         assert f"`GPUWATCH_{o.key.upper()}`" in readme
+
+
+def test_the_sdk_s_variables_are_not_settings() -> None:
+    """A training job's GPUWATCH_URL/RUN/TOKEN (read by gpuwatch.client) must not break `gpuwatch` commands."""
+    env = {"GPUWATCH_URL": "http://gpu-node-1:9842", "GPUWATCH_RUN": "job-1", "GPUWATCH_TOKEN": "t"}
+    assert config.load(None, env).port == config.DEFAULT_PORT

@@ -43,6 +43,7 @@ def test_demo_sources_are_scraped_and_pushed(serve) -> None:  # type: ignore[no-
     wait_until(trained, 30, f"the demo training run did not arrive; log:\n{srv.log}")
     run = demo_run(srv)
     assert run is not None and run["total_steps"] > run["last_step"] and run["status"] == "running"
+    assert run["gpus"] == ["0", "4", "5", "7"]  # the simulated training job's GPUs of the 8
     wait_until(lambda: query(srv, 'training_loss{run="demo-llama-7b-sft"}') != [], 30, "no training_loss")
 
     # The trainer's text log, tailed by the `logs` job: stored lines and figures of their own.

@@ -8,6 +8,7 @@ walk sees every import, including those inside functions and under `if TYPE_CHEC
 from __future__ import annotations
 
 import ast
+import functools
 from pathlib import Path
 
 import pytest
@@ -16,7 +17,10 @@ PACKAGE = Path(__file__).resolve().parent.parent / "gpuwatch"
 
 # The flow, earliest first; a top-level module is its own entry.
 FLOW: list[tuple[str, ...]] = [
-    ("gpuwatch", "errors", "regex", "model", "clock", "units", "jobs", "client", "access"),
+    ("gpuwatch", "errors", "regex", "model", "clock", "units", "jobs", "client", "runmeta", "access"),
+    # Training-library adapters (HF Trainer, Lightning): right after the kernel, so they can import the
+    # SDK (`client`) and nothing else of gpuwatch; a leaf that nothing imports (checked below).
+    ("integrations",),
     ("promtext",),
     ("collect",),
     ("store",),
@@ -79,6 +83,7 @@ def _imports(path: Path, root: Path, modules: set[str]) -> list[tuple[int, str, 
     return found
 
 
+@functools.lru_cache(maxsize=8)  # parsed once for all the checks of one tree
 def _graph(root: Path) -> tuple[dict[str, Path], dict[str, list[tuple[int, str, bool]]]]:
     paths = {_module_name(p, root): p for p in sorted(root.rglob("*.py"))}
     modules = set(paths)
@@ -163,6 +168,17 @@ def test_no_import_cycles() -> None:
 
 def test_no_imports_inside_functions_outside_the_cli() -> None:
     assert hidden_local_imports() == []
+
+
+def test_nothing_imports_the_integrations() -> None:
+    """They import transformers or lightning, which gpuwatch does not depend on."""
+    _, graph = _graph(PACKAGE)
+    users = sorted(
+        m
+        for m, imports in graph.items()
+        if _unit(m) != "integrations" and any(_unit(t) == "integrations" for _, t, _ in imports)
+    )
+    assert users == []
 
 
 def test_only_the_store_opens_duckdb() -> None:

@@ -15,6 +15,7 @@ from gpuwatch.collect.gpu_metrics import GPU_METRICS
 from gpuwatch.collect.gpu_status import GpuIdentity, GpuProcess, GpuStatus, XidEvent
 from gpuwatch.collect.nvml_device import GpuState, NvmlDevices
 from gpuwatch.collect.processes import ProcessInfo, read_process_info
+from gpuwatch.collect.usage import UsageMeter
 from gpuwatch.errors import NvmlUnavailable
 from gpuwatch.model import Batch, Labels, Sample, make_labels
 
@@ -80,6 +81,7 @@ class GpuCollector:
         self._event_set: Any = None
         self._is_open = False
         self._proc_info: dict[int, ProcessInfo] = {}
+        self._usage = UsageMeter()
         self.driver_version: str | None = None
         self._dev = NvmlDevices(nvml, self._log, self._reprobe_ms)
 
@@ -225,8 +227,10 @@ class GpuCollector:
                                 for bit, rl in gpu.throttle_labels
                             ]
                         )
+                    users = set()
                     for p in procs:
                         seen.add(p.pid)
+                        users.add(self._process(p.pid, p.usedGpuMemory).user)
                         if p.usedGpuMemory is not None:
                             proc = self._process(p.pid, p.usedGpuMemory)
                             samples.append(
@@ -237,6 +241,8 @@ class GpuCollector:
                                 )
                             )
                     samples.append(Sample("gpuwatch_gpu_lost", labels, 0.0))
+                    energy = figures.get("DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION")
+                    self._usage.observe(self._hostname, gpu.index, timestamp_ms, users, energy)
                 with self._events_lock:
                     samples.append(Sample("DCGM_FI_DEV_XID_ERRORS", labels, float(gpu.last_xid)))
                     for xid, n in gpu.xid_counts.items():
@@ -246,6 +252,11 @@ class GpuCollector:
             for pid in self._proc_info.keys() - seen:
                 del self._proc_info[pid]
         return Batch(timestamp_ms, samples)
+
+    def usage_samples(self) -> list[Sample]:
+        """Per-user GPU seconds and kWh counters, as of the last `collect` (see `collect.usage`)."""
+        with self._lock:
+            return self._usage.samples()
 
     def _process_labels(self, gpu: GpuState, proc: GpuProcess) -> Labels:
         key = f"{proc.pid}\0{proc.name}\0{proc.user}\0{proc.container_id}"

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 import threading
+from collections.abc import Callable
 from dataclasses import replace
 from typing import Any, Protocol
 
@@ -41,7 +42,8 @@ def parse_run_request(body: Any, now_ms: int) -> RunUpdate:  # noqa: C901 - one 
     if not isinstance(body, dict):
         raise PushError("body: expected an object with run and action")
     unknown = sorted(
-        set(body) - {"run", "action", "status", "total_steps", "config", "host", "gpus", "time", "step"}
+        set(body)
+        - {"run", "action", "status", "total_steps", "config", "host", "gpus", "time", "step", "process"}
     )
     if unknown:
         raise PushError(f"body: unknown field {unknown[0]!r}")
@@ -78,6 +80,7 @@ def parse_run_request(body: Any, now_ms: int) -> RunUpdate:  # noqa: C901 - one 
     gpus = body.get("gpus")
     if gpus is not None and (not isinstance(gpus, list) or len(gpus) > 4096):
         raise PushError("gpus: expected a list (indexes or UUIDs)")
+    process = parse_process(body.get("process"))
     time_ms = now_ms
     t = body.get("time")
     if t is not None:
@@ -104,7 +107,43 @@ def parse_run_request(body: Any, now_ms: int) -> RunUpdate:  # noqa: C901 - one 
         host=host,
         gpus=gpus,
         last_step=float(step) if step is not None else None,
+        process=process,
     )
+
+
+def _pid(value: Any, where: str) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 < value < 2**31:
+        raise PushError(f"{where}: expected a process id, got {value!r}")
+    return value
+
+
+def parse_process(value: Any) -> dict[str, Any] | None:
+    """Validate the `process` of an init: `{"pid", "launcher_pid", "cuda_visible_devices", "cuda_device"}`."""
+    if value is None:
+        return None
+    if not isinstance(value, dict):
+        raise PushError("process: expected an object")
+    unknown = sorted(set(value) - {"pid", "launcher_pid", "cuda_visible_devices", "cuda_device"})
+    if unknown:
+        raise PushError(f"process: unknown field {unknown[0]!r}")
+    out: dict[str, Any] = {}
+    for key in ("pid", "launcher_pid"):
+        pid = _pid(value.get(key), f"process.{key}")
+        if pid is not None:
+            out[key] = pid
+    visible = value.get("cuda_visible_devices")
+    if visible is not None:
+        if not isinstance(visible, str) or len(visible) > 4096:
+            raise PushError("process.cuda_visible_devices: expected a string")
+        out["cuda_visible_devices"] = visible
+    device = value.get("cuda_device")
+    if device is not None:
+        if isinstance(device, bool) or not isinstance(device, int) or not 0 <= device < 4096:
+            raise PushError(f"process.cuda_device: expected a device number, got {device!r}")
+        out["cuda_device"] = device
+    return out
 
 
 class SeenThrottle:
@@ -161,8 +200,16 @@ def step_rate(series: list[SeriesData]) -> float | None:
     return best
 
 
-def describe(record: RunRecord, rate: float | None, now_ms: int) -> dict[str, Any]:
-    """Return one run as `GET /api/v1/runs` shows it: times in Unix seconds, progress 0-1, ETA seconds."""
+def describe(
+    record: RunRecord,
+    rate: float | None,
+    now_ms: int,
+    energy_kwh: float | None = None,
+    price_per_kwh: float = 0.0,
+    currency: str = "",
+) -> dict[str, Any]:
+    """Return one run as `GET /api/v1/runs` shows it: times in Unix seconds, progress 0-1, ETA seconds,
+    energy in kWh and its cost (None without a price)."""
     progress = None
     if record.total_steps and record.last_step is not None:
         progress = max(0.0, min(1.0, record.last_step / record.total_steps))
@@ -195,6 +242,10 @@ def describe(record: RunRecord, rate: float | None, now_ms: int) -> dict[str, An
         "host": record.host,
         "gpus": record.gpus,
         "config": record.config,
+        "process": record.process,
+        "energy_kwh": energy_kwh,
+        "cost": energy_kwh * price_per_kwh if energy_kwh is not None and price_per_kwh > 0 else None,
+        "currency": currency if price_per_kwh > 0 else None,
     }
 
 
@@ -202,9 +253,16 @@ def _seconds(ms: int | None) -> float | None:
     return None if ms is None else ms / 1000.0
 
 
-def list_runs(store: RunSource, now_ms: int) -> list[dict[str, Any]]:
-    """Return every run with progress and ETA from its step rate over the last 10 minutes: this
-    gpuwatch's own runs (`instance` None), then those of the nodes it scrapes (`federated_runs`)."""
+def list_runs(
+    store: RunSource,
+    now_ms: int,
+    energy_kwh: Callable[[RunRecord], float | None] | None = None,
+    price_per_kwh: float = 0.0,
+    currency: str = "",
+) -> list[dict[str, Any]]:
+    """Return every run with progress and ETA from its step rate over the last 10 minutes, and its
+    energy (`energy_kwh(record)`, see `collect.runenergy`) and cost: this gpuwatch's own runs
+    (`instance` None), then those of the nodes it scrapes (`federated_runs`)."""
     out = []
     for record in store.runs():
         rate = None
@@ -222,7 +280,8 @@ def list_runs(store: RunSource, now_ms: int) -> list[dict[str, Any]]:
             newest = latest_step(found)
             if newest is not None and newest[0] > (record.last_seen_ms or 0):
                 record = replace(record, last_step=newest[1], last_seen_ms=newest[0])
-        out.append({**describe(record, rate, now_ms), "instance": None})
+        kwh = energy_kwh(record) if energy_kwh is not None else None
+        out.append({**describe(record, rate, now_ms, kwh, price_per_kwh, currency), "instance": None})
     out.extend(federated_runs(store, now_ms))
     return out
 

@@ -368,6 +368,7 @@ class DemoSources:
         seed: int | None = None,
         training_log: Path | None = None,
         token: str | None = None,
+        training_gpus: list[str] | None = None,
     ) -> None:
         """`token`: the machine token the training run sends (needed where loopback is not trusted)."""
         self.clock = clock or SystemClock()
@@ -377,7 +378,15 @@ class DemoSources:
         self.sglang = SglangSim(rng)
         options: dict[str, Any] = {"token": token} if token else {}
         self.training = (
-            TrainingSim(gpuwatch_url, rng, self.clock, log_path=training_log, **options)
+            TrainingSim(
+                gpuwatch_url,
+                rng,
+                self.clock,
+                log_path=training_log,
+                gpus=training_gpus,
+                report_process=False,
+                **options,
+            )
             if gpuwatch_url
             else None
         )

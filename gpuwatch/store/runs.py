@@ -10,7 +10,8 @@ import duckdb
 from gpuwatch.model import RunRecord, RunUpdate
 
 _COLUMNS = (
-    "name, status, start_ms, end_ms, total_steps, config, host, gpus, last_step, last_seen_ms, updated_ms"
+    "name, status, start_ms, end_ms, total_steps, config, host, gpus, last_step, last_seen_ms, updated_ms, "
+    "process"
 )
 
 
@@ -23,7 +24,7 @@ def upsert(cur: duckdb.DuckDBPyConnection, u: RunUpdate) -> None:
     row = cur.execute("SELECT start_ms FROM runs WHERE name = ?", [u.name]).fetchone()
     if row is None:
         cur.execute(
-            f"INSERT INTO runs ({_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            f"INSERT INTO runs ({_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             [
                 u.name,
                 u.status if u.action == "finish" and u.status else "running",
@@ -36,6 +37,7 @@ def upsert(cur: duckdb.DuckDBPyConnection, u: RunUpdate) -> None:
                 u.last_step,
                 u.time_ms,
                 u.time_ms,
+                _json(u.process),
             ],
         )
         return
@@ -43,8 +45,18 @@ def upsert(cur: duckdb.DuckDBPyConnection, u: RunUpdate) -> None:
         cur.execute(
             "UPDATE runs SET status = 'running', end_ms = NULL, total_steps = coalesce(?, total_steps), "
             "config = coalesce(?, config), host = coalesce(?, host), gpus = coalesce(?, gpus), "
+            "process = coalesce(?, process), "
             "last_seen_ms = greatest(coalesce(last_seen_ms, 0), ?), updated_ms = ? WHERE name = ?",
-            [u.total_steps, _json(u.config), u.host, _json(u.gpus), u.time_ms, u.time_ms, u.name],
+            [
+                u.total_steps,
+                _json(u.config),
+                u.host,
+                _json(u.gpus),
+                _json(u.process),
+                u.time_ms,
+                u.time_ms,
+                u.name,
+            ],
         )
     elif u.action == "finish":
         cur.execute(
@@ -66,7 +78,8 @@ def upsert(cur: duckdb.DuckDBPyConnection, u: RunUpdate) -> None:
 def read_all(cur: duckdb.DuckDBPyConnection) -> list[RunRecord]:
     """Return every run, the most recently started first."""
     rows = cur.execute(
-        "SELECT name, status, start_ms, end_ms, total_steps, config, host, gpus, last_step, last_seen_ms "
+        "SELECT name, status, start_ms, end_ms, total_steps, config, host, gpus, last_step, last_seen_ms, "
+        "process "
         "FROM runs ORDER BY start_ms DESC NULLS LAST, name"
     ).fetchall()
     return [
@@ -81,6 +94,7 @@ def read_all(cur: duckdb.DuckDBPyConnection) -> list[RunRecord]:
             gpus=json.loads(r[7]) if r[7] is not None else None,
             last_step=r[8],
             last_seen_ms=r[9],
+            process=json.loads(r[10]) if r[10] is not None else None,
         )
         for r in rows
     ]

@@ -10,7 +10,8 @@ Tables (private to `gpuwatch.store`):
   so the newest write of a duplicate (series, time) wins. `h` is `hash(ts, vs)`, computed once as the
   row is written: reads key the chunks they keep in memory by it (`chunkcache.py`).
 - `runs(name, status, start_ms, end_ms, total_steps, config, host, gpus, last_step, last_seen_ms,
-  updated_ms)`: training-run metadata (`gpuwatch.store.runs`); config and gpus as JSON text.
+  updated_ms, process)`: training-run metadata (`gpuwatch.store.runs`); config, gpus and process (the
+  SDK's pid and visible devices) as JSON text.
 - `log_lines(t_ms, seq, file, run, level, text)` and `log_offsets(path, inode, offset_bytes)`: tailed
   log lines and how far each file was read, written together (`gpuwatch.store.logs`).
 - `alert_state(group_key, rule, labels, annotations, state, active_at_ms, value, fired_at_ms,
@@ -159,6 +160,7 @@ MIGRATIONS: tuple[tuple[int, str], ...] = (
         UPDATE chunks SET h = hash(ts, vs);
         """,
     ),
+    (8, "ALTER TABLE runs ADD COLUMN process VARCHAR;"),
 )
 
 

@@ -21,6 +21,7 @@ from flask.blueprints import BlueprintSetupState
 from flask.typing import ResponseReturnValue
 
 from gpuwatch.collect.push import PushError, families_from, parse_grouping_key, parse_training
+from gpuwatch.collect.runenergy import RunEnergy
 from gpuwatch.collect.runs import SeenThrottle, list_runs, parse_run_request
 from gpuwatch.errors import StoreError
 from gpuwatch.model import Batch, RunUpdate, Sample
@@ -35,6 +36,7 @@ MAX_BODY_BYTES = 8 * 1024 * 1024
 @bp.record_once
 def _setup(state: BlueprintSetupState) -> None:
     state.app.extensions["gpuwatch.collect.push.seen"] = SeenThrottle()
+    state.app.extensions["gpuwatch.collect.runenergy"] = RunEnergy()
 
 
 class _TooLarge(Exception):
@@ -148,9 +150,22 @@ def _json_body() -> Any:
 
 @bp.route("/api/v1/runs", methods=["GET"])
 def runs_list() -> ResponseReturnValue:
-    """List training runs with progress (last step / total steps) and an ETA from the recent step rate."""
+    """List training runs with progress (last step / total steps), an ETA from the recent step rate,
+    and the energy their GPUs used (with its cost where `energy_price_per_kwh` is set)."""
     rt = runtime()
-    return jsonify({"status": "success", "data": list_runs(rt.store, rt.clock.now_ms())})
+    now_ms = rt.clock.now_ms()
+    energy: RunEnergy = current_app.extensions["gpuwatch.collect.runenergy"]
+    try:
+        data = list_runs(
+            rt.store,
+            now_ms,
+            lambda record: energy.kwh(rt.store, record, now_ms),
+            rt.settings.energy_price_per_kwh,
+            rt.settings.energy_currency,
+        )
+    except StoreError as exc:
+        return _error(str(exc), 503, "unavailable")
+    return jsonify({"status": "success", "data": data})
 
 
 @bp.route("/api/v1/runs", methods=["POST"])
