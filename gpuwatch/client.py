@@ -279,7 +279,6 @@ class Run:
         gpus: list[Any] | str | None = None,
         token: str | None = None,
         transport: Transport | None = None,
-        token: str | None = None,
         clock: Clock | None = None,
         flush_interval_s: float = 1.0,
         max_buffer: int = 100_000,
