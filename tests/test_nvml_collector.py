@@ -107,14 +107,14 @@ def test_every_metric_and_label_for_eight_gpus(
     assert 81559 - 2 <= sum(fb.values()) <= 81559
     assert 500 < values(batch, "DCGM_FI_DEV_POWER_USAGE")["0"] <= 700  # W
     assert values(batch, "DCGM_FI_DEV_ENFORCED_POWER_LIMIT")["0"] == 700.0
-    assert values(batch, "DCGM_FI_DEV_POWER_USAGE")["2"] < 100  # idle
-    assert values(batch, "DCGM_FI_DEV_PSTATE")["2"] == 8
+    assert values(batch, "DCGM_FI_DEV_POWER_USAGE")["3"] < 100  # warming up: not loaded yet
+    assert values(batch, "DCGM_FI_DEV_PSTATE")["3"] == 8
     assert values(batch, "DCGM_FI_DEV_SM_CLOCK")["0"] > 1500  # MHz
     assert values(batch, "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION")["0"] > 1e9  # mJ
     assert 1e6 < values(batch, "DCGM_FI_PROF_PCIE_RX_BYTES")["0"] < 1e11  # B/s
     assert values(batch, "gpuwatch_gpu_lost") == dict.fromkeys(map(str, range(8)), 0.0)
     assert len(values(batch, "gpuwatch_clock_throttled", reason="hw_thermal_slowdown")) == 8
-    assert sorted(values(batch, "gpuwatch_process_gpu_memory_bytes")) == ["0", "1", "4", "5", "6", "7"]
+    assert sorted(values(batch, "gpuwatch_process_gpu_memory_bytes")) == ["0", "1", "2", "4", "5", "6", "7"]
 
 
 def test_every_gpu_metric_is_emitted_somewhere(clock: FakeClock) -> None:
@@ -386,7 +386,7 @@ def test_snapshot(collector: GpuCollector, fake: FakeNvml) -> None:
     assert s0.figures["DCGM_FI_DEV_FB_TOTAL"] == 81559 and "DCGM_FI_DEV_FAN_SPEED" not in s0.figures
     assert set(s0.figures) <= NAMES
     assert s0.processes[0].used_memory_bytes > 0
-    assert statuses[2].processes == []
+    assert statuses[3].processes == []  # warming up: no process yet
 
 
 def test_no_driver_is_one_clear_line() -> None:

@@ -199,7 +199,7 @@ def _smi(settings: Settings) -> int:
     from gpuwatch.collect.nvml import GpuCollector
 
     with tempfile.TemporaryDirectory(prefix="gpuwatch-smi-") as tmp:
-        nvml = make_nvml(settings, SystemClock())
+        nvml = make_nvml(settings, SystemClock(), _hostname(settings))
         proc_root = Path("/proc")
         if settings.demo:
             proc_root = Path(tmp)
