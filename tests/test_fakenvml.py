@@ -244,6 +244,20 @@ def test_figures_depend_only_on_seed_and_time(clock: FakeClock) -> None:
     assert figures(a) != first
 
 
+def test_uuids_stable_per_hostname_and_distinct_between_hosts(clock: FakeClock) -> None:
+    def uuids(**kw: str) -> list[str]:
+        fake = FakeNvml(clock=clock, **kw)
+        fake.nvmlInit()
+        return [fake.nvmlDeviceGetUUID(fake.nvmlDeviceGetHandleByIndex(i)) for i in range(8)]
+
+    a, b = uuids(hostname="node-a"), uuids(hostname="node-b")
+    assert a == uuids(hostname="node-a") and len(set(a)) == 8
+    assert not set(a) & set(b) and not set(a) & set(uuids())
+    assert all(
+        re.fullmatch(r"GPU-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}", u) for u in a
+    )
+
+
 def test_counters_rise_with_power(nvml: FakeNvml, clock: FakeClock) -> None:
     h = nvml.nvmlDeviceGetHandleByIndex(0)
     fields = [pynvml.NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION, pynvml.NVML_FI_DEV_PCIE_COUNT_TX_BYTES]
