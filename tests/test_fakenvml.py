@@ -14,7 +14,7 @@ from gpuwatch.demo.nvml import MODELS, FakeNvml
 
 COLLECTOR_SOURCES = [
     Path(__file__).resolve().parent.parent / "gpuwatch" / "collect" / name
-    for name in ("nvml.py", "nvml_device.py")
+    for name in ("nvml.py", "nvml_device.py", "gpm.py")
 ]
 
 
@@ -361,3 +361,43 @@ def test_write_proc_root(nvml: FakeNvml, tmp_path: Path) -> None:
     pid = nvml.nvmlDeviceGetComputeRunningProcesses(nvml.nvmlDeviceGetHandleByIndex(1))[0].pid
     assert (tmp_path / str(pid) / "comm").read_text() == "vllm\n"
     assert "docker-" in (tmp_path / str(pid) / "cgroup").read_text()
+
+
+def test_gpm_and_mig_calls(clock: FakeClock) -> None:
+    fake = FakeNvml(gpu_count=2, clock=clock, mig={1: ("4g.40gb", "1g.10gb")})
+    fake.nvmlInit()
+    h0, h1 = fake.nvmlDeviceGetHandleByIndex(0), fake.nvmlDeviceGetHandleByIndex(1)
+    assert fake.nvmlGpmQueryDeviceSupport(h0).isSupportedDevice == 1
+    assert fake.nvmlDeviceGetMigMode(h0) == [0, 0]
+    assert fake.nvmlDeviceGetMigMode(h1) == [pynvml.NVML_DEVICE_MIG_ENABLE] * 2
+    assert fake.nvmlDeviceGetMaxMigDeviceCount(h1) == 7
+    mig = fake.nvmlDeviceGetMigDeviceHandleByIndex(h1, 1)
+    assert fake.nvmlDeviceGetGpuInstanceId(mig) == 2
+    assert fake.nvmlDeviceGetName(mig) == "NVIDIA H100 80GB HBM3 MIG 1g.10gb"
+    with pytest.raises(pynvml.NVMLError_NotFound):
+        fake.nvmlDeviceGetMigDeviceHandleByIndex(h1, 2)  # an empty slot
+    with pytest.raises(pynvml.NVMLError_InvalidArgument):
+        fake.nvmlDeviceGetMigDeviceHandleByIndex(h0, 0)  # MIG is off
+    with pytest.raises(pynvml.NVMLError_NotSupported):
+        fake.nvmlDeviceGetUtilizationRates(h1)
+    with pytest.raises(pynvml.NVMLError_NotSupported):
+        fake.nvmlGpmSampleGet(h1, fake.nvmlGpmSampleAlloc())  # per GPU instance under MIG
+    a, b, c = fake.nvmlGpmSampleAlloc(), fake.nvmlGpmSampleAlloc(), fake.nvmlGpmSampleAlloc()
+    fake.nvmlGpmSampleGet(h0, a)
+    clock.advance(1)
+    fake.nvmlGpmSampleGet(h0, b)
+    fake.nvmlGpmMigSampleGet(h1, 2, c)
+    mg = fake.c_nvmlGpmMetricsGet_t()
+    mg.version, mg.numMetrics, mg.sample1, mg.sample2 = pynvml.NVML_GPM_METRICS_GET_VERSION, 2, a, b
+    mg.metrics[0].metricId, mg.metrics[1].metricId = pynvml.NVML_GPM_METRIC_SM_UTIL, 98  # 98: unknown
+    fake.nvmlGpmMetricsGet(mg)
+    assert mg.metrics[0].nvmlReturn == pynvml.NVML_SUCCESS and 0 < mg.metrics[0].value <= 100
+    assert mg.metrics[1].nvmlReturn == pynvml.NVML_ERROR_NOT_SUPPORTED
+    mg.sample2 = c  # samples of different devices
+    with pytest.raises(pynvml.NVMLError_InvalidArgument):
+        fake.nvmlGpmMetricsGet(mg)
+    a100 = FakeNvml(gpu_count=1, model="NVIDIA A100-SXM4-80GB", clock=clock)
+    a100.nvmlInit()
+    assert a100.nvmlGpmQueryDeviceSupport(a100.nvmlDeviceGetHandleByIndex(0)).isSupportedDevice == 0
+    with pytest.raises(ValueError, match="MIG"):
+        FakeNvml(gpu_count=1, model="NVIDIA GeForce RTX 4090", mig={0: ("1g.10gb",)})

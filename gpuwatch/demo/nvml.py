@@ -189,6 +189,7 @@ _GPM_FIGURES: dict[int, tuple[str, float]] = {
     pynvml.NVML_GPM_METRIC_NVLINK_TOTAL_RX_PER_SEC: ("nvlink_rx_mib_s", 1.0),
 }
 _ZERO_GPM = (pynvml.NVML_GPM_METRIC_DFMA_TENSOR_UTIL, pynvml.NVML_GPM_METRIC_IMMA_TENSOR_UTIL)
+_NVLINK_GPM = (pynvml.NVML_GPM_METRIC_NVLINK_TOTAL_TX_PER_SEC, pynvml.NVML_GPM_METRIC_NVLINK_TOTAL_RX_PER_SEC)
 
 
 def _profile_memory_mib(profile: str, spec: GpuModelSpec) -> int:
@@ -259,6 +260,7 @@ class FakeNvml:
                 for slot, p in enumerate(profiles)
             ]
         self._xids_checked = self.clock.now()
+        self.gpm_samples: list[FakeGpmSample] = []  # every buffer handed out, for tests
         self.calls: dict[str, int] = {}  # call name -> how often it was made, for tests
         self._init_count = 0
         self._gen = 0  # bumped by every fault, so cached readings are recomputed
@@ -766,7 +768,9 @@ class FakeNvml:
 
     def nvmlGpmSampleAlloc(self) -> FakeGpmSample:
         self._check_init("nvmlGpmSampleAlloc")
-        return FakeGpmSample()
+        sample = FakeGpmSample()
+        self.gpm_samples.append(sample)
+        return sample
 
     def nvmlGpmSampleFree(self, gpmSample: FakeGpmSample) -> None:
         self._check_init("nvmlGpmSampleFree")
@@ -817,7 +821,9 @@ class FakeNvml:
             share = 0.5 + 0.5 * (mix(self.workload.seed, s2.index, mig.gi_id, 7) % 1000) / 1000
         for m in metricsGet.metrics[: metricsGet.numMetrics]:
             found = _GPM_FIGURES.get(m.metricId)
-            if found is not None:
+            if s2.gi_id >= 0 and m.metricId in _NVLINK_GPM:  # a GPU instance has no NVLink of its own
+                m.nvmlReturn, m.value = pynvml.NVML_ERROR_NOT_SUPPORTED, 0.0
+            elif found is not None:
                 attr, scale = found
                 m.nvmlReturn, m.value = pynvml.NVML_SUCCESS, getattr(r, attr) * scale * share
             elif m.metricId in _ZERO_GPM:
