@@ -6,6 +6,12 @@ catches the fake's errors. Figures come from `fakeworkload.Workload`, a determin
 seed and the clock's time (`FakeClock.advance` moves them), plus the faults injected with the methods
 under "faults".
 
+GPM (`nvmlGpmQueryDeviceSupport`, `nvmlGpmSampleAlloc/Get/Free`, `nvmlGpmMigSampleGet`,
+`nvmlGpmMetricsGet` with a simulated `c_nvmlGpmMetricsGet_t`) answers on the Hopper models (H100,
+H200) and says NotSupported on the others; `mig={index: profiles}` puts GPUs in MIG mode (tests only:
+the demo's GPUs are not), with the MIG calls NVML has and utilization NotSupported on them. With an
+`incidents` schedule, XIDs are queued when their time comes and XID 79 makes the GPU lost for a while.
+
 `nvmlEventSetWait_v2(es, timeoutms)` waits on a threading.Condition for up to `timeoutms` when nothing
 is queued (so a demo's event thread does not spin), then raises NVMLError_Timeout; with
 `timeoutms=0`, or `blocking_event_wait=False`, it raises at once. Tests pass 0.

@@ -1,7 +1,9 @@
 """The simulated GPUs behind FakeNvml: model specs and a deterministic workload over time.
 
-Every figure is a function of (seed, GPU index, seconds since start) and the throttle mask, except
-the energy and PCIe byte counters, which integrate power and traffic on a 10 s grid.
+Every figure is a function of (seed, GPU index, seconds since start), the throttle mask and the
+demo's incident schedule (incidents.py), except the energy and PCIe byte counters, which integrate
+power and traffic on a 10 s grid. The GPM figures (SM activity, tensor, DRAM, NVLink) follow the role:
+a stalled training run keeps its GPUs at 100 % utilization with idle SMs, as a hung collective does.
 """
 
 from __future__ import annotations
@@ -12,11 +14,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
-from typing import Any
 
 import pynvml
 
-from gpuwatch.demo.incidents import STALL, THROTTLE, IncidentSchedule
+from gpuwatch.demo.incidents import PCIE, STALL, THROTTLE, Incident, IncidentSchedule
 
 MIB = 1 << 20
 _MASK = (1 << 64) - 1
@@ -246,7 +247,7 @@ class Workload:
 
     # -- signals ---------------------------------------------------------------------------------
 
-    def _incident(self, t: float, kind: str) -> Any:
+    def _incident(self, t: float, kind: str) -> Incident | None:
         return self.incidents.active(self.start + t, kind) if self.incidents is not None else None
 
     def _stalled(self, i: int, t: float) -> bool:
@@ -437,7 +438,7 @@ class Workload:
         total = 0
         for h in range(int(max(t, 0) // 3600) + 1):
             for incident in self.incidents.hour(h):
-                if incident.kind == "pcie_replays" and incident.gpu == i and t > incident.start_s:
+                if incident.kind == PCIE and incident.gpu == i and t > incident.start_s:
                     span = incident.end_s - incident.start_s
                     total += int(40 * min(1.0, (t - incident.start_s) / span))
         return total
