@@ -277,14 +277,21 @@ class Workload:
     def _throttle(self, i: int, t: float) -> tuple[int, float]:
         """(clock-event reasons, temperature floor) of GPU `i` now: injected faults and incidents."""
         mask, floor = self.throttle[i], 0.0
-        incident = self._incident(t, THROTTLE)
-        if incident is not None and incident.gpu == i:
-            # the die heats past 85 C within a minute, then the hardware slows the clock down
-            assert self.incidents is not None
-            u = self.start + t - (self.incidents.start + incident.start_s)
-            floor = 72.0 + 17.0 * min(1.0, u / 60.0) + 2.0 * self._knot(i, 108, 0)
-            if u >= 60.0:
-                mask |= pynvml.nvmlClocksEventReasonHwThermalSlowdown
+        if self.incidents is None:
+            return mask, floor
+        now = self.incidents.elapsed(self.start + t)
+        for incident in self.incidents.during(now - 90.0, now + 1e-3):
+            if incident.kind != THROTTLE or incident.gpu != i:
+                continue
+            hot = 89.0 + 2.0 * self._knot(i, 108, 0)
+            if incident.is_active(now):
+                # the die heats past 85 C within a minute, then the hardware slows the clock down
+                u = now - incident.start_s
+                floor = max(floor, 72.0 + (hot - 72.0) * min(1.0, u / 60.0))
+                if u >= 60.0:
+                    mask |= pynvml.nvmlClocksEventReasonHwThermalSlowdown
+            elif now >= incident.end_s:  # and cools down over a minute and a half
+                floor = max(floor, hot - (hot - 72.0) * (now - incident.end_s) / 90.0)
         return mask, floor
 
     def _app_used_mib(self, i: int, t: float) -> float:
@@ -469,7 +476,7 @@ class Workload:
                 "docker": f"0::/system.slice/docker-{cid}.scope\n",
                 "kubepods": "0::/kubepods.slice/kubepods-besteffort.slice/"
                 f"kubepods-besteffort-pod{pod_uid}.slice/cri-containerd-{cid}.scope\n",
-                "host": "0::/user.slice/user-1000.slice/session-3.scope\n",
+                "host": f"0::/user.slice/user-{uid}.slice/session-3.scope\n",
             }[kind]
             d = root / str(self.pid_of(i))
             d.mkdir(parents=True, exist_ok=True)
