@@ -125,6 +125,10 @@ def test_vllm_families_its_dashboards_read() -> None:
         ("vllm:request_decode_time_seconds", VLLM_REQUEST_LATENCY),
         ("vllm:request_inference_time_seconds", VLLM_REQUEST_LATENCY),
         ("vllm:request_time_per_output_token_seconds", VLLM_ITL),
+        ("vllm:request_max_num_generation_tokens", VLLM_REQUEST_TOKENS),
+        ("vllm:request_params_max_tokens", VLLM_REQUEST_TOKENS),
+        ("vllm:request_prefill_kv_computed_tokens", VLLM_REQUEST_TOKENS),
+        ("vllm:request_params_n", (1, 2, 5, 10, 20)),
     ):
         assert result.metadata[name].type == "histogram", name
         assert les(result, name) == [*map(float, buckets), inf], name
@@ -141,6 +145,10 @@ def test_vllm_families_its_dashboards_read() -> None:
     assert share_under("vllm:e2e_request_latency_seconds", 2.0) > 0.99  # InferenceLatencyHigh: P99 > 2 s
     assert share_under("vllm:time_to_first_token_seconds", 1.0) > 0.99  # InferenceTTFTHigh: P99 > 1 s
     assert value(result, "vllm:num_requests_waiting", **VLLM_LABELS) < 100
+    waiting = {lab["reason"] for lab in by_name(result)["vllm:num_requests_waiting_by_reason"]}
+    assert waiting == {"capacity", "deferred"}
+    cached = value(result, "vllm:prompt_tokens_cached_total", **VLLM_LABELS)
+    assert cached == value(result, "vllm:prefix_cache_hits_total", **VLLM_LABELS) > 0
 
 
 def test_vllm_counters_only_grow() -> None:

@@ -246,11 +246,18 @@ class VllmSim:
         self.prompt_hist = Histogram("vllm:request_prompt_tokens", "Number of prefill tokens processed.", ml, buckets=VLLM_REQUEST_TOKENS, registry=r)  # fmt: skip
         self.generation_hist = Histogram("vllm:request_generation_tokens", "Number of generation tokens processed.", ml, buckets=VLLM_REQUEST_TOKENS, registry=r)  # fmt: skip
         self.iteration = Histogram("vllm:iteration_tokens_total", "Histogram of number of tokens per engine_step.", ml, buckets=VLLM_ITERATION_TOKENS, registry=r)  # fmt: skip
+        self.max_generation = Histogram("vllm:request_max_num_generation_tokens", "Histogram of maximum number of requested generation tokens.", ml, buckets=VLLM_REQUEST_TOKENS, registry=r)  # fmt: skip
+        self.params_max_tokens = Histogram("vllm:request_params_max_tokens", "Histogram of the max_tokens request parameter.", ml, buckets=VLLM_REQUEST_TOKENS, registry=r)  # fmt: skip
+        self.params_n = Histogram("vllm:request_params_n", "Histogram of the n request parameter.", ml, buckets=(1, 2, 5, 10, 20), registry=r)  # fmt: skip
+        self.kv_computed = Histogram("vllm:request_prefill_kv_computed_tokens", "Histogram of new KV tokens computed during prefill (excluding cached tokens).", ml, buckets=VLLM_REQUEST_TOKENS, registry=r)  # fmt: skip
+        self.cached_tokens = Counter("vllm:prompt_tokens_cached", "Number of cached prompt tokens (local + external).", ml, registry=r)  # fmt: skip
+        self.waiting_by_reason = Gauge("vllm:num_requests_waiting_by_reason", "Number of requests waiting, by reason.", (*ml, "reason"), registry=r)  # fmt: skip
         # vLLM creates every child when the engine starts, so each series exists (at 0) from the first scrape.
         for metric in (self.preemptions, self.prompt_tokens, self.generation_tokens, self.cache_queries,
                        self.cache_hits, self.e2e, self.ttft, self.itl, self.queue, self.inference,
                        self.prefill, self.decode, self.tpot, self.prompt_hist, self.generation_hist,
-                       self.iteration):  # fmt: skip
+                       self.iteration, self.max_generation, self.params_max_tokens, self.params_n,
+                       self.kv_computed, self.cached_tokens):  # fmt: skip
             metric.labels(**self.labels)
         # the children, looked up once: labels() costs more than the observation itself
         self._kids = {
@@ -258,6 +265,11 @@ class VllmSim:
             for n in (
                 "cache_hits",
                 "cache_queries",
+                "cached_tokens",
+                "kv_computed",
+                "max_generation",
+                "params_max_tokens",
+                "params_n",
                 "decode",
                 "e2e",
                 "generation_hist",
@@ -280,6 +292,8 @@ class VllmSim:
         self._reasons = {
             r: self.success.labels(**self.labels, finished_reason=r) for r in VLLM_FINISHED_REASONS
         }
+        self._capacity = self.waiting_by_reason.labels(**self.labels, reason="capacity")
+        self.waiting_by_reason.labels(**self.labels, reason="deferred").set(0)
         self.tick(0.0)
 
     def tick(self, dt: float) -> None:
@@ -295,6 +309,7 @@ class VllmSim:
         kv = min(1.0, kv)
         k["running"].set(self.batch.running)
         k["waiting"].set(self.batch.waiting)
+        self._capacity.set(self.batch.waiting)
         k["kv_usage"].set(round(kv, 4))
         if kv > 0.95 and self.rng.random() < 0.5:
             k["preemptions"].inc(self.rng.randint(1, 3))
@@ -310,6 +325,12 @@ class VllmSim:
             k["generation_hist"].observe(generated)
             k["cache_queries"].inc(prompt)
             k["cache_hits"].inc(cached)
+            k["cached_tokens"].inc(cached)
+            k["kv_computed"].observe(prompt - cached)
+            max_tokens = self.rng.choice((256, 512, 1024))
+            k["max_generation"].observe(max_tokens)
+            k["params_max_tokens"].observe(max_tokens)
+            k["params_n"].observe(1)
             reason = self.rng.choices(VLLM_FINISHED_REASONS, (80, 15, 3, 3 if spike else 0.1, 1))[0]
             self._reasons[reason].inc()
             q = queue_s * self.rng.uniform(0.5, 1.5)
