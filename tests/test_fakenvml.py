@@ -10,6 +10,7 @@ import pynvml
 import pytest
 
 from gpuwatch.clock import FakeClock
+from gpuwatch.demo.incidents import THROTTLE, XID, IncidentSchedule
 from gpuwatch.demo.nvml import MODELS, FakeNvml
 
 COLLECTOR_SOURCES = [
@@ -401,3 +402,43 @@ def test_gpm_and_mig_calls(clock: FakeClock) -> None:
     assert a100.nvmlGpmQueryDeviceSupport(a100.nvmlDeviceGetHandleByIndex(0)).isSupportedDevice == 0
     with pytest.raises(ValueError, match="MIG"):
         FakeNvml(gpu_count=1, model="NVIDIA GeForce RTX 4090", mig={0: ("1g.10gb",)})
+
+
+def test_scheduled_incidents_on_the_gpus(clock: FakeClock) -> None:
+    schedule = IncidentSchedule(clock.now(), 8)
+    fake = FakeNvml(clock=clock, incidents=schedule, blocking_event_wait=False)
+    fake.nvmlInit()
+    es = fake.nvmlEventSetCreate()
+    for i in range(8):
+        fake.nvmlDeviceRegisterEvents(
+            fake.nvmlDeviceGetHandleByIndex(i), pynvml.nvmlEventTypeXidCriticalError, es
+        )
+    hot, xid = [i for i in schedule.hour(0) if i.kind in (THROTTLE, XID)]
+    h = fake.nvmlDeviceGetHandleByIndex(hot.gpu)
+
+    def at(t: float) -> tuple[int, int]:
+        clock.advance(t - (clock.now() - schedule.start))
+        return (
+            fake.nvmlDeviceGetTemperatureV(h, pynvml.NVML_TEMPERATURE_GPU),
+            fake.nvmlDeviceGetCurrentClocksEventReasons(h) & pynvml.nvmlClocksEventReasonHwThermalSlowdown,
+        )
+
+    before, rising, hottest, after = (
+        at(hot.start_s - 10),
+        at(hot.start_s + 30),
+        at(hot.start_s + 120),
+        at(hot.end_s + 150),
+    )
+    assert before[0] < 80 and before[1] == 0
+    assert before[0] < rising[0] < hottest[0] and rising[1] == 0  # heating, not yet slowed down
+    assert hottest[0] >= 89 and hottest[1] != 0
+    assert after[0] < 80 and after[1] == 0
+    with pytest.raises(pynvml.NVMLError_Timeout):
+        fake.nvmlEventSetWait_v2(es, 0)  # no XID before its time
+    clock.advance(xid.start_s + 1 - (clock.now() - schedule.start))
+    event = fake.nvmlEventSetWait_v2(es, 0)
+    assert (event.device.index, event.eventData) == (xid.gpu, 79)
+    with pytest.raises(pynvml.NVMLError_GpuIsLost):  # XID 79: fallen off the bus for a while
+        fake.nvmlDeviceGetHandleByIndex(xid.gpu)
+    clock.advance(xid.end_s - xid.start_s)
+    assert fake.nvmlDeviceGetUUID(fake.nvmlDeviceGetHandleByIndex(xid.gpu)).startswith("GPU-")
