@@ -246,8 +246,8 @@ def test_figures_depend_only_on_seed_and_time(clock: FakeClock) -> None:
 
 
 def test_uuids_stable_per_hostname_and_distinct_between_hosts(clock: FakeClock) -> None:
-    def uuids(**kw: str) -> list[str]:
-        fake = FakeNvml(clock=clock, **kw)
+    def uuids(hostname: str = "") -> list[str]:
+        fake = FakeNvml(clock=clock, hostname=hostname)
         fake.nvmlInit()
         return [fake.nvmlDeviceGetUUID(fake.nvmlDeviceGetHandleByIndex(i)) for i in range(8)]
 
