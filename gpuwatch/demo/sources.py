@@ -421,6 +421,7 @@ class SglangSim:
         self.e2e = Histogram("sglang:e2e_request_latency_seconds", "Histogram of End-to-end request latency in seconds", (*tok, "is_streaming"), buckets=SGLANG_E2E, registry=r)  # fmt: skip
         self.http = Counter("sglang:http_responses", "Total number of HTTP responses by endpoint and status code", ("endpoint", "status_code", "method"), registry=r)  # fmt: skip
         self.max_total.labels(**self.sched).set(self.max_tokens)
+        self._children: dict[tuple[int, str], Any] = {}
         self.tick(0.0)
 
     def tick(self, dt: float) -> None:
@@ -429,7 +430,7 @@ class SglangSim:
         rps, slow = self.load.advance(dt, spike) if dt else (0.0, 1.0)
         cap = SPIKE_RUNNING if spike else None
         finished = self.batch.advance(rps, dt, mean_duration_s=0.5 * slow, max_running=cap) if dt else 0
-        s, t = self.sched, self.tok
+        s, c = self.sched, self._child
         used = int(self.max_tokens * (0.15 + 0.5 * self.batch.running / self.batch.max_running))
         if spike:
             used = int(self.max_tokens * self.rng.uniform(0.955, 0.99))
@@ -448,20 +449,35 @@ class SglangSim:
             ttft = (self.rng.lognormvariate(math.log(0.12), 0.5) + prompt / 50000) * slow
             q = queue_s * self.rng.uniform(0.5, 1.5)
             generated_total += generated
-            self.prompt_tokens.labels(**t, is_streaming=streaming).inc(prompt)
-            self.generation_tokens.labels(**t, is_streaming=streaming).inc(generated)
-            self.requests.labels(**t, is_streaming=streaming).inc()
+            c(self.prompt_tokens, streaming).inc(prompt)
+            c(self.generation_tokens, streaming).inc(generated)
+            c(self.requests, streaming).inc()
             if self.rng.random() < 0.02:
-                self.aborted.labels(**t).inc()
+                c(self.aborted).inc()
             failed = self.rng.random() < (0.03 if spike else 0.001)  # errors come with latency spikes
-            self.http.labels("/v1/chat/completions", "500" if failed else "200", "POST").inc()
-            self.queue_time.labels(**s).observe(q)
-            self.ttft.labels(**t, is_streaming=streaming).observe(q + ttft)
+            c(self.http, "500" if failed else "200").inc()
+            c(self.queue_time).observe(q)
+            c(self.ttft, streaming).observe(q + ttft)
             for _ in range(4):  # SGLang observes every token gap; a few samples a request keep this cheap
-                self.itl.labels(**t).observe(itl * self.rng.uniform(0.7, 1.5))
-            self.e2e.labels(**t, is_streaming=streaming).observe(q + ttft + generated * itl)
+                c(self.itl).observe(itl * self.rng.uniform(0.7, 1.5))
+            c(self.e2e, streaming).observe(q + ttft + generated * itl)
         if dt:
             self.throughput.labels(**s).set(round(generated_total / dt, 1))
+
+    def _child(self, metric: Any, key: str = "") -> Any:
+        """The child of `metric` for this server (and `key`: is_streaming, or an HTTP status), made on
+        first use, as SGLang's multiprocess registry shows only the series that were touched."""
+        child = self._children.get((id(metric), key))
+        if child is None:
+            names = metric._labelnames
+            if "is_streaming" in names:
+                child = metric.labels(**self.tok, is_streaming=key)
+            elif "status_code" in names:
+                child = metric.labels("/v1/chat/completions", key, "POST")
+            else:
+                child = metric.labels(**(self.sched if "tp_rank" in names else self.tok))
+            self._children[(id(metric), key)] = child
+        return child
 
 
 class _QuietHandler(WSGIRequestHandler):
