@@ -29,6 +29,7 @@ from gpuwatch.collect.scrapeconfig import ScrapeConfig, url_config
 from gpuwatch.collect.scrapepool import ScrapePool
 from gpuwatch.collect.usage import USAGE_METRICS
 from gpuwatch.config import Settings
+from gpuwatch.demo.incidents import IncidentSchedule
 from gpuwatch.demo.nvml import FakeNvml
 from gpuwatch.demo.sources import DemoSources, local_url
 from gpuwatch.demo.training import training_log_file
@@ -345,12 +346,19 @@ class Runtime:
         self.store.close()
 
 
-def make_nvml(settings: Settings, clock: Clock) -> Any:
-    """Return the simulated NVML in demo mode, else the real pynvml module."""
+def make_nvml(
+    settings: Settings, clock: Clock, hostname: str = "", incidents: IncidentSchedule | None = None
+) -> Any:
+    """Return the simulated NVML in demo mode (UUIDs derived from `hostname`), else the real pynvml module."""
     if settings.demo:
         try:
             return FakeNvml(
-                gpu_count=settings.demo_gpus, model=settings.demo_model, workload="mixed", clock=clock
+                gpu_count=settings.demo_gpus,
+                model=settings.demo_model,
+                workload="mixed",
+                clock=clock,
+                hostname=hostname,
+                incidents=incidents,
             )
         except ValueError as e:
             raise ConfigError(f"config error: demo_model: {e}") from None
@@ -385,8 +393,10 @@ def build_runtime(settings: Settings, hostname: str, clock: Clock | None = None,
         chunk_cache_mb=settings.chunk_cache_mb,
     )
     try:
+        # The demo's incidents (incidents.py), shared by the simulated GPUs, servers and training run.
+        incidents = IncidentSchedule(clock.now(), settings.demo_gpus) if settings.demo else None
         if nvml is None:
-            nvml = make_nvml(settings, clock)
+            nvml = make_nvml(settings, clock, hostname, incidents)
         proc_root = settings.proc_root
         if settings.demo and hasattr(nvml, "write_proc_root"):
             # Simulated processes get simulated /proc entries, so users and containers show too.
@@ -467,6 +477,7 @@ def build_runtime(settings: Settings, hostname: str, clock: Clock | None = None,
                 training_log=demo_log,
                 token=runtime.access.first_token(),
                 training_gpus=training_gpus,
+                incidents=incidents,
             )
             log_files = (*log_files, training_log_file(demo_log))
         if log_files:

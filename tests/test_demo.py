@@ -21,8 +21,10 @@ from gpuwatch.demo.sources import (
     SGLANG_ITL,
     SGLANG_QUEUE_TIME,
     SGLANG_TTFT,
+    VLLM_ITERATION_TOKENS,
     VLLM_ITL,
     VLLM_REQUEST_LATENCY,
+    VLLM_REQUEST_TOKENS,
     VLLM_TTFT,
     DemoSources,
     SglangSim,
@@ -105,6 +107,48 @@ def test_vllm_names_labels_and_buckets() -> None:
     done = sum(v for n, _, _, v in result.samples if n == "vllm:request_success_total")
     assert done > 0 and value(result, "vllm:e2e_request_latency_seconds_count", **VLLM_LABELS) == done
     assert value(result, "vllm:generation_tokens_total", **VLLM_LABELS) > 0
+
+
+def test_vllm_families_its_dashboards_read() -> None:
+    """Token histograms and the request phases (queue, prefill, decode, inference, TPOT) that vLLM's
+    own Grafana dashboard reads, with vLLM's buckets; healthy latencies stay under the built-in limits."""
+    sim = VllmSim(random.Random(7))
+    busy(sim, 300)
+    result = scraped(sim.registry)
+    inf = float("inf")
+    for name, buckets in (
+        ("vllm:request_prompt_tokens", VLLM_REQUEST_TOKENS),
+        ("vllm:request_generation_tokens", VLLM_REQUEST_TOKENS),
+        ("vllm:iteration_tokens_total", VLLM_ITERATION_TOKENS),
+        ("vllm:request_queue_time_seconds", VLLM_REQUEST_LATENCY),
+        ("vllm:request_prefill_time_seconds", VLLM_REQUEST_LATENCY),
+        ("vllm:request_decode_time_seconds", VLLM_REQUEST_LATENCY),
+        ("vllm:request_inference_time_seconds", VLLM_REQUEST_LATENCY),
+        ("vllm:request_time_per_output_token_seconds", VLLM_ITL),
+        ("vllm:request_max_num_generation_tokens", VLLM_REQUEST_TOKENS),
+        ("vllm:request_params_max_tokens", VLLM_REQUEST_TOKENS),
+        ("vllm:request_prefill_kv_computed_tokens", VLLM_REQUEST_TOKENS),
+        ("vllm:request_params_n", (1, 2, 5, 10, 20)),
+    ):
+        assert result.metadata[name].type == "histogram", name
+        assert les(result, name) == [*map(float, buckets), inf], name
+        assert value(result, name + "_count", **VLLM_LABELS) > 0, name
+    done = value(result, "vllm:e2e_request_latency_seconds_count", **VLLM_LABELS)
+    assert value(result, "vllm:request_prompt_tokens_count", **VLLM_LABELS) == done
+    assert value(result, "vllm:request_prompt_tokens_sum", **VLLM_LABELS) == value(
+        result, "vllm:prompt_tokens_total", **VLLM_LABELS
+    )
+
+    def share_under(name: str, le: float) -> float:
+        return value(result, name + "_bucket", **VLLM_LABELS, le=str(le)) / done
+
+    assert share_under("vllm:e2e_request_latency_seconds", 2.0) > 0.99  # InferenceLatencyHigh: P99 > 2 s
+    assert share_under("vllm:time_to_first_token_seconds", 1.0) > 0.99  # InferenceTTFTHigh: P99 > 1 s
+    assert value(result, "vllm:num_requests_waiting", **VLLM_LABELS) < 100
+    waiting = {lab["reason"] for lab in by_name(result)["vllm:num_requests_waiting_by_reason"]}
+    assert waiting == {"capacity", "deferred"}
+    cached = value(result, "vllm:prompt_tokens_cached_total", **VLLM_LABELS)
+    assert cached == value(result, "vllm:prefix_cache_hits_total", **VLLM_LABELS) > 0
 
 
 def test_vllm_counters_only_grow() -> None:
@@ -253,3 +297,17 @@ def test_runtime_has_demo_sources_unless_turned_off(tmp_path: Path, sources: boo
         assert rt.scrapes is None  # built with the servers' ports in start()
     finally:
         rt.close()
+
+
+def test_two_demo_hosts_do_not_share_gpu_uuids(tmp_path: Path) -> None:
+    clock = FakeClock()
+    uuids = []
+    for host in ("lab-a", "lab-b"):
+        settings = load(None, {}, {"data_dir": str(tmp_path / host), "demo": True, "demo_sources": False})
+        rt = build_runtime(settings, host, clock=clock)
+        try:
+            assert rt.gpu is not None
+            uuids.append({g.uuid for g in rt.gpu.gpus})
+        finally:
+            rt.close()
+    assert len(uuids[0]) == len(uuids[1]) == 8 and not uuids[0] & uuids[1]

@@ -10,11 +10,12 @@ import pynvml
 import pytest
 
 from gpuwatch.clock import FakeClock
+from gpuwatch.demo.incidents import THROTTLE, XID, IncidentSchedule
 from gpuwatch.demo.nvml import MODELS, FakeNvml
 
 COLLECTOR_SOURCES = [
     Path(__file__).resolve().parent.parent / "gpuwatch" / "collect" / name
-    for name in ("nvml.py", "nvml_device.py")
+    for name in ("nvml.py", "nvml_device.py", "gpm.py")
 ]
 
 
@@ -158,7 +159,7 @@ def test_mixed_workload_roles(nvml: FakeNvml, clock: FakeClock) -> None:
     assert nvml.workload.roles == [
         "training",
         "inference",
-        "idle",
+        "notebook",
         "warmup",
         "training",
         "training",
@@ -168,29 +169,42 @@ def test_mixed_workload_roles(nvml: FakeNvml, clock: FakeClock) -> None:
     clock.advance(400)  # past the warm-up
     handles = [nvml.nvmlDeviceGetHandleByIndex(i) for i in range(8)]
     total = 81559 * 2**20
-    # idle: no load, P8, ~1-2 % memory, low power
-    idle = handles[2]
-    assert nvml.nvmlDeviceGetUtilizationRates(idle).gpu == 0
-    assert nvml.nvmlDeviceGetPerformanceState(idle) == 8
-    assert 0.01 <= nvml.nvmlDeviceGetMemoryInfo(idle).used / total <= 0.02
-    assert nvml.nvmlDeviceGetPowerUsage(idle) < 100_000
-    assert nvml.nvmlDeviceGetComputeRunningProcesses(idle) == []
-    # training: busy, 70-95 % memory, hot, high power
+    # notebook: light interactive load (never under GPUUtilizationLow's 10 %), a quarter of the memory
+    notebook = _series(nvml, clock, 2, 300, "util")
+    assert min(notebook) >= 15 and max(notebook) <= 60
+    assert 0.2 <= nvml.nvmlDeviceGetMemoryInfo(handles[2]).used / total <= 0.32
+    assert nvml.nvmlDeviceGetPerformanceState(handles[2]) == 0
+    # training: busy, 62-87 % memory (under GPUMemoryHigh's 90 %), warm, high power
     train = handles[0]
     utils = _series(nvml, clock, 0, 60, "util")
     assert min(utils) >= 85 and max(utils) <= 100
-    assert 0.70 <= nvml.nvmlDeviceGetMemoryInfo(train).used / total <= 0.96
+    for h in handles:
+        assert nvml.nvmlDeviceGetMemoryInfo(h).used / total < 0.9
+    assert 0.62 <= nvml.nvmlDeviceGetMemoryInfo(train).used / total <= 0.87
     assert nvml.nvmlDeviceGetPowerUsage(train) > 500_000
-    assert nvml.nvmlDeviceGetTemperatureV(train, pynvml.NVML_TEMPERATURE_GPU) > 55
-    # inference: bursty
+    assert 55 < nvml.nvmlDeviceGetTemperatureV(train, pynvml.NVML_TEMPERATURE_GPU) < 80
+    # inference: bursty over a steady floor
     bursts = _series(nvml, clock, 1, 240, "util")
-    assert min(bursts) == 0 and max(bursts) > 60
+    assert 25 <= min(bursts) < 40 and max(bursts) > 60
     assert (
         nvml.nvmlSystemGetProcessName(nvml.nvmlDeviceGetComputeRunningProcesses(handles[1])[0].pid) == "vllm"
     )
 
 
-def test_training_dips_every_ten_minutes(nvml: FakeNvml, clock: FakeClock) -> None:
+def test_idle_workload(clock: FakeClock) -> None:
+    fake = FakeNvml(gpu_count=1, workload="idle", clock=clock)
+    fake.nvmlInit()
+    idle = fake.nvmlDeviceGetHandleByIndex(0)
+    clock.advance(60)
+    assert fake.nvmlDeviceGetUtilizationRates(idle).gpu == 0
+    assert fake.nvmlDeviceGetPerformanceState(idle) == 8
+    assert 0.01 <= fake.nvmlDeviceGetMemoryInfo(idle).used / (81559 * 2**20) <= 0.02
+    assert fake.nvmlDeviceGetPowerUsage(idle) < 100_000
+    assert fake.nvmlDeviceGetComputeRunningProcesses(idle) == []
+
+
+def test_training_dips_every_half_hour(nvml: FakeNvml, clock: FakeClock) -> None:
+    clock.advance(1500)
     utils = _series(nvml, clock, 0, 600, "util")
     assert min(utils) < 50 and sorted(utils)[30] >= 85
 
@@ -229,6 +243,20 @@ def test_figures_depend_only_on_seed_and_time(clock: FakeClock) -> None:
     assert first == figures(b) != figures(c)
     clock.advance(1.0)
     assert figures(a) != first
+
+
+def test_uuids_stable_per_hostname_and_distinct_between_hosts(clock: FakeClock) -> None:
+    def uuids(hostname: str = "") -> list[str]:
+        fake = FakeNvml(clock=clock, hostname=hostname)
+        fake.nvmlInit()
+        return [fake.nvmlDeviceGetUUID(fake.nvmlDeviceGetHandleByIndex(i)) for i in range(8)]
+
+    a, b = uuids(hostname="node-a"), uuids(hostname="node-b")
+    assert a == uuids(hostname="node-a") and len(set(a)) == 8
+    assert not set(a) & set(b) and not set(a) & set(uuids())
+    assert all(
+        re.fullmatch(r"GPU-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}", u) for u in a
+    )
 
 
 def test_counters_rise_with_power(nvml: FakeNvml, clock: FakeClock) -> None:
@@ -334,3 +362,83 @@ def test_write_proc_root(nvml: FakeNvml, tmp_path: Path) -> None:
     pid = nvml.nvmlDeviceGetComputeRunningProcesses(nvml.nvmlDeviceGetHandleByIndex(1))[0].pid
     assert (tmp_path / str(pid) / "comm").read_text() == "vllm\n"
     assert "docker-" in (tmp_path / str(pid) / "cgroup").read_text()
+
+
+def test_gpm_and_mig_calls(clock: FakeClock) -> None:
+    fake = FakeNvml(gpu_count=2, clock=clock, mig={1: ("4g.40gb", "1g.10gb")})
+    fake.nvmlInit()
+    h0, h1 = fake.nvmlDeviceGetHandleByIndex(0), fake.nvmlDeviceGetHandleByIndex(1)
+    assert fake.nvmlGpmQueryDeviceSupport(h0).isSupportedDevice == 1
+    assert fake.nvmlDeviceGetMigMode(h0) == [0, 0]
+    assert fake.nvmlDeviceGetMigMode(h1) == [pynvml.NVML_DEVICE_MIG_ENABLE] * 2
+    assert fake.nvmlDeviceGetMaxMigDeviceCount(h1) == 7
+    mig = fake.nvmlDeviceGetMigDeviceHandleByIndex(h1, 1)
+    assert fake.nvmlDeviceGetGpuInstanceId(mig) == 2
+    assert fake.nvmlDeviceGetName(mig) == "NVIDIA H100 80GB HBM3 MIG 1g.10gb"
+    with pytest.raises(pynvml.NVMLError_NotFound):
+        fake.nvmlDeviceGetMigDeviceHandleByIndex(h1, 2)  # an empty slot
+    with pytest.raises(pynvml.NVMLError_InvalidArgument):
+        fake.nvmlDeviceGetMigDeviceHandleByIndex(h0, 0)  # MIG is off
+    with pytest.raises(pynvml.NVMLError_NotSupported):
+        fake.nvmlDeviceGetUtilizationRates(h1)
+    with pytest.raises(pynvml.NVMLError_NotSupported):
+        fake.nvmlGpmSampleGet(h1, fake.nvmlGpmSampleAlloc())  # per GPU instance under MIG
+    a, b, c = fake.nvmlGpmSampleAlloc(), fake.nvmlGpmSampleAlloc(), fake.nvmlGpmSampleAlloc()
+    fake.nvmlGpmSampleGet(h0, a)
+    clock.advance(1)
+    fake.nvmlGpmSampleGet(h0, b)
+    fake.nvmlGpmMigSampleGet(h1, 2, c)
+    mg = fake.c_nvmlGpmMetricsGet_t()
+    mg.version, mg.numMetrics, mg.sample1, mg.sample2 = pynvml.NVML_GPM_METRICS_GET_VERSION, 2, a, b
+    mg.metrics[0].metricId, mg.metrics[1].metricId = pynvml.NVML_GPM_METRIC_SM_UTIL, 98  # 98: unknown
+    fake.nvmlGpmMetricsGet(mg)
+    assert mg.metrics[0].nvmlReturn == pynvml.NVML_SUCCESS and 0 < mg.metrics[0].value <= 100
+    assert mg.metrics[1].nvmlReturn == pynvml.NVML_ERROR_NOT_SUPPORTED
+    mg.sample2 = c  # samples of different devices
+    with pytest.raises(pynvml.NVMLError_InvalidArgument):
+        fake.nvmlGpmMetricsGet(mg)
+    a100 = FakeNvml(gpu_count=1, model="NVIDIA A100-SXM4-80GB", clock=clock)
+    a100.nvmlInit()
+    assert a100.nvmlGpmQueryDeviceSupport(a100.nvmlDeviceGetHandleByIndex(0)).isSupportedDevice == 0
+    with pytest.raises(ValueError, match="MIG"):
+        FakeNvml(gpu_count=1, model="NVIDIA GeForce RTX 4090", mig={0: ("1g.10gb",)})
+
+
+def test_scheduled_incidents_on_the_gpus(clock: FakeClock) -> None:
+    schedule = IncidentSchedule(clock.now(), 8)
+    fake = FakeNvml(clock=clock, incidents=schedule, blocking_event_wait=False)
+    fake.nvmlInit()
+    es = fake.nvmlEventSetCreate()
+    for i in range(8):
+        fake.nvmlDeviceRegisterEvents(
+            fake.nvmlDeviceGetHandleByIndex(i), pynvml.nvmlEventTypeXidCriticalError, es
+        )
+    hot, xid = [i for i in schedule.hour(0) if i.kind in (THROTTLE, XID)]
+    h = fake.nvmlDeviceGetHandleByIndex(hot.gpu)
+
+    def at(t: float) -> tuple[int, int]:
+        clock.advance(t - (clock.now() - schedule.start))
+        return (
+            fake.nvmlDeviceGetTemperatureV(h, pynvml.NVML_TEMPERATURE_GPU),
+            fake.nvmlDeviceGetCurrentClocksEventReasons(h) & pynvml.nvmlClocksEventReasonHwThermalSlowdown,
+        )
+
+    before, rising, hottest, after = (
+        at(hot.start_s - 10),
+        at(hot.start_s + 30),
+        at(hot.start_s + 120),
+        at(hot.end_s + 150),
+    )
+    assert before[0] < 80 and before[1] == 0
+    assert before[0] < rising[0] < hottest[0] and rising[1] == 0  # heating, not yet slowed down
+    assert hottest[0] >= 89 and hottest[1] != 0
+    assert after[0] < 80 and after[1] == 0
+    with pytest.raises(pynvml.NVMLError_Timeout):
+        fake.nvmlEventSetWait_v2(es, 0)  # no XID before its time
+    clock.advance(xid.start_s + 1 - (clock.now() - schedule.start))
+    event = fake.nvmlEventSetWait_v2(es, 0)
+    assert (event.device.index, event.eventData) == (xid.gpu, 79)
+    with pytest.raises(pynvml.NVMLError_GpuIsLost):  # XID 79: fallen off the bus for a while
+        fake.nvmlDeviceGetHandleByIndex(xid.gpu)
+    clock.advance(xid.end_s - xid.start_s)
+    assert fake.nvmlDeviceGetUUID(fake.nvmlDeviceGetHandleByIndex(xid.gpu)).startswith("GPU-")

@@ -15,6 +15,7 @@ from gpuwatch.clock import FakeClock
 from gpuwatch.collect.gpu_metrics import GPU_LABELS, GPU_METRICS, render_markdown_table
 from gpuwatch.collect.nvml import GpuCollector, GpuIdentity, XidEvent
 from gpuwatch.collect.processes import parse_container_id, parse_uid, read_process_info
+from gpuwatch.demo.incidents import IncidentSchedule
 from gpuwatch.demo.nvml import FakeNvml
 from gpuwatch.errors import NvmlUnavailable
 from gpuwatch.model import Batch
@@ -107,14 +108,14 @@ def test_every_metric_and_label_for_eight_gpus(
     assert 81559 - 2 <= sum(fb.values()) <= 81559
     assert 500 < values(batch, "DCGM_FI_DEV_POWER_USAGE")["0"] <= 700  # W
     assert values(batch, "DCGM_FI_DEV_ENFORCED_POWER_LIMIT")["0"] == 700.0
-    assert values(batch, "DCGM_FI_DEV_POWER_USAGE")["2"] < 100  # idle
-    assert values(batch, "DCGM_FI_DEV_PSTATE")["2"] == 8
+    assert values(batch, "DCGM_FI_DEV_POWER_USAGE")["3"] < 100  # warming up: not loaded yet
+    assert values(batch, "DCGM_FI_DEV_PSTATE")["3"] == 8
     assert values(batch, "DCGM_FI_DEV_SM_CLOCK")["0"] > 1500  # MHz
     assert values(batch, "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION")["0"] > 1e9  # mJ
     assert 1e6 < values(batch, "DCGM_FI_PROF_PCIE_RX_BYTES")["0"] < 1e11  # B/s
     assert values(batch, "gpuwatch_gpu_lost") == dict.fromkeys(map(str, range(8)), 0.0)
     assert len(values(batch, "gpuwatch_clock_throttled", reason="hw_thermal_slowdown")) == 8
-    assert sorted(values(batch, "gpuwatch_process_gpu_memory_bytes")) == ["0", "1", "4", "5", "6", "7"]
+    assert sorted(values(batch, "gpuwatch_process_gpu_memory_bytes")) == ["0", "1", "2", "4", "5", "6", "7"]
 
 
 def test_every_gpu_metric_is_emitted_somewhere(clock: FakeClock) -> None:
@@ -386,7 +387,7 @@ def test_snapshot(collector: GpuCollector, fake: FakeNvml) -> None:
     assert s0.figures["DCGM_FI_DEV_FB_TOTAL"] == 81559 and "DCGM_FI_DEV_FAN_SPEED" not in s0.figures
     assert set(s0.figures) <= NAMES
     assert s0.processes[0].used_memory_bytes > 0
-    assert statuses[2].processes == []
+    assert statuses[3].processes == []  # warming up: no process yet
 
 
 def test_no_driver_is_one_clear_line() -> None:
@@ -423,3 +424,93 @@ def test_sixty_four_gpus(clock: FakeClock) -> None:
     assert len(values(batch, "DCGM_FI_DEV_GPU_UTIL")) == 64
     assert len({dict(s.labels)["pci_bus_id"] for s in batch.samples}) == 64
     c.close()
+
+
+GPM_RATIOS = (
+    "DCGM_FI_PROF_SM_ACTIVE",
+    "DCGM_FI_PROF_SM_OCCUPANCY",
+    "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE",
+    "DCGM_FI_PROF_DRAM_ACTIVE",
+    "DCGM_FI_PROF_GR_ENGINE_ACTIVE",
+)
+
+
+def test_gpm_activity_from_the_second_tick(collector: GpuCollector, clock: FakeClock) -> None:
+    first = tick(collector, clock)
+    assert not [s for s in first.samples if s.name.startswith("DCGM_FI_PROF_SM")]  # needs two samples
+    batch = tick(collector, clock)
+    for name in GPM_RATIOS:
+        got = values(batch, name)
+        assert sorted(got) == [str(i) for i in range(8)], name
+        assert all(0.0 <= v <= 1.0 for v in got.values()), name
+    util, sm = values(batch, "DCGM_FI_DEV_GPU_UTIL"), values(batch, "DCGM_FI_PROF_SM_ACTIVE")
+    assert 0.6 < sm["0"] < util["0"] / 100  # a training GPU: busy SMs, a bit under "a kernel ran"
+    assert values(batch, "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE")["0"] > 0.3
+    assert values(batch, "DCGM_FI_PROF_NVLINK_TX_BYTES")["0"] > 1e9  # B/s of all-reduce traffic
+
+
+def test_gpm_absent_before_hopper_and_where_unsupported(
+    clock: FakeClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="gpuwatch")
+    fake = FakeNvml(gpu_count=2, model="NVIDIA A100-SXM4-80GB", clock=clock)
+    c = GpuCollector(fake, hostname="h", logger=logging.getLogger("gpuwatch.test"))
+    c.open()
+    for _ in range(3):
+        batch = tick(c, clock)
+    assert not [s for s in batch.samples if s.name.startswith("DCGM_FI_PROF_") and "PCIE" not in s.name]
+    assert sum("GPM" in r.getMessage() for r in caplog.records if r.levelno == logging.INFO) == 1
+    assert fake.calls.get("nvmlGpmSampleGet", 0) == 0
+    c.close()
+    h100 = FakeNvml(gpu_count=2, clock=clock)
+    h100.set_unsupported(1, "nvmlGpmSampleGet")
+    c = GpuCollector(h100, hostname="h")
+    c.open()
+    for _ in range(3):
+        batch = tick(c, clock)
+    assert sorted(values(batch, "DCGM_FI_PROF_SM_ACTIVE")) == ["0"]
+    assert h100.calls["nvmlGpmSampleGet"] == 3 + 1  # GPU 0 every tick, GPU 1 once
+    c.close()
+
+
+def test_stalled_training_busy_by_utilization_idle_by_sm_activity(clock: FakeClock) -> None:
+    schedule = IncidentSchedule(clock.now(), 8)
+    (stall,) = [i for i in schedule.hour(0) if i.kind == "training_stall"]
+    fake = FakeNvml(clock=clock, incidents=schedule, blocking_event_wait=False)
+    c = GpuCollector(fake, hostname="h")
+    c.open()
+    clock.advance(stall.start_s + 60)
+    tick(c, clock)
+    batch = tick(c, clock)
+    assert values(batch, "DCGM_FI_DEV_GPU_UTIL")["0"] == 100
+    assert values(batch, "DCGM_FI_PROF_SM_ACTIVE")["0"] < 0.05
+    assert values(batch, "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE")["0"] == 0.0
+    c.close()
+
+
+def test_mig_instances_memory_and_gpm_with_dcgm_labels(clock: FakeClock) -> None:
+    fake = FakeNvml(gpu_count=2, clock=clock, mig={1: ("3g.40gb", "2g.20gb", "1g.10gb")})
+    c = GpuCollector(fake, hostname="h")
+    c.open()
+    tick(c, clock)
+    batch = tick(c, clock)
+    assert sorted(values(batch, "DCGM_FI_DEV_GPU_UTIL")) == ["0"]  # NVML gives none under MIG: absent
+    whole = [s for s in batch.samples if dict(s.labels)["gpu"] == "1" and "GPU_I_ID" not in dict(s.labels)]
+    assert "DCGM_FI_DEV_FB_TOTAL" in {s.name for s in whole}
+    assert not [s for s in whole if s.name.startswith("DCGM_FI_PROF_") and "PCIE" not in s.name]
+    inst: dict[tuple[str, str], dict[str, float]] = {}
+    for s in batch.samples:
+        labels = dict(s.labels)
+        if "GPU_I_ID" in labels:
+            assert labels["gpu"] == "1" and labels["UUID"] == c.gpus[1].uuid and labels["Hostname"] == "h"
+            inst.setdefault((labels["GPU_I_ID"], labels["GPU_I_PROFILE"]), {})[s.name] = s.value
+    assert sorted(inst) == [("1", "3g.40gb"), ("2", "2g.20gb"), ("3", "1g.10gb")]
+    totals = [inst[k]["DCGM_FI_DEV_FB_TOTAL"] for k in sorted(inst)]
+    assert totals[0] > totals[1] > totals[2] > 9000 and sum(totals) < 81559
+    for figures in inst.values():
+        assert (
+            figures["DCGM_FI_DEV_FB_USED"] + figures["DCGM_FI_DEV_FB_FREE"] == figures["DCGM_FI_DEV_FB_TOTAL"]
+        )
+        assert 0 < figures["DCGM_FI_PROF_SM_ACTIVE"] <= 1 and "DCGM_FI_PROF_NVLINK_TX_BYTES" not in figures
+    c.close()
+    assert len(fake.gpm_samples) == 2 * (1 + 3) and all(b.is_freed for b in fake.gpm_samples)

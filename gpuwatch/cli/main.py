@@ -227,7 +227,7 @@ def _smi(settings: Settings) -> int:
     from gpuwatch.collect.nvml import GpuCollector
 
     with tempfile.TemporaryDirectory(prefix="gpuwatch-smi-") as tmp:
-        nvml = make_nvml(settings, SystemClock())
+        nvml = make_nvml(settings, SystemClock(), _hostname(settings))
         proc_root = settings.proc_root
         if settings.demo:
             proc_root = Path(tmp)

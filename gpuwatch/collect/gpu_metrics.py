@@ -64,12 +64,23 @@ class GpuMetric(NamedTuple):
 
 _SAME = "same name"
 
+
+def GpmRow(name: str, help: str, gpm: str, *, default: bool = False) -> GpuMetric:
+    """A GPM-backed ratio: GPM gives a percentage over the interval between two samples."""
+    return GpuMetric(
+        name, "gauge", "ratio", help + " GPM, Hopper and later; absent where not supported.",
+        f"GPM {gpm} / 100 (per GPU instance on a MIG GPU)",
+        _SAME if default else "same name (commented out in the default CSV)",
+    )  # fmt: skip
+
+
 GPU_METRIC_TABLE: tuple[GpuMetric, ...] = (
     GpuMetric("DCGM_FI_DEV_GPU_UTIL", "gauge", "%", "GPU utilization (in %).",
               "nvmlDeviceGetUtilizationRates().gpu", _SAME),
     GpuMetric("DCGM_FI_DEV_MEM_COPY_UTIL", "gauge", "%", "Memory utilization (in %).",
               "nvmlDeviceGetUtilizationRates().memory", _SAME),
-    GpuMetric("DCGM_FI_DEV_FB_USED", "gauge", "MiB", "Framebuffer memory used (in MiB).",
+    GpuMetric("DCGM_FI_DEV_FB_USED", "gauge", "MiB",
+              "Framebuffer memory used (in MiB); on a MIG GPU also per GPU instance (GPU_I_ID, GPU_I_PROFILE).",
               "nvmlDeviceGetMemoryInfo(v2).used (v1 .used, which includes reserved, on old drivers)", _SAME),
     GpuMetric("DCGM_FI_DEV_FB_FREE", "gauge", "MiB", "Framebuffer memory free (in MiB).",
               "nvmlDeviceGetMemoryInfo().free", _SAME),
@@ -110,6 +121,35 @@ GPU_METRIC_TABLE: tuple[GpuMetric, ...] = (
     GpuMetric("DCGM_FI_PROF_PCIE_RX_BYTES", "gauge", "B/s",
               "Rate of data received over the PCIe bus, headers included (in bytes per second).",
               "difference of field NVML_FI_DEV_PCIE_COUNT_RX_BYTES (198) between two samples", _SAME),
+    GpuMetric("DCGM_FI_PROF_GR_ENGINE_ACTIVE", "gauge", "ratio",
+              "Ratio of time the graphics engine is active (GPM, Hopper and later).",
+              "GPM NVML_GPM_METRIC_GRAPHICS_UTIL (1) / 100", _SAME),
+    GpmRow("DCGM_FI_PROF_SM_ACTIVE", "Ratio of cycles an SM has at least one warp assigned.",
+           "NVML_GPM_METRIC_SM_UTIL (2)"),
+    GpmRow("DCGM_FI_PROF_SM_OCCUPANCY", "Ratio of warps resident on an SM to the maximum it can hold.",
+           "NVML_GPM_METRIC_SM_OCCUPANCY (3)"),
+    GpmRow("DCGM_FI_PROF_PIPE_TENSOR_ACTIVE", "Ratio of cycles any tensor pipe is active.",
+           "NVML_GPM_METRIC_ANY_TENSOR_UTIL (5)", default=True),
+    GpmRow("DCGM_FI_PROF_PIPE_TENSOR_DFMA_ACTIVE", "Ratio of cycles the FP64 (DFMA) tensor pipe is active.",
+           "NVML_GPM_METRIC_DFMA_TENSOR_UTIL (6)"),
+    GpmRow("DCGM_FI_PROF_PIPE_TENSOR_HMMA_ACTIVE", "Ratio of cycles the FP16/BF16 (HMMA) tensor pipe is active.",
+           "NVML_GPM_METRIC_HMMA_TENSOR_UTIL (7)"),
+    GpmRow("DCGM_FI_PROF_PIPE_TENSOR_IMMA_ACTIVE", "Ratio of cycles the integer (IMMA) tensor pipe is active.",
+           "NVML_GPM_METRIC_IMMA_TENSOR_UTIL (9)"),
+    GpmRow("DCGM_FI_PROF_DRAM_ACTIVE", "Ratio of the device memory bandwidth in use (GPM: of the theoretical maximum).",
+           "NVML_GPM_METRIC_DRAM_BW_UTIL (10)", default=True),
+    GpmRow("DCGM_FI_PROF_PIPE_FP64_ACTIVE", "Ratio of cycles the FP64 pipe is active (not tensor).",
+           "NVML_GPM_METRIC_FP64_UTIL (11)"),
+    GpmRow("DCGM_FI_PROF_PIPE_FP32_ACTIVE", "Ratio of cycles the FP32 pipe is active (not tensor).",
+           "NVML_GPM_METRIC_FP32_UTIL (12)"),
+    GpmRow("DCGM_FI_PROF_PIPE_FP16_ACTIVE", "Ratio of cycles the FP16 pipe is active (not tensor).",
+           "NVML_GPM_METRIC_FP16_UTIL (13)"),
+    GpuMetric("DCGM_FI_PROF_NVLINK_RX_BYTES", "gauge", "B/s",
+              "Rate of data received over all NVLink links (in bytes per second; GPM, Hopper and later).",
+              "GPM NVML_GPM_METRIC_NVLINK_TOTAL_RX_PER_SEC (60) MiB/s * 2^20", "same name (not in the default CSV)"),
+    GpuMetric("DCGM_FI_PROF_NVLINK_TX_BYTES", "gauge", "B/s",
+              "Rate of data transmitted over all NVLink links (in bytes per second; GPM, Hopper and later).",
+              "GPM NVML_GPM_METRIC_NVLINK_TOTAL_TX_PER_SEC (61) MiB/s * 2^20", "same name (not in the default CSV)"),
     GpuMetric("gpuwatch_pcie_tx_bytes_total", "counter", "bytes",
               "Bytes transmitted over the PCIe bus since the driver was loaded.",
               "field NVML_FI_DEV_PCIE_COUNT_TX_BYTES (197)", "DCGM_FI_PROF_PCIE_TX_BYTES (rate)"),

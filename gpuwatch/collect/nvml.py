@@ -158,6 +158,8 @@ class GpuCollector:
                 self._event_set = None
         with self._lock:
             if self._is_open:
+                for gpu in self._gpus:
+                    self._dev.free_gpm(gpu)
                 self._shutdown()
                 self._is_open = False
 
@@ -218,6 +220,8 @@ class GpuCollector:
                     figures, procs = reading
                     self._pcie_rates(gpu, figures, timestamp_ms)
                     samples.extend([Sample(name, labels, value) for name, value in figures.items()])
+                    for mig_labels, mig_figures in gpu.mig_readings:  # GPU instances (MIG mode)
+                        samples.extend([Sample(n, mig_labels, v) for n, v in mig_figures.items()])
                     mask = figures.get("DCGM_FI_DEV_CLOCKS_EVENT_REASONS")
                     if mask is not None:
                         bits = int(mask)
@@ -285,7 +289,7 @@ class GpuCollector:
             for gpu in self._gpus:
                 if gpu.is_lost:
                     self._reprobe(gpu)
-                reading = None if gpu.is_lost else self._dev.read(gpu)
+                reading = None if gpu.is_lost else self._dev.read(gpu, gpm=False)  # GPM: collect()'s
                 ident = gpu.identity
                 if reading is None:
                     out.append(GpuStatus(ident.index, ident.uuid, ident.name, ident.pci_bus_id, True))

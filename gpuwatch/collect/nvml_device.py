@@ -17,6 +17,7 @@ import logging
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from gpuwatch.collect.gpm import GpmSampler, MigInstance, find_instances, read_instance
 from gpuwatch.collect.gpu_metrics import THROTTLE_REASONS
 from gpuwatch.collect.gpu_status import GpuIdentity
 from gpuwatch.model import Labels, make_labels
@@ -41,6 +42,10 @@ class GpuState:
         self.prev_counters: dict[str, tuple[int, float]] = {}  # for PCIe rates
         self.last_xid = 0
         self.xid_counts: dict[int, int] = {}
+        self.gpm: GpmSampler | None = None  # GPM of the whole GPU (Hopper and later, not in MIG mode)
+        self.mig: list[MigInstance] | None = None  # the GPU instances, when the GPU is in MIG mode
+        self.mig_gpm = False  # whether the GPU instances' GPM figures are read
+        self.mig_readings: list[tuple[Labels, dict[str, float]]] = []
         self.set_identity(GpuIdentity(index, "", "", ""))
 
     def set_identity(self, identity: GpuIdentity) -> None:
@@ -137,6 +142,7 @@ class NvmlDevices:
             if hasattr(nvml, "nvmlDeviceGetCurrentClocksEventReasons")
             else []
         ) + [("clocks_throttle_reasons", nvml.nvmlDeviceGetCurrentClocksThrottleReasons, (), {})]
+        self.has_gpm = hasattr(nvml, "nvmlGpmSampleAlloc") and hasattr(nvml, "c_nvmlGpmMetricsGet_t")
         self._process_calls: list[_Call] = [
             ("processes", nvml.nvmlDeviceGetComputeRunningProcesses, (), {}),
             ("processes_v2", nvml.nvmlDeviceGetComputeRunningProcesses_v2, (), {}),
@@ -197,6 +203,15 @@ class NvmlDevices:
         gpu.is_lost = True
         gpu.next_probe_ms = self.now_ms + self._reprobe_ms
         gpu.prev_counters.clear()
+        for sampler in self.samplers(gpu):
+            sampler.reset()
+
+    def samplers(self, gpu: GpuState) -> list[GpmSampler]:
+        return ([gpu.gpm] if gpu.gpm is not None else []) + [inst.gpm for inst in gpu.mig or ()]
+
+    def free_gpm(self, gpu: GpuState) -> None:
+        for sampler in self.samplers(gpu):
+            sampler.free(self._nvml)
 
     def attach(self, gpu: GpuState) -> None:
         """Get the handle and identity of `gpu`; on failure it is lost (and re-probed later)."""
@@ -221,9 +236,45 @@ class NvmlDevices:
         identity = GpuIdentity(gpu.index, str(uuid or ""), str(name or ""), bus_id)
         if identity != gpu.identity:
             gpu.set_identity(identity)
+        self._attach_depth(gpu)
 
-    def read(self, gpu: GpuState) -> tuple[dict[str, float], list[Any]] | None:
-        """Read every figure of `gpu`; None if it is (or just became) lost."""
+    def _attach_depth(self, gpu: GpuState) -> None:
+        """Find the GPU instances (MIG mode) and whether GPM answers; on a re-probe, anew."""
+        nvml, h = self._nvml, gpu.handle
+
+        def q(key: str, fn: Callable[..., Any], *args: Any) -> Any:
+            return self.query(gpu, key, fn, *args)
+
+        def warn(msg: str) -> None:
+            self._log.warning("GPU %d: %s", gpu.index, msg)
+
+        self.free_gpm(gpu)
+        gpu.gpm, gpu.mig, gpu.mig_gpm = None, None, False
+        if hasattr(nvml, "nvmlDeviceGetMigDeviceHandleByIndex"):
+            gpu.mig = find_instances(nvml, q, h, gpu.label_map, warn)
+        if not self.has_gpm:
+            return
+        support = q("gpm_support", nvml.nvmlGpmQueryDeviceSupport, h)
+        if support is None:
+            return
+        if not support.isSupportedDevice:
+            gpu.skipped.add("gpm_support")
+            self._announce(
+                "gpm",
+                "unsupported",
+                "GPU %d: GPM (SM activity, tensor, DRAM) is not supported on this GPU (Hopper and later only)",
+                gpu.index,
+            )
+        elif gpu.mig is None:
+            gpu.gpm = GpmSampler()
+        else:
+            gpu.mig_gpm = True
+
+    def read(self, gpu: GpuState, *, gpm: bool = True) -> tuple[dict[str, float], list[Any]] | None:
+        """Read every figure of `gpu`; None if it is (or just became) lost.
+
+        `gpm`: also take a GPM sample (figures over the time since the last one) and read the GPU
+        instances of a GPU in MIG mode into `gpu.mig_readings`."""
         nvml, h, q = self._nvml, gpu.handle, self.query
         f: dict[str, float] = {}
         util = q(gpu, "utilization", nvml.nvmlDeviceGetUtilizationRates, h)
@@ -263,10 +314,33 @@ class NvmlDevices:
             f["DCGM_FI_DEV_CLOCKS_EVENT_REASONS"] = reasons
         if gpu.fields:
             self.read_fields(gpu, f)
+        if gpm:
+            self.read_depth(gpu, f)
         procs = self.query_first(gpu, self._process_calls)
         if gpu.is_lost:
             return None
         return {name: float(value) for name, value in f.items()}, list(procs or ())
+
+    def read_depth(self, gpu: GpuState, f: dict[str, float]) -> None:
+        """GPM figures of the whole GPU, and the memory and GPM figures of its GPU instances."""
+        nvml = self._nvml
+
+        def q(key: str, fn: Callable[..., Any], *args: Any) -> Any:
+            return self.query(gpu, key, fn, *args)
+
+        if gpu.gpm is not None:
+            for field in gpu.gpm.read(nvml, q, gpu.handle, f):
+                self._announce(
+                    field.name,
+                    "gpm",
+                    "GPU %d: %s (%s) is not available; not asking again",
+                    gpu.index,
+                    field.name,
+                    field.nvml_name,
+                )
+        gpu.mig_readings = [
+            (inst.labels, read_instance(nvml, q, gpu.handle, inst, gpu.mig_gpm)) for inst in gpu.mig or ()
+        ]
 
     def read_fields(self, gpu: GpuState, f: dict[str, float]) -> None:
         nvml = self._nvml

@@ -6,6 +6,12 @@ catches the fake's errors. Figures come from `fakeworkload.Workload`, a determin
 seed and the clock's time (`FakeClock.advance` moves them), plus the faults injected with the methods
 under "faults".
 
+GPM (`nvmlGpmQueryDeviceSupport`, `nvmlGpmSampleAlloc/Get/Free`, `nvmlGpmMigSampleGet`,
+`nvmlGpmMetricsGet` with a simulated `c_nvmlGpmMetricsGet_t`) answers on the Hopper models (H100,
+H200) and says NotSupported on the others; `mig={index: profiles}` puts GPUs in MIG mode (tests only:
+the demo's GPUs are not), with the MIG calls NVML has and utilization NotSupported on them. With an
+`incidents` schedule, XIDs are queued when their time comes and XID 79 makes the GPU lost for a while.
+
 `nvmlEventSetWait_v2(es, timeoutms)` waits on a threading.Condition for up to `timeoutms` when nothing
 is queued (so a demo's event thread does not spin), then raises NVMLError_Timeout; with
 `timeoutms=0`, or `blocking_event_wait=False`, it raises at once. Tests pass 0.
@@ -25,7 +31,8 @@ from typing import Any
 import pynvml
 
 from gpuwatch.clock import Clock, SystemClock
-from gpuwatch.demo.workload import MIB, MODELS, GpuModelSpec, Reading, Workload
+from gpuwatch.demo.incidents import XID, IncidentSchedule
+from gpuwatch.demo.workload import MIB, MODELS, GpuModelSpec, Reading, Workload, mix
 
 __all__ = ["MODELS", "FakeNvml", "GpuModelSpec"]
 
@@ -121,6 +128,85 @@ class FakeEventData:
     computeInstanceId: int = _NO_INSTANCE
 
 
+class FakeMigHandle:
+    """A MIG device handle: one GPU instance of a parent GPU; compare with `is`."""
+
+    __slots__ = ("gi_id", "memory_mib", "parent", "profile", "slot")
+
+    def __init__(self, parent: FakeHandle, slot: int, gi_id: int, profile: str, memory_mib: int) -> None:
+        self.parent = parent
+        self.slot = slot
+        self.gi_id = gi_id
+        self.profile = profile
+        self.memory_mib = memory_mib
+
+    def __repr__(self) -> str:
+        return f"FakeMigHandle({self.parent.index}, gi={self.gi_id}, {self.profile})"
+
+
+@dataclass(slots=True)
+class FakeGpmSupport:
+    version: int
+    isSupportedDevice: int
+
+
+class FakeGpmSample:
+    """What nvmlGpmSampleAlloc returns; nvmlGpmSampleGet / nvmlGpmMigSampleGet fill it in."""
+
+    __slots__ = ("gi_id", "index", "is_freed", "time")
+
+    def __init__(self) -> None:
+        self.index = -1
+        self.gi_id = -1  # -1: the whole GPU
+        self.time: float | None = None
+        self.is_freed = False
+
+
+@dataclass(slots=True)
+class FakeGpmMetric:
+    metricId: int = 0
+    nvmlReturn: int = 0
+    value: float = 0.0
+
+
+class FakeGpmMetricsGet:
+    """pynvml's c_nvmlGpmMetricsGet_t: set version, numMetrics, sample1, sample2, metrics[i].metricId."""
+
+    def __init__(self) -> None:
+        self.version = 0
+        self.numMetrics = 0
+        self.sample1: FakeGpmSample | None = None
+        self.sample2: FakeGpmSample | None = None
+        self.metrics = [FakeGpmMetric() for _ in range(pynvml.NVML_GPM_METRIC_MAX)]
+
+
+# GPM metric id -> Reading attribute and scale (GPM reports percentages; NVLink in MiB/s)
+_GPM_FIGURES: dict[int, tuple[str, float]] = {
+    pynvml.NVML_GPM_METRIC_GRAPHICS_UTIL: ("gr_active", 100.0),
+    pynvml.NVML_GPM_METRIC_SM_UTIL: ("sm_active", 100.0),
+    pynvml.NVML_GPM_METRIC_SM_OCCUPANCY: ("sm_occupancy", 100.0),
+    pynvml.NVML_GPM_METRIC_ANY_TENSOR_UTIL: ("tensor_active", 100.0),
+    pynvml.NVML_GPM_METRIC_HMMA_TENSOR_UTIL: ("tensor_active", 100.0),
+    pynvml.NVML_GPM_METRIC_DRAM_BW_UTIL: ("dram_active", 100.0),
+    pynvml.NVML_GPM_METRIC_FP64_UTIL: ("fp64_active", 100.0),
+    pynvml.NVML_GPM_METRIC_FP32_UTIL: ("fp32_active", 100.0),
+    pynvml.NVML_GPM_METRIC_FP16_UTIL: ("fp16_active", 100.0),
+    pynvml.NVML_GPM_METRIC_NVLINK_TOTAL_TX_PER_SEC: ("nvlink_tx_mib_s", 1.0),
+    pynvml.NVML_GPM_METRIC_NVLINK_TOTAL_RX_PER_SEC: ("nvlink_rx_mib_s", 1.0),
+}
+_ZERO_GPM = (pynvml.NVML_GPM_METRIC_DFMA_TENSOR_UTIL, pynvml.NVML_GPM_METRIC_IMMA_TENSOR_UTIL)
+_NVLINK_GPM = (pynvml.NVML_GPM_METRIC_NVLINK_TOTAL_TX_PER_SEC, pynvml.NVML_GPM_METRIC_NVLINK_TOTAL_RX_PER_SEC)
+
+
+def _profile_memory_mib(profile: str, spec: GpuModelSpec) -> int:
+    """Memory of a MIG profile like "3g.40gb": its slices' share of the board (7 compute, 8 memory slices)."""
+    try:
+        gb = int(profile.split(".")[1].removesuffix("gb").split("+")[0])
+    except (IndexError, ValueError):
+        raise ValueError(f"bad MIG profile {profile!r}; expected something like '1g.10gb'") from None
+    return int(spec.memory_mib * min(1.0, gb / max(1, round(spec.memory_mib / 1024 / 10) * 10)) * 0.97)
+
+
 class FakeEventSet:
     """What each device registered for, and the events not yet delivered."""
 
@@ -145,7 +231,13 @@ class FakeNvml:
         *,
         driver_present: bool = True,
         blocking_event_wait: bool = True,
+        hostname: str = "",
+        incidents: IncidentSchedule | None = None,
+        mig: dict[int, tuple[str, ...]] | None = None,
     ) -> None:
+        """`hostname`: mixed into the UUIDs, so two demo hosts never share one. `incidents`: the demo's
+        schedule (throttling, XIDs, PCIe replays, a stalled run); None: only injected faults. `mig`: GPU
+        index -> the MIG profiles of its GPU instances, e.g. {1: ("3g.40gb", "1g.10gb")} (tests)."""
         if model not in MODELS:
             raise ValueError(f"unknown GPU model {model!r}; choose one of: {', '.join(MODELS)}")
         self.spec = MODELS[model]
@@ -154,8 +246,27 @@ class FakeNvml:
         self.driver_version = driver_version
         self.driver_present = driver_present
         self.blocking_event_wait = blocking_event_wait
-        self.workload = Workload(gpu_count, self.spec, workload, seed, start=self.clock.now())
+        self.incidents = incidents
+        self.workload = Workload(
+            gpu_count,
+            self.spec,
+            workload,
+            seed,
+            start=self.clock.now(),
+            hostname=hostname,
+            incidents=incidents,
+        )
         self.handles = [FakeHandle(i) for i in range(gpu_count)]
+        self.mig: dict[int, list[FakeMigHandle]] = {}
+        for i, profiles in (mig or {}).items():
+            if not self.spec.is_datacenter or not 0 <= i < gpu_count:
+                raise ValueError(f"GPU {i} of a {self.spec.name} cannot be put in MIG mode")
+            self.mig[i] = [
+                FakeMigHandle(self.handles[i], slot, slot + 1, p, _profile_memory_mib(p, self.spec))
+                for slot, p in enumerate(profiles)
+            ]
+        self._xids_checked = self.clock.now()
+        self.gpm_samples: list[FakeGpmSample] = []  # every buffer handed out, for tests
         self.calls: dict[str, int] = {}  # call name -> how often it was made, for tests
         self._init_count = 0
         self._gen = 0  # bumped by every fault, so cached readings are recomputed
@@ -206,7 +317,7 @@ class FakeNvml:
         if not isinstance(handle, FakeHandle) or not 0 <= handle.index < self.gpu_count:
             raise pynvml.NVMLError_InvalidArgument()
         i = handle.index
-        if i in self._lost:
+        if i in self._lost or (self.incidents is not None and self._fell_off(i)):
             raise pynvml.NVMLError_GpuIsLost()
         if self._call_errors:  # faults are rare: skip building the key when there are none
             exc = self._call_errors.get((i, call))
@@ -218,6 +329,23 @@ class FakeNvml:
         # Readings move in 100 ms steps, so the ~10 calls a collector makes per GPU and tick share one
         # cached reading instead of recomputing the simulation for every call (a 64-GPU demo paid 3x).
         return math.floor(self.clock.now() * 10.0) / 10.0
+
+    def _fell_off(self, i: int) -> bool:
+        """Whether GPU `i` is off the bus now: the scheduled XID 79 incidents."""
+        assert self.incidents is not None
+        incident = self.incidents.active(self._now(), XID)
+        return incident is not None and incident.gpu == i and incident.xid == 79
+
+    def _queue_due_xids(self) -> None:
+        """Queue the scheduled XIDs whose time has come since the last look."""
+        if self.incidents is None:
+            return
+        now = self.clock.now()
+        due = self.incidents.started_between(self._xids_checked, now, XID)
+        self._xids_checked = max(self._xids_checked, now)
+        for incident in due:
+            if 0 <= incident.gpu < self.gpu_count:
+                self.inject_xid(incident.gpu, incident.xid)
 
     def _reading(self, i: int) -> Reading:
         return self.workload.reading(i, self._now(), self._gen)
@@ -338,7 +466,7 @@ class FakeNvml:
         self._check_init("nvmlDeviceGetHandleByIndex")
         if not 0 <= index < self.gpu_count:
             raise pynvml.NVMLError_InvalidArgument()
-        if index in self._lost:
+        if index in self._lost or (self.incidents is not None and self._fell_off(index)):
             raise pynvml.NVMLError_GpuIsLost()
         return self.handles[index]
 
@@ -348,6 +476,8 @@ class FakeNvml:
         return self._dev(handle, "nvmlDeviceGetIndex")
 
     def nvmlDeviceGetName(self, handle: Any) -> str:
+        if isinstance(handle, FakeMigHandle):
+            return self._mig_name(self._mig(handle, "nvmlDeviceGetName"))
         self._dev(handle, "nvmlDeviceGetName")
         return self.spec.name
 
@@ -370,18 +500,61 @@ class FakeNvml:
         return self.nvmlDeviceGetPciInfo_v3(handle)
 
     def nvmlDeviceGetMigMode(self, device: Any) -> list[int]:
-        self._dev(device, "nvmlDeviceGetMigMode")
+        i = self._dev(device, "nvmlDeviceGetMigMode")
         if not self.spec.is_datacenter:
             raise pynvml.NVMLError_NotSupported()
-        return [0, 0]
+        on = pynvml.NVML_DEVICE_MIG_ENABLE if i in self.mig else pynvml.NVML_DEVICE_MIG_DISABLE
+        return [on, on]
+
+    def nvmlDeviceGetMaxMigDeviceCount(self, device: Any) -> int:
+        self._dev(device, "nvmlDeviceGetMaxMigDeviceCount")
+        if not self.spec.is_datacenter:
+            raise pynvml.NVMLError_NotSupported()
+        return 7
+
+    def nvmlDeviceGetMigDeviceHandleByIndex(self, device: Any, index: int) -> FakeMigHandle:
+        i = self._dev(device, "nvmlDeviceGetMigDeviceHandleByIndex")
+        if i not in self.mig:
+            raise pynvml.NVMLError_InvalidArgument()
+        if not 0 <= index < 7:
+            raise pynvml.NVMLError_InvalidArgument()
+        if index >= len(self.mig[i]):
+            raise pynvml.NVMLError_NotFound()  # an empty slot
+        return self.mig[i][index]
+
+    def _mig(self, device: Any, call: str) -> FakeMigHandle:
+        if not isinstance(device, FakeMigHandle):
+            self._dev(device, call)
+            raise pynvml.NVMLError_InvalidArgument()  # not a MIG device handle
+        self._dev(device.parent, call)
+        return device
+
+    def nvmlDeviceGetGpuInstanceId(self, device: Any) -> int:
+        return self._mig(device, "nvmlDeviceGetGpuInstanceId").gi_id
+
+    def _mig_name(self, mig: FakeMigHandle) -> str:
+        return f"{self.spec.name} MIG {mig.profile}"
+
+    def _mig_memory(self, mig: FakeMigHandle, version: Any) -> FakeMemory | FakeMemoryV2:
+        total = mig.memory_mib * MIB
+        share = 0.3 + 0.6 * (mix(self.workload.seed, mig.parent.index, mig.gi_id) % 1000) / 1000
+        used = int(total * share) // MIB * MIB
+        if version:
+            return FakeMemoryV2(version, total, 0, total - used, used)
+        return FakeMemory(total, total - used, used)
 
     # -- figures ---------------------------------------------------------------------------------
 
     def nvmlDeviceGetUtilizationRates(self, handle: Any) -> FakeUtilization:
-        r = self._reading(self._dev(handle, "nvmlDeviceGetUtilizationRates"))
+        i = self._dev(handle, "nvmlDeviceGetUtilizationRates")
+        if i in self.mig:  # "not currently supported" on MIG-enabled GPUs
+            raise pynvml.NVMLError_NotSupported()
+        r = self._reading(i)
         return FakeUtilization(r.util, r.mem_util)
 
     def nvmlDeviceGetMemoryInfo(self, handle: Any, version: Any = None) -> FakeMemory | FakeMemoryV2:
+        if isinstance(handle, FakeMigHandle):
+            return self._mig_memory(self._mig(handle, "nvmlDeviceGetMemoryInfo"), version)
         i = self._dev(handle, "nvmlDeviceGetMemoryInfo_v2" if version else "nvmlDeviceGetMemoryInfo")
         total = self.spec.memory_mib * MIB
         reserved = self.spec.reserved_mib * MIB
@@ -471,8 +644,11 @@ class FakeNvml:
         i = self._dev(device, "nvmlDeviceGetRemappedRows")
         return (0, self._remapped_unc[i], self._remapped_pending[i], self._remap_failure[i])
 
+    def _replays(self, i: int) -> int:
+        return self._pcie_replays[i] + self.workload.pcie_replays(i, self._now())
+
     def nvmlDeviceGetPcieReplayCounter(self, handle: Any) -> int:
-        return self._pcie_replays[self._dev(handle, "nvmlDeviceGetPcieReplayCounter")]
+        return self._replays(self._dev(handle, "nvmlDeviceGetPcieReplayCounter"))
 
     def nvmlDeviceGetPcieThroughput(self, device: Any, counter: int) -> int:
         """KB/s (the real call measures over 20 ms and blocks that long; the fake does not)."""
@@ -490,7 +666,7 @@ class FakeNvml:
             pynvml.NVML_FI_DEV_ECC_DBE_AGG_TOTAL: (ull, lambda i, r: self._dbe[i]),
             pynvml.NVML_FI_DEV_MEMORY_TEMP: (ui, lambda i, r: r.mem_temp),
             pynvml.NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION: (ull, lambda i, r: r.energy_mj),
-            pynvml.NVML_FI_DEV_PCIE_REPLAY_COUNTER: (ui, lambda i, r: self._pcie_replays[i]),
+            pynvml.NVML_FI_DEV_PCIE_REPLAY_COUNTER: (ui, lambda i, r: self._replays(i)),
             pynvml.NVML_FI_DEV_REMAPPED_COR: (ui, lambda i, r: 0),
             pynvml.NVML_FI_DEV_REMAPPED_UNC: (ui, lambda i, r: self._remapped_unc[i]),
             pynvml.NVML_FI_DEV_REMAPPED_PENDING: (ui, lambda i, r: self._remapped_pending[i]),
@@ -565,6 +741,7 @@ class FakeNvml:
 
     def nvmlEventSetWait_v2(self, eventSet: FakeEventSet, timeoutms: int) -> FakeEventData:
         self._check_init("nvmlEventSetWait_v2")
+        self._queue_due_xids()
         with eventSet.cond:
             if not eventSet.queue and timeoutms > 0 and self.blocking_event_wait and not eventSet.is_freed:
                 eventSet.cond.wait(timeoutms / 1000.0)
@@ -585,3 +762,78 @@ class FakeNvml:
         with self._events_lock:
             if eventSet in self._event_sets:
                 self._event_sets.remove(eventSet)
+
+    # -- GPM (GPU Performance Monitoring, Hopper and later) --------------------------------------
+
+    # pynvml's ctypes structure, simulated: the collector builds it with `nvml.c_nvmlGpmMetricsGet_t()`
+    c_nvmlGpmMetricsGet_t = FakeGpmMetricsGet
+
+    def nvmlGpmQueryDeviceSupport(self, device: Any) -> FakeGpmSupport:
+        self._dev(device, "nvmlGpmQueryDeviceSupport")
+        return FakeGpmSupport(pynvml.NVML_GPM_SUPPORT_VERSION, 1 if self.spec.has_gpm else 0)
+
+    def nvmlGpmSampleAlloc(self) -> FakeGpmSample:
+        self._check_init("nvmlGpmSampleAlloc")
+        sample = FakeGpmSample()
+        self.gpm_samples.append(sample)
+        return sample
+
+    def nvmlGpmSampleFree(self, gpmSample: FakeGpmSample) -> None:
+        self._check_init("nvmlGpmSampleFree")
+        gpmSample.is_freed = True
+
+    def _fill(self, i: int, gi_id: int, sample: Any) -> FakeGpmSample:
+        if not isinstance(sample, FakeGpmSample) or sample.is_freed:
+            raise pynvml.NVMLError_InvalidArgument()
+        if not self.spec.has_gpm:
+            raise pynvml.NVMLError_NotSupported()
+        sample.index, sample.gi_id, sample.time = i, gi_id, self._now()
+        return sample
+
+    def nvmlGpmSampleGet(self, device: Any, gpmSample: FakeGpmSample) -> FakeGpmSample:
+        i = self._dev(device, "nvmlGpmSampleGet")
+        if i in self.mig:  # a MIG-enabled GPU is sampled per GPU instance
+            raise pynvml.NVMLError_NotSupported()
+        return self._fill(i, -1, gpmSample)
+
+    def nvmlGpmMigSampleGet(self, device: Any, gpuInstanceId: int, gpmSample: FakeGpmSample) -> FakeGpmSample:
+        i = self._dev(device, "nvmlGpmMigSampleGet")
+        if i not in self.mig:
+            raise pynvml.NVMLError_NotSupported()
+        if gpuInstanceId not in {m.gi_id for m in self.mig[i]}:
+            raise pynvml.NVMLError_NotFound()
+        return self._fill(i, gpuInstanceId, gpmSample)
+
+    def nvmlGpmMetricsGet(self, metricsGet: FakeGpmMetricsGet) -> FakeGpmMetricsGet:
+        self._check_init("nvmlGpmMetricsGet")
+        s1, s2 = metricsGet.sample1, metricsGet.sample2
+        if (
+            metricsGet.version != pynvml.NVML_GPM_METRICS_GET_VERSION
+            or not isinstance(s1, FakeGpmSample)
+            or not isinstance(s2, FakeGpmSample)
+            or s1.time is None
+            or s2.time is None
+            or (s1.index, s1.gi_id) != (s2.index, s2.gi_id)
+            or not 0 < metricsGet.numMetrics <= pynvml.NVML_GPM_METRIC_MAX
+        ):
+            raise pynvml.NVMLError_InvalidArgument()
+        if s1.index in self._lost:
+            raise pynvml.NVMLError_GpuIsLost()
+        r = self.workload.reading(s2.index, s2.time, self._gen)
+        # a GPU instance of `g` slices of 7 carries its share of the work (figures of the whole GPU)
+        share = 1.0
+        if s2.gi_id >= 0:
+            mig = next(m for m in self.mig[s2.index] if m.gi_id == s2.gi_id)
+            share = 0.5 + 0.5 * (mix(self.workload.seed, s2.index, mig.gi_id, 7) % 1000) / 1000
+        for m in metricsGet.metrics[: metricsGet.numMetrics]:
+            found = _GPM_FIGURES.get(m.metricId)
+            if s2.gi_id >= 0 and m.metricId in _NVLINK_GPM:  # a GPU instance has no NVLink of its own
+                m.nvmlReturn, m.value = pynvml.NVML_ERROR_NOT_SUPPORTED, 0.0
+            elif found is not None:
+                attr, scale = found
+                m.nvmlReturn, m.value = pynvml.NVML_SUCCESS, getattr(r, attr) * scale * share
+            elif m.metricId in _ZERO_GPM:
+                m.nvmlReturn, m.value = pynvml.NVML_SUCCESS, 0.0
+            else:
+                m.nvmlReturn, m.value = pynvml.NVML_ERROR_NOT_SUPPORTED, 0.0
+        return metricsGet

@@ -5,7 +5,9 @@ the metric names, labels and buckets vLLM V1 and SGLang expose, served on 127.0.
 scraped as jobs `demo-vllm` and `demo-sglang`, and a training run that pushes through the real SDK
 (`gpuwatch.client`) and writes a trainer's text log, which gpuwatch tails as a `log_files` entry. One
 thread does it all: it serves both ports (requests are small and answered inline) and, every `tick_s`,
-moves the figures and logs a training step. The SDK has its own sender thread. Figures follow a bursty request load with a latency spike now and then.
+moves the figures and logs a training step. The SDK has its own sender thread. Figures follow a bursty
+request load that the servers handle with room to spare, except in the latency spikes of the incident
+schedule (incidents.py), when the queue grows and P99 latency goes to tens of seconds.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from prometheus_client.registry import Collector
 
 from gpuwatch.clock import Clock, SystemClock
 from gpuwatch.collect.scrapeconfig import ScrapeConfig, StaticGroup
+from gpuwatch.demo.incidents import LATENCY, IncidentSchedule
 from gpuwatch.demo.training import TrainingSim
 
 log = logging.getLogger("gpuwatch.demo.sources")
@@ -43,6 +46,9 @@ VLLM_TTFT = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1
 VLLM_ITL = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0,
             40.0, 80.0)  # fmt: skip
 VLLM_FINISHED_REASONS = ("stop", "length", "abort", "error", "repetition")
+# request_tokens: the 1-2-5 series up to max_model_len (131072 for Llama 3.1 8B)
+VLLM_REQUEST_TOKENS = (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000, 20000, 50000, 100000)
+VLLM_ITERATION_TOKENS = (1, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384)
 
 # sglang/srt/observability/metrics_collector.py (sglang 0.5.23); see METRICS.md §2.1.
 SGLANG_QUEUE_TIME = (0.0, 0.001, 0.005, 0.01, 0.05, 0.1, 0.2, 0.5, 1, 2, 3, 4, 5, 10, 15, 20, 30, 40, 50, 60,
@@ -90,25 +96,27 @@ def _poisson(rng: random.Random, mean: float) -> int:
     return k
 
 
+# A latency spike (incidents.LATENCY): the load grows, requests slow down and fewer fit in the KV cache.
+SPIKE_LOAD, SPIKE_SLOWDOWN, SPIKE_RUNNING = 2.0, 3.5, 32
+
+
 class Load:
-    """A bursty request rate with an occasional latency spike, advanced once a tick."""
+    """A bursty request rate, advanced once a tick; a latency spike when the schedule says so."""
 
     def __init__(self, rng: random.Random, base_rps: float) -> None:
         self.rng = rng
         self.base_rps = base_rps
         self.burst_s = 0.0
-        self.spike_s = 0.0
 
-    def advance(self, dt: float) -> tuple[float, float]:
+    def advance(self, dt: float, spike: bool = False) -> tuple[float, float]:
         """Return (requests per second, latency factor) for the next `dt` seconds."""
         self.burst_s = max(0.0, self.burst_s - dt)
-        self.spike_s = max(0.0, self.spike_s - dt)
         if self.burst_s == 0 and self.rng.random() < dt / 60:  # about one burst a minute
             self.burst_s = self.rng.uniform(10, 40)
-        if self.spike_s == 0 and self.rng.random() < dt / 180:  # a latency spike every few minutes
-            self.spike_s = self.rng.uniform(5, 20)
         rate = self.base_rps * (3.0 if self.burst_s else 1.0) * self.rng.uniform(0.8, 1.2)
-        return rate, (self.rng.uniform(4, 8) if self.spike_s else 1.0)
+        if spike:
+            return rate * SPIKE_LOAD, SPIKE_SLOWDOWN * self.rng.uniform(0.9, 1.1)
+        return rate, 1.0
 
 
 class Batcher:
@@ -120,21 +128,51 @@ class Batcher:
         self.running = 0
         self.waiting = 0
 
-    def advance(self, rps: float, dt: float, mean_duration_s: float) -> int:
-        finished = min(self.running, _poisson(self.rng, self.running * dt / mean_duration_s))
-        self.running -= finished
-        self.waiting += _poisson(self.rng, rps * dt)
-        admitted = min(self.waiting, self.max_running - self.running)
-        self.running += admitted
-        self.waiting -= admitted
+    def advance(self, rps: float, dt: float, mean_duration_s: float, max_running: int | None = None) -> int:
+        """Move on by `dt` seconds, in steps of at most a second (a slot frees and refills within one)."""
+        steps = max(1, math.ceil(dt - 1e-9))
+        step = dt / steps
+        finished = 0
+        for _ in range(steps):
+            done = min(self.running, _poisson(self.rng, self.running * step / mean_duration_s))
+            self.running -= done
+            finished += done
+            self.waiting += _poisson(self.rng, rps * step)
+            admitted = max(0, min(self.waiting, (max_running or self.max_running) - self.running))
+            self.running += admitted
+            self.waiting -= admitted
         return finished
+
+
+def _spiking(clock: Clock | None, incidents: IncidentSchedule | None, engine: str) -> bool:
+    if clock is None or incidents is None:
+        return False
+    incident = incidents.active(clock.now(), LATENCY)
+    return incident is not None and incident.engine == engine
+
+
+def _request(rng: random.Random, itl_s: float, slow: float) -> tuple[int, int, float]:
+    """(prompt tokens, generated tokens, mean inter-token latency) of one chat request."""
+    prompt = rng.randint(64, 2048)
+    generated = max(1, min(120, int(rng.lognormvariate(math.log(30), 0.7))))
+    return prompt, generated, rng.lognormvariate(math.log(itl_s), 0.15) * slow
 
 
 class VllmSim:
     """A vLLM V1 engine's `/metrics`: the real names, labels (`model_name`, `engine`) and buckets."""
 
-    def __init__(self, rng: random.Random, model: str = VLLM_MODEL, max_running: int = 64) -> None:
+    def __init__(
+        self,
+        rng: random.Random,
+        model: str = VLLM_MODEL,
+        max_running: int = 64,
+        *,
+        clock: Clock | None = None,
+        incidents: IncidentSchedule | None = None,
+    ) -> None:
         self.rng = rng
+        self.clock = clock
+        self.incidents = incidents
         self.registry = CollectorRegistry()
         self.load = Load(rng, base_rps=6.0)
         self.batch = Batcher(rng, max_running)
@@ -201,41 +239,114 @@ class VllmSim:
             registry=r,
         )
         self.queue = Histogram("vllm:request_queue_time_seconds", "Histogram of time spent in WAITING phase for request.", ml, buckets=VLLM_REQUEST_LATENCY, registry=r)  # fmt: skip
+        self.inference = Histogram("vllm:request_inference_time_seconds", "Histogram of time spent in RUNNING phase for request.", ml, buckets=VLLM_REQUEST_LATENCY, registry=r)  # fmt: skip
+        self.prefill = Histogram("vllm:request_prefill_time_seconds", "Histogram of time spent in PREFILL phase for request.", ml, buckets=VLLM_REQUEST_LATENCY, registry=r)  # fmt: skip
+        self.decode = Histogram("vllm:request_decode_time_seconds", "Histogram of time spent in DECODE phase for request.", ml, buckets=VLLM_REQUEST_LATENCY, registry=r)  # fmt: skip
+        self.tpot = Histogram("vllm:request_time_per_output_token_seconds", "Histogram of time_per_output_token_seconds per request.", ml, buckets=VLLM_ITL, registry=r)  # fmt: skip
+        self.prompt_hist = Histogram("vllm:request_prompt_tokens", "Number of prefill tokens processed.", ml, buckets=VLLM_REQUEST_TOKENS, registry=r)  # fmt: skip
+        self.generation_hist = Histogram("vllm:request_generation_tokens", "Number of generation tokens processed.", ml, buckets=VLLM_REQUEST_TOKENS, registry=r)  # fmt: skip
+        self.iteration = Histogram("vllm:iteration_tokens_total", "Histogram of number of tokens per engine_step.", ml, buckets=VLLM_ITERATION_TOKENS, registry=r)  # fmt: skip
+        self.max_generation = Histogram("vllm:request_max_num_generation_tokens", "Histogram of maximum number of requested generation tokens.", ml, buckets=VLLM_REQUEST_TOKENS, registry=r)  # fmt: skip
+        self.params_max_tokens = Histogram("vllm:request_params_max_tokens", "Histogram of the max_tokens request parameter.", ml, buckets=VLLM_REQUEST_TOKENS, registry=r)  # fmt: skip
+        self.params_n = Histogram("vllm:request_params_n", "Histogram of the n request parameter.", ml, buckets=(1, 2, 5, 10, 20), registry=r)  # fmt: skip
+        self.kv_computed = Histogram("vllm:request_prefill_kv_computed_tokens", "Histogram of new KV tokens computed during prefill (excluding cached tokens).", ml, buckets=VLLM_REQUEST_TOKENS, registry=r)  # fmt: skip
+        self.cached_tokens = Counter("vllm:prompt_tokens_cached", "Number of cached prompt tokens (local + external).", ml, registry=r)  # fmt: skip
+        self.waiting_by_reason = Gauge("vllm:num_requests_waiting_by_reason", "Number of requests waiting, by reason.", (*ml, "reason"), registry=r)  # fmt: skip
         # vLLM creates every child when the engine starts, so each series exists (at 0) from the first scrape.
         for metric in (self.preemptions, self.prompt_tokens, self.generation_tokens, self.cache_queries,
-                       self.cache_hits, self.e2e, self.ttft, self.itl, self.queue):  # fmt: skip
+                       self.cache_hits, self.e2e, self.ttft, self.itl, self.queue, self.inference,
+                       self.prefill, self.decode, self.tpot, self.prompt_hist, self.generation_hist,
+                       self.iteration, self.max_generation, self.params_max_tokens, self.params_n,
+                       self.kv_computed, self.cached_tokens):  # fmt: skip
             metric.labels(**self.labels)
+        # the children, looked up once: labels() costs more than the observation itself
+        self._kids = {
+            n: getattr(self, n).labels(**self.labels)
+            for n in (
+                "cache_hits",
+                "cache_queries",
+                "cached_tokens",
+                "kv_computed",
+                "max_generation",
+                "params_max_tokens",
+                "params_n",
+                "decode",
+                "e2e",
+                "generation_hist",
+                "generation_tokens",
+                "inference",
+                "iteration",
+                "itl",
+                "kv_usage",
+                "preemptions",
+                "prefill",
+                "prompt_hist",
+                "prompt_tokens",
+                "queue",
+                "running",
+                "tpot",
+                "ttft",
+                "waiting",
+            )
+        }
+        self._reasons = {
+            r: self.success.labels(**self.labels, finished_reason=r) for r in VLLM_FINISHED_REASONS
+        }
+        self._capacity = self.waiting_by_reason.labels(**self.labels, reason="capacity")
+        self.waiting_by_reason.labels(**self.labels, reason="deferred").set(0)
         self.tick(0.0)
 
     def tick(self, dt: float) -> None:
         """Move the figures on by `dt` seconds."""
-        rps, slow = self.load.advance(dt) if dt else (0.0, 1.0)
-        finished = self.batch.advance(rps, dt, mean_duration_s=4.0 * slow) if dt else 0
-        lab = self.labels
-        kv = min(1.0, self.batch.running / self.batch.max_running * 0.85 + self.rng.uniform(0, 0.05))
-        self.running.labels(**lab).set(self.batch.running)
-        self.waiting.labels(**lab).set(self.batch.waiting)
-        self.kv_usage.labels(**lab).set(round(kv, 4))
-        if kv > 0.9 and self.rng.random() < 0.5:
-            self.preemptions.labels(**lab).inc(self.rng.randint(1, 3))
+        spike = _spiking(self.clock, self.incidents, "vllm")
+        rps, slow = self.load.advance(dt, spike) if dt else (0.0, 1.0)
+        cap = SPIKE_RUNNING if spike else None
+        finished = self.batch.advance(rps, dt, mean_duration_s=0.45 * slow, max_running=cap) if dt else 0
+        k = self._kids
+        kv = 0.2 + 0.6 * self.batch.running / self.batch.max_running + self.rng.uniform(0, 0.04)
+        if spike:  # the KV cache is what limits the batch
+            kv = self.rng.uniform(0.955, 0.99)
+        kv = min(1.0, kv)
+        k["running"].set(self.batch.running)
+        k["waiting"].set(self.batch.waiting)
+        self._capacity.set(self.batch.waiting)
+        k["kv_usage"].set(round(kv, 4))
+        if kv > 0.95 and self.rng.random() < 0.5:
+            k["preemptions"].inc(self.rng.randint(1, 3))
         queue_s = self.batch.waiting / max(rps, 0.1) * self.rng.uniform(0.5, 1.0)
-        for _ in range(min(finished, 64)):  # bounded work a tick, whatever the load
-            prompt, generated = self.rng.randint(64, 2048), self.rng.randint(16, 768)
+        for _ in range(min(finished, 64 * max(1, int(dt)))):  # bounded work a tick, whatever the load
+            prompt, generated, itl = _request(self.rng, 0.009, slow)
             cached = int(prompt * self.rng.uniform(0.0, 0.6))
-            itl = self.rng.lognormvariate(math.log(0.02), 0.3) * slow
-            ttft = self.rng.lognormvariate(math.log(0.06), 0.5) * slow + prompt / 40000
-            self.prompt_tokens.labels(**lab).inc(prompt)
-            self.generation_tokens.labels(**lab).inc(generated)
-            self.cache_queries.labels(**lab).inc(prompt)
-            self.cache_hits.labels(**lab).inc(cached)
-            reason = self.rng.choices(VLLM_FINISHED_REASONS, (80, 15, 3, 1 if slow > 1 else 0.1, 1))[0]
-            self.success.labels(**lab, finished_reason=reason).inc()
+            prefill = (self.rng.lognormvariate(math.log(0.05), 0.5) + (prompt - cached) / 40000) * slow
+            decode = (generated - 1) * itl
+            k["prompt_tokens"].inc(prompt)
+            k["generation_tokens"].inc(generated)
+            k["prompt_hist"].observe(prompt)
+            k["generation_hist"].observe(generated)
+            k["cache_queries"].inc(prompt)
+            k["cache_hits"].inc(cached)
+            k["cached_tokens"].inc(cached)
+            k["kv_computed"].observe(prompt - cached)
+            max_tokens = self.rng.choice((256, 512, 1024))
+            k["max_generation"].observe(max_tokens)
+            k["params_max_tokens"].observe(max_tokens)
+            k["params_n"].observe(1)
+            reason = self.rng.choices(VLLM_FINISHED_REASONS, (80, 15, 3, 3 if spike else 0.1, 1))[0]
+            self._reasons[reason].inc()
             q = queue_s * self.rng.uniform(0.5, 1.5)
-            self.queue.labels(**lab).observe(q)
-            self.ttft.labels(**lab).observe(q + ttft)
-            for _ in range(4):  # vLLM observes every token gap; a few samples a request keep this cheap
-                self.itl.labels(**lab).observe(itl * self.rng.uniform(0.7, 1.5))
-            self.e2e.labels(**lab).observe(q + ttft + generated * itl)
+            k["queue"].observe(q)
+            k["prefill"].observe(prefill)
+            k["decode"].observe(decode)
+            k["inference"].observe(prefill + decode)
+            k["tpot"].observe(itl)
+            k["ttft"].observe(q + prefill)
+            for _ in range(min(4, generated - 1)):  # vLLM observes every gap; a few a request stay cheap
+                k["itl"].observe(itl * self.rng.uniform(0.7, 1.5))
+            k["e2e"].observe(q + prefill + decode)
+        for _ in range(min(8, int(dt))):  # engine steps: a prefill chunk or a decode batch each
+            k["iteration"].observe(
+                self.batch.running + (self.rng.randint(64, 2048) if self.rng.random() < 0.3 else 0)
+            )
 
 
 class _WithoutCreated(Collector):
@@ -253,8 +364,18 @@ class _WithoutCreated(Collector):
 class SglangSim:
     """An SGLang server's `/metrics` (`--enable-metrics`): scheduler and tokenizer-manager metrics."""
 
-    def __init__(self, rng: random.Random, model: str = SGLANG_MODEL, max_running: int = 48) -> None:
+    def __init__(
+        self,
+        rng: random.Random,
+        model: str = SGLANG_MODEL,
+        max_running: int = 48,
+        *,
+        clock: Clock | None = None,
+        incidents: IncidentSchedule | None = None,
+    ) -> None:
         self.rng = rng
+        self.clock = clock
+        self.incidents = incidents
         self.metrics = CollectorRegistry()
         self.registry = CollectorRegistry()
         self.registry.register(_WithoutCreated(self.metrics))
@@ -300,14 +421,19 @@ class SglangSim:
         self.e2e = Histogram("sglang:e2e_request_latency_seconds", "Histogram of End-to-end request latency in seconds", (*tok, "is_streaming"), buckets=SGLANG_E2E, registry=r)  # fmt: skip
         self.http = Counter("sglang:http_responses", "Total number of HTTP responses by endpoint and status code", ("endpoint", "status_code", "method"), registry=r)  # fmt: skip
         self.max_total.labels(**self.sched).set(self.max_tokens)
+        self._children: dict[tuple[int, str], Any] = {}
         self.tick(0.0)
 
     def tick(self, dt: float) -> None:
         """Move the figures on by `dt` seconds."""
-        rps, slow = self.load.advance(dt) if dt else (0.0, 1.0)
-        finished = self.batch.advance(rps, dt, mean_duration_s=5.0 * slow) if dt else 0
-        s, t = self.sched, self.tok
-        used = int(self.batch.running * self.rng.uniform(1500, 2500))
+        spike = _spiking(self.clock, self.incidents, "sglang")
+        rps, slow = self.load.advance(dt, spike) if dt else (0.0, 1.0)
+        cap = SPIKE_RUNNING if spike else None
+        finished = self.batch.advance(rps, dt, mean_duration_s=0.5 * slow, max_running=cap) if dt else 0
+        s, c = self.sched, self._child
+        used = int(self.max_tokens * (0.15 + 0.5 * self.batch.running / self.batch.max_running))
+        if spike:
+            used = int(self.max_tokens * self.rng.uniform(0.955, 0.99))
         self.running.labels(**s).set(self.batch.running)
         self.queued.labels(**s).set(self.batch.waiting)
         self.used_tokens.labels(**s).set(used)
@@ -317,27 +443,41 @@ class SglangSim:
             self.retracted.labels(**s).inc()
         queue_s = self.batch.waiting / max(rps, 0.1) * self.rng.uniform(0.5, 1.0)
         generated_total = 0
-        for _ in range(min(finished, 64)):
+        for _ in range(min(finished, 64 * max(1, int(dt)))):
             streaming = "true" if self.rng.random() < 0.7 else "false"
-            prompt, generated = self.rng.randint(64, 2048), self.rng.randint(16, 768)
-            itl = self.rng.lognormvariate(math.log(0.015), 0.3) * slow
-            ttft = self.rng.lognormvariate(math.log(0.15), 0.5) * slow + prompt / 50000
+            prompt, generated, itl = _request(self.rng, 0.008, slow)
+            ttft = (self.rng.lognormvariate(math.log(0.12), 0.5) + prompt / 50000) * slow
             q = queue_s * self.rng.uniform(0.5, 1.5)
             generated_total += generated
-            self.prompt_tokens.labels(**t, is_streaming=streaming).inc(prompt)
-            self.generation_tokens.labels(**t, is_streaming=streaming).inc(generated)
-            self.requests.labels(**t, is_streaming=streaming).inc()
+            c(self.prompt_tokens, streaming).inc(prompt)
+            c(self.generation_tokens, streaming).inc(generated)
+            c(self.requests, streaming).inc()
             if self.rng.random() < 0.02:
-                self.aborted.labels(**t).inc()
-            failed = self.rng.random() < (0.02 if slow > 1 else 0.001)  # errors come with latency spikes
-            self.http.labels("/v1/chat/completions", "500" if failed else "200", "POST").inc()
-            self.queue_time.labels(**s).observe(q)
-            self.ttft.labels(**t, is_streaming=streaming).observe(q + ttft)
+                c(self.aborted).inc()
+            failed = self.rng.random() < (0.03 if spike else 0.001)  # errors come with latency spikes
+            c(self.http, "500" if failed else "200").inc()
+            c(self.queue_time).observe(q)
+            c(self.ttft, streaming).observe(q + ttft)
             for _ in range(4):  # SGLang observes every token gap; a few samples a request keep this cheap
-                self.itl.labels(**t).observe(itl * self.rng.uniform(0.7, 1.5))
-            self.e2e.labels(**t, is_streaming=streaming).observe(q + ttft + generated * itl)
+                c(self.itl).observe(itl * self.rng.uniform(0.7, 1.5))
+            c(self.e2e, streaming).observe(q + ttft + generated * itl)
         if dt:
             self.throughput.labels(**s).set(round(generated_total / dt, 1))
+
+    def _child(self, metric: Any, key: str = "") -> Any:
+        """The child of `metric` for this server (and `key`: is_streaming, or an HTTP status), made on
+        first use, as SGLang's multiprocess registry shows only the series that were touched."""
+        child = self._children.get((id(metric), key))
+        if child is None:
+            names = metric._labelnames
+            if "is_streaming" in names:
+                child = metric.labels(**self.tok, is_streaming=key)
+            elif "status_code" in names:
+                child = metric.labels("/v1/chat/completions", key, "POST")
+            else:
+                child = metric.labels(**(self.sched if "tp_rank" in names else self.tok))
+            self._children[(id(metric), key)] = child
+        return child
 
 
 class _QuietHandler(WSGIRequestHandler):
@@ -369,22 +509,27 @@ class DemoSources:
         training_log: Path | None = None,
         token: str | None = None,
         training_gpus: list[str] | None = None,
+        incidents: IncidentSchedule | None = None,
     ) -> None:
-        """`token`: the machine token the training run sends (needed where loopback is not trusted)."""
+        """`token`: the machine token the training run sends (needed where loopback is not trusted).
+        `incidents`: the demo's schedule (latency spikes, a stalled run); None: always healthy."""
         self.clock = clock or SystemClock()
         self.tick_s = tick_s
         rng = random.Random(seed)
-        self.vllm = VllmSim(rng)
-        self.sglang = SglangSim(rng)
+        self.vllm = VllmSim(rng, clock=self.clock, incidents=incidents)
+        self.sglang = SglangSim(rng, clock=self.clock, incidents=incidents)
         options: dict[str, Any] = {"token": token} if token else {}
         self.training = (
+            # 50,000 steps: a run of some 14 hours, whose loss falls hour over hour (TrainingLossNotDecreasing)
             TrainingSim(
                 gpuwatch_url,
                 rng,
                 self.clock,
+                total_steps=50_000,
                 log_path=training_log,
                 gpus=training_gpus,
                 report_process=False,
+                incidents=incidents,
                 **options,
             )
             if gpuwatch_url

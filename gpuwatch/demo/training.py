@@ -14,6 +14,7 @@ from typing import IO, Any
 from gpuwatch import client
 from gpuwatch.clock import Clock
 from gpuwatch.collect.logconfig import LogFileConfig
+from gpuwatch.demo.incidents import STALL, IncidentSchedule
 
 log = logging.getLogger("gpuwatch.demo.sources")
 
@@ -84,6 +85,7 @@ class TrainingSim:
         checkpoint_every: int = 300,
         checkpoint_ticks: int = 4,
         log_path: Path | None = None,
+        incidents: IncidentSchedule | None = None,
         **options: Any,
     ) -> None:
         self.url = url
@@ -93,6 +95,7 @@ class TrainingSim:
         self.checkpoint_every = checkpoint_every
         self.checkpoint_ticks = checkpoint_ticks
         self.options = options
+        self.incidents = incidents
         self.run: client.Run | None = None
         self.step = 0
         self.text_log = TrainerLog(log_path, clock) if log_path is not None else None
@@ -131,7 +134,11 @@ class TrainingSim:
         return max(0.5, base + self.rng.gauss(0, 0.04))
 
     def tick(self) -> None:
-        """Train one step (or go on saving a checkpoint); finish and start over at the end."""
+        """Train one step (or go on saving a checkpoint); finish and start over at the end.
+
+        While the schedule says the run is stalled (a hung collective), nothing is logged at all."""
+        if self.incidents is not None and self.incidents.active(self.clock.now(), STALL) is not None:
+            return
         if self.run is None:
             self.run = self._start()
         if self._saving is not None:

@@ -1,18 +1,23 @@
 """The simulated GPUs behind FakeNvml: model specs and a deterministic workload over time.
 
-Every figure is a function of (seed, GPU index, seconds since start) and the throttle mask, except
-the energy and PCIe byte counters, which integrate power and traffic on a 10 s grid.
+Every figure is a function of (seed, GPU index, seconds since start), the throttle mask and the
+demo's incident schedule (incidents.py), except the energy and PCIe byte counters, which integrate
+power and traffic on a 10 s grid. The GPM figures (SM activity, tensor, DRAM, NVLink) follow the role:
+a stalled training run keeps its GPUs at 100 % utilization with idle SMs, as a hung collective does.
 """
 
 from __future__ import annotations
 
 import math
+import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 
 import pynvml
+
+from gpuwatch.demo.incidents import PCIE, STALL, THROTTLE, Incident, IncidentSchedule
 
 MIB = 1 << 20
 _MASK = (1 << 64) - 1
@@ -33,33 +38,48 @@ class GpuModelSpec:
     idle_mem_mhz: int
     is_datacenter: bool  # HBM with ECC, memory temperature and row remapping; passively cooled (no fan)
     pci_device_id: int
+    has_gpm: bool = False  # GPU Performance Monitoring (Hopper and later): SM activity, tensor, DRAM
 
 
 MODELS: dict[str, GpuModelSpec] = {
     m.name: m
     for m in (
         GpuModelSpec(
-            "NVIDIA H100 80GB HBM3", 81559, 525, 700.0, 72.0, 1980, 345, 2619, 2619, True, 0x233010DE
+            "NVIDIA H100 80GB HBM3", 81559, 525, 700.0, 72.0, 1980, 345, 2619, 2619, True, 0x233010DE, True
         ),
         GpuModelSpec(
             "NVIDIA A100-SXM4-80GB", 81920, 552, 400.0, 58.0, 1410, 210, 1593, 1593, True, 0x20B210DE
         ),
-        GpuModelSpec("NVIDIA H200", 143771, 580, 700.0, 76.0, 1980, 345, 3201, 3201, True, 0x233510DE),
+        GpuModelSpec("NVIDIA H200", 143771, 580, 700.0, 76.0, 1980, 345, 3201, 3201, True, 0x233510DE, True),
         GpuModelSpec(
             "NVIDIA GeForce RTX 4090", 24564, 340, 450.0, 22.0, 2520, 210, 10501, 405, False, 0x268410DE
         ),
     )
 }
 WORKLOADS = ("mixed", "training", "inference", "idle")
-# "mixed" on 8 GPUs: four training, two inference, one idle, one warming up (later ones train).
-_MIXED_ROLES = ("training", "inference", "idle", "warmup", "training", "training", "inference", "training")
+# "mixed" on 8 GPUs: four training, two inference, one notebook (someone's interactive session, light
+# load), one warming up (later ones train). No GPU sits idle: an idle GPU is what GPUUtilizationLow
+# reports, and a healthy demo lab raises no alert between its incidents (incidents.py).
+_MIXED_ROLES = (
+    "training",
+    "inference",
+    "notebook",
+    "warmup",
+    "training",
+    "training",
+    "inference",
+    "training",
+)
 _HGX_BUSES = (0x18, 0x2A, 0x3A, 0x5D, 0x9A, 0xAB, 0xBA, 0xDB)
 # (process name, uid, cgroup kind) of the process each role runs
 ROLE_PROCESS = {
     "training": ("python", 1000, "kubepods"),
     "warmup": ("python", 1000, "host"),
     "inference": ("vllm", 0, "docker"),
+    "notebook": ("python", 1001, "host"),
 }
+# Seconds between a training run's evaluation/checkpoint pauses (20 s of low load each).
+EVAL_PERIOD_S = 1800.0
 _HW_SLOWDOWN = (
     pynvml.nvmlClocksEventReasonHwSlowdown
     | pynvml.nvmlClocksEventReasonHwThermalSlowdown
@@ -132,16 +152,53 @@ class Reading:
     energy_mj: int
     pcie_tx: int
     pcie_rx: int
+    # GPM figures (fractions 0-1 of the interval; NVLink in MiB/s), as GPM would measure them
+    gr_active: float = 0.0
+    sm_active: float = 0.0
+    sm_occupancy: float = 0.0
+    tensor_active: float = 0.0
+    dram_active: float = 0.0
+    fp64_active: float = 0.0
+    fp32_active: float = 0.0
+    fp16_active: float = 0.0
+    nvlink_tx_mib_s: float = 0.0
+    nvlink_rx_mib_s: float = 0.0
+
+
+# role -> (SM activity per unit of utilization, tensor share of SM activity, occupancy, DRAM per util)
+_ACTIVITY = {
+    "training": (0.88, 0.62, 0.42, 0.55),
+    "warmup": (0.88, 0.62, 0.42, 0.55),
+    "inference": (0.72, 0.40, 0.30, 0.70),
+    "notebook": (0.60, 0.15, 0.25, 0.30),
+}
+
+
+def host_key(hostname: str) -> int:
+    """A stable number for `hostname` (0 for ""), mixed into the simulated GPUs' UUIDs."""
+    return zlib.crc32(hostname.encode()) + 1 if hostname else 0
 
 
 class Workload:
     """What each simulated GPU is doing at time t (seconds since `start`)."""
 
-    def __init__(self, gpu_count: int, spec: GpuModelSpec, workload: str, seed: int, start: float) -> None:
+    def __init__(
+        self,
+        gpu_count: int,
+        spec: GpuModelSpec,
+        workload: str,
+        seed: int,
+        start: float,
+        *,
+        hostname: str = "",
+        incidents: IncidentSchedule | None = None,
+    ) -> None:
         if workload not in WORKLOADS:
             raise ValueError(f"unknown workload {workload!r}; choose one of: {', '.join(WORKLOADS)}")
         self.spec = spec
         self.seed = seed
+        self.host = host_key(hostname)
+        self.incidents = incidents
         self.start = start
         self.roles = [self._role(workload, i) for i in range(gpu_count)]
         self.throttle = [0] * gpu_count  # clock-event reason masks injected as faults
@@ -179,7 +236,9 @@ class Workload:
     # -- identity --------------------------------------------------------------------------------
 
     def uuid(self, i: int) -> str:
-        h = f"{mix(self.seed, i, 101):016x}{mix(self.seed, i, 102):016x}"
+        """A UUID stable per (seed, hostname, index): two demo hosts never share one."""
+        keys = (self.seed, i) if not self.host else (self.seed, self.host, i)
+        h = f"{mix(*keys, 101):016x}{mix(*keys, 102):016x}"
         return f"GPU-{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:32]}"
 
     def pci_bus(self, i: int) -> tuple[int, int]:
@@ -188,8 +247,17 @@ class Workload:
 
     # -- signals ---------------------------------------------------------------------------------
 
+    def _incident(self, t: float, kind: str) -> Incident | None:
+        return self.incidents.active(self.start + t, kind) if self.incidents is not None else None
+
+    def _stalled(self, i: int, t: float) -> bool:
+        """The training run hangs: its GPUs spin in a collective (busy, but the SMs do nothing)."""
+        return self.roles[i] in ("training", "warmup") and self._incident(t, STALL) is not None
+
     def _train_util(self, i: int, t: float) -> float:
-        if (t + 120.0) % 600.0 < 20.0:  # evaluation / checkpoint every 10 minutes, in step on all GPUs
+        if self._stalled(i, t):
+            return 100.0
+        if (t + 120.0) % EVAL_PERIOD_S < 20.0:  # evaluation / checkpoint, in step on all GPUs
             return 20.0 + 20.0 * self._knot(i, 101, int(t))
         return min(100.0, max(85.0, 93.0 + 7.0 * (2.0 * self._smooth(i, 1, t, 3.0) - 1.0)))
 
@@ -197,21 +265,45 @@ class Workload:
         role = self.roles[i]
         if role == "training":
             return self._train_util(i, t)
-        if role == "inference":
+        if role == "inference":  # a served model under steady traffic, with bursts
             burst = max(0.0, (self._smooth(i, 2, t, 4.0) - 0.3) / 0.7)
-            return 97.0 * burst**0.8
-        if role == "warmup" and t >= 60.0:  # loading for a minute, then ramping up over four
-            return min(1.0, (t - 60.0) / 240.0) * self._train_util(i, t)
+            return 25.0 + 72.0 * burst**0.8
+        if role == "notebook":
+            return 15.0 + 40.0 * self._smooth(i, 11, t, 45.0) ** 2
+        if role == "warmup" and t >= 45.0:  # loading for 45 s, then ramping up over four minutes
+            return min(1.0, 0.1 + (t - 45.0) / 240.0) * self._train_util(i, t)
         return 0.0
+
+    def _throttle(self, i: int, t: float) -> tuple[int, float]:
+        """(clock-event reasons, temperature floor) of GPU `i` now: injected faults and incidents."""
+        mask, floor = self.throttle[i], 0.0
+        if self.incidents is None:
+            return mask, floor
+        now = self.incidents.elapsed(self.start + t)
+        for incident in self.incidents.during(now - 90.0, now + 1e-3):
+            if incident.kind != THROTTLE or incident.gpu != i:
+                continue
+            hot = 89.0 + 2.0 * self._knot(i, 108, 0)
+            if incident.is_active(now):
+                # the die heats past 85 C within a minute, then the hardware slows the clock down
+                u = now - incident.start_s
+                floor = max(floor, 72.0 + (hot - 72.0) * min(1.0, u / 60.0))
+                if u >= 60.0:
+                    mask |= pynvml.nvmlClocksEventReasonHwThermalSlowdown
+            elif now >= incident.end_s:  # and cools down over a minute and a half
+                floor = max(floor, hot - (hot - 72.0) * (now - incident.end_s) / 90.0)
+        return mask, floor
 
     def _app_used_mib(self, i: int, t: float) -> float:
         spec, role = self.spec, self.roles[i]
         usable = spec.memory_mib - spec.reserved_mib
         idle = 0.005 * spec.memory_mib * (1.0 + self._knot(i, 103, 0))
-        if role == "training":
-            frac = 0.70 + 0.25 * self._knot(i, 104, 0) + 0.004 * (self._smooth(i, 4, t, 30.0) - 0.5)
+        if role == "training":  # under GPUMemoryHigh's 90 % of the board
+            frac = 0.62 + 0.24 * self._knot(i, 104, 0) + 0.004 * (self._smooth(i, 4, t, 30.0) - 0.5)
         elif role == "inference":
             frac = 0.895 + 0.002 * self._knot(i, 104, 0)
+        elif role == "notebook":
+            frac = 0.24 + 0.05 * self._knot(i, 104, 0)
         elif role == "warmup" and t >= 20.0:
             frac = max(idle / usable, 0.85 * min(1.0, (t - 20.0) / 180.0))
         else:
@@ -260,7 +352,8 @@ class Workload:
         cached = self._cache.get(i)
         if cached is not None and cached[0] == now and cached[1] == generation:
             return cached[2]
-        spec, t, throttle = self.spec, now - self.start, self.throttle[i]
+        spec, t = self.spec, now - self.start
+        throttle, temp_floor = self._throttle(i, t)
         util = self._util(i, t)
         power, capped = self._power(i, t)
         # the die warms with the power of the last minutes
@@ -276,6 +369,7 @@ class Workload:
             temp = max(temp, 89.0 + 3.0 * self._knot(i, 108, 0))
         elif throttle & pynvml.nvmlClocksEventReasonSwThermalSlowdown:
             temp = max(temp, 85.0 + 2.0 * self._knot(i, 108, 0))
+        temp = max(temp, temp_floor)
         role = self.roles[i]
         pstate = 8 if role == "idle" or (role == "warmup" and t < 20.0) else 0
         reasons = throttle | (pynvml.nvmlClocksEventReasonGpuIdle if util < 0.5 else 0)
@@ -293,6 +387,7 @@ class Workload:
         elif throttle & pynvml.nvmlClocksEventReasonSwThermalSlowdown:
             sm *= 0.75
         mem_util = util * (0.6 if role == "inference" else 0.45) * (0.8 + 0.4 * self._smooth(i, 10, t, 3.0))
+        gpm = self._activity(i, t, util / 100.0, sm / spec.max_sm_mhz)
         reading = Reading(
             util=int(round(util)),
             mem_util=int(round(mem_util)),
@@ -311,9 +406,49 @@ class Workload:
             ),
             pcie_tx=int(1e12 * self._knot(i, 112, 0) + self._tx[i].at(t)),
             pcie_rx=int(4e12 * self._knot(i, 113, 0) + self._rx[i].at(t)),
+            **gpm,
         )
         self._cache[i] = (now, generation, reading)
         return reading
+
+    def _activity(self, i: int, t: float, u: float, clock: float) -> dict[str, float]:
+        """The GPM figures: what the SMs do while "utilization" says only that a kernel ran."""
+        role = self.roles[i]
+        if u <= 0.0 or role not in _ACTIVITY:
+            return {}
+        per_util, tensor_share, occupancy, dram = _ACTIVITY[role]
+        wobble = 0.95 + 0.1 * self._smooth(i, 12, t, 5.0)
+        if self._stalled(i, t):  # a hung collective: one spinning kernel, idle SMs
+            per_util, tensor_share, occupancy, dram = 0.03, 0.0, 0.02, 0.01
+        sm = min(1.0, u * per_util * wobble * min(1.0, 0.4 + 0.6 * clock))
+        nvlink = 0.0
+        if role in ("training", "warmup") and not self._stalled(i, t):
+            nvlink = 90_000.0 * u * (0.5 + self._smooth(i, 13, t, 6.0))  # MiB/s, all-reduce traffic
+        return {
+            "gr_active": round(min(1.0, u * (0.97 + 0.03 * self._smooth(i, 14, t, 3.0))), 4),
+            "sm_active": round(sm, 4),
+            "sm_occupancy": round(min(1.0, sm * occupancy / max(per_util, 0.01) * 0.9), 4),
+            "tensor_active": round(sm * tensor_share, 4),
+            "dram_active": round(min(1.0, u * dram * wobble), 4),
+            "fp64_active": 0.0,
+            "fp32_active": round(sm * (0.30 if role == "notebook" else 0.12), 4),
+            "fp16_active": round(sm * 0.08, 4),
+            "nvlink_tx_mib_s": round(nvlink, 1),
+            "nvlink_rx_mib_s": round(nvlink * 0.98, 1),
+        }
+
+    def pcie_replays(self, i: int, now: float) -> int:
+        """PCIe replays of GPU `i` from the schedule's PCIe incidents: 40 over each incident's 2 minutes."""
+        if self.incidents is None:
+            return 0
+        t = self.incidents.elapsed(now)
+        total = 0
+        for h in range(int(max(t, 0) // 3600) + 1):
+            for incident in self.incidents.hour(h):
+                if incident.kind == PCIE and incident.gpu == i and t > incident.start_s:
+                    span = incident.end_s - incident.start_s
+                    total += int(40 * min(1.0, (t - incident.start_s) / span))
+        return total
 
     # -- processes -------------------------------------------------------------------------------
 
@@ -341,7 +476,7 @@ class Workload:
                 "docker": f"0::/system.slice/docker-{cid}.scope\n",
                 "kubepods": "0::/kubepods.slice/kubepods-besteffort.slice/"
                 f"kubepods-besteffort-pod{pod_uid}.slice/cri-containerd-{cid}.scope\n",
-                "host": "0::/user.slice/user-1000.slice/session-3.scope\n",
+                "host": f"0::/user.slice/user-{uid}.slice/session-3.scope\n",
             }[kind]
             d = root / str(self.pid_of(i))
             d.mkdir(parents=True, exist_ok=True)
