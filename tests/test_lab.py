@@ -228,9 +228,9 @@ def test_a_hub_and_two_nodes(serve, tmp_path: Path) -> None:  # type: ignore[no-
         assert sorted((g["Hostname"], g["gpu"]) for g in gpus) == [
             ("node-a", "0"), ("node-a", "1"), ("node-b", "0"), ("node-b", "1"),
         ]  # fmt: skip
-        if len({g["UUID"] for g in gpus}) == 4:  # simulated UUIDs may repeat across demo nodes
-            overview = hub.get("/api/overview").json()["gpus_seen"]
-            assert {g["uuid"] for g in gpus} <= {g["uuid"] for g in overview}
+        assert len({g["UUID"] for g in gpus}) == 4  # each demo node's UUIDs come from its host name
+        overview = hub.get("/api/overview").json()["gpus_seen"]
+        assert {g["UUID"] for g in gpus} <= {g["uuid"] for g in overview}
         assert {m["instance"] for m in query('node_load1{job="gpuwatch-nodes"}')} == {"node-a", "node-b"}
         # Each node's own vLLM, under the node's name (its scrape saw 127.0.0.1), with its own job.
         wait_until(
