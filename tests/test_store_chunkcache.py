@@ -287,7 +287,7 @@ def test_a_store_from_before_the_chunk_hash_column_is_upgraded_and_read_alike(tm
         )
     con.close()
 
-    with pytest.raises(StoreError, match=r"schema version 6, this gpuwatch needs 7; start `gpuwatch serve`"):
+    with pytest.raises(StoreError, match=rf"schema version 6, this gpuwatch needs {schema.LATEST}; start `gpuwatch serve`"):
         Store.open(tmp_path, clock=FakeClock(T0 / 1000), read_only=True)
     with Store.open(tmp_path, clock=FakeClock(T0 / 1000), flush_interval_s=3600, retention_s=0) as store:
         for _ in range(2):
