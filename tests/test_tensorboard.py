@@ -22,6 +22,7 @@ from gpuwatch.demo.nvml import FakeNvml
 from gpuwatch.errors import ConfigError
 from gpuwatch.model import Labels, Matcher
 from gpuwatch.store import Store
+from tests.conftest import Server, clean_env, wait_until
 
 T0 = 1_790_000_000.0  # the writers' wall time (seconds); the FakeClock runs a little later
 
@@ -370,14 +371,53 @@ def test_tensorboard_dirs_bad_value_is_one_line() -> None:
 
 
 @pytest.mark.slow
-def test_import_through_a_running_server_stores_the_same_samples(
+def test_served_folder_is_read_while_it_grows_and_after_a_restart_and_import_through_url(
     serve, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:  # type: ignore[no-untyped-def]
     runs = tmp_path / "runs"
-    write_run(runs / "exp1", range(3), extras=True)
-    srv = serve("--demo")
-    assert main(["import", str(runs), "--url", srv.url]) == 0
-    assert capsys.readouterr().out.startswith(f"imported 13 samples in 7 series from {runs} (3 event file(s)")
+    env = clean_env(
+        GPUWATCH_FLUSH_INTERVAL="0.5s",
+        GPUWATCH_TENSORBOARD_DIRS=str(runs),
+        GPUWATCH_TENSORBOARD_INTERVAL="1s",
+        GPUWATCH_DEMO_SOURCES="false",
+    )
+
+    def steps(srv: Server) -> float:
+        resp = srv.get("/api/v1/query", params={"query": 'count_over_time(training_step{run="sft"}[1h])'})
+        result = resp.json()["data"]["result"]
+        return float(result[0]["value"][1]) if result else 0.0
+
+    from torch.utils.tensorboard import SummaryWriter as TorchWriter
+
+    # torch's writer, whose flush() waits for its queue (tensorboardX's only flushes the file)
+    writer = TorchWriter(str(runs / "sft"), flush_secs=3600)
+    for s in range(3):
+        writer.add_scalar("loss", 1.0 / (s + 1), s)
+    writer.flush()
+    srv = serve("--demo", env=env)
+    wait_until(lambda: steps(srv) == 3, 20, "the first 3 steps were not read")
+    for s in range(3, 5):  # the writer goes on while watched
+        writer.add_scalar("loss", 1.0 / (s + 1), s)
+    writer.flush()
+    wait_until(lambda: steps(srv) == 5, 20, "the steps written while watched were not read")
+    assert srv.stop() == 0
+    for s in range(5, 7):  # and while gpuwatch is down
+        writer.add_scalar("loss", 1.0 / (s + 1), s)
+    writer.close()
+    srv = serve("--demo", env=env)
+    wait_until(lambda: steps(srv) == 7, 20, f"not 7 steps after the restart: {steps(srv)}")
+    runs_listed = {r["run"]: r for r in srv.get("/api/v1/runs").json()["data"]}
+    assert runs_listed["sft"]["last_step"] == 6.0
+    resp = srv.get("/api/v1/query", params={"query": "gpuwatch_tensorboard_records_skipped_total"})
+    assert [r["value"][1] for r in resp.json()["data"]["result"]] == ["0"]
+
+    # gpuwatch import --url: the same samples as a local import, and the runs recorded
+    other = tmp_path / "other"
+    write_run(other / "exp1", range(3), extras=True)
+    assert main(["import", str(other), "--url", srv.url]) == 0
+    assert capsys.readouterr().out.startswith(
+        f"imported 13 samples in 7 series from {other} (3 event file(s)"
+    )
     resp = srv.get(
         "/api/v1/query_range",
         params={"query": 'training_train_loss{run="exp1"}', "start": T0, "end": T0 + 2, "step": 1},
