@@ -195,6 +195,29 @@ def test_corrupt_records_are_skipped_and_counted(tmp_path: Path) -> None:
     assert c["gpuwatch_tensorboard_records_total,run=r"] == 1 + 12 - 2
 
 
+def test_a_backlog_is_read_over_several_rounds(tmp_path: Path) -> None:
+    write_run(tmp_path / "runs" / "a", range(3))
+    write_run(tmp_path / "runs" / "b", range(3))
+    # rounds smaller than one record still read a whole record; the poll's budget stops after one file
+    w = TensorBoardWatcher(
+        [str(tmp_path / "runs")], load_codec(), max_bytes_per_round=20, max_bytes_per_poll=1
+    )
+    rounds = [poll_all(w) for _ in range(14)]
+    assert [sorted({run for _, run in r}) for r in rounds if r][:2] == [["a"], ["a"]]
+    steps = {
+        run: [
+            v
+            for r in rounds
+            for (name, rn), pts in r.items()
+            if name == "training_step" and rn == run
+            for _, v in pts
+        ]
+        for run in "ab"
+    }
+    assert steps == {"a": [0.0, 0.0, 1.0, 1.0, 2.0, 2.0], "b": [0.0, 0.0, 1.0, 1.0, 2.0, 2.0]}
+    assert poll_all(w) == {}
+
+
 def test_a_file_that_is_replaced_is_read_again(tmp_path: Path) -> None:
     write_run(tmp_path / "runs" / "r", range(2))
     w = TensorBoardWatcher([str(tmp_path / "runs")], load_codec())

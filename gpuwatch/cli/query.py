@@ -285,7 +285,7 @@ def _inputs(
             events.append(tbimport.prepare_events(name, now_ms=now_ms, limits=limits))
             continue
         data = _read(name, stdin)
-        if tbimport.looks_like_events(data):
+        if name != "-" and tbimport.looks_like_events(data):
             events.append(tbimport.prepare_events(name, now_ms=now_ms, limits=limits))
         else:
             files.append((name, data))

@@ -1,7 +1,9 @@
 """Watch TensorBoard run folders (`tensorboard_dirs`): scalars become `training_<tag>{run, job="training"}`.
 
 Each round (the `tensorboard` job) finds every `*tfevents*` file under the configured folders (paths or
-globs) and reads what was appended to it since the last round, at most `max_bytes_per_round` a file.
+globs) and reads what was appended to it since the last round, at most `max_bytes_per_round` a file
+and `max_bytes_per_poll` in all (a big backlog is read over several rounds; files read up to date
+read nothing, so every file gets its turn).
 The run is the event file's folder relative to the matched folder (`runs/exp1/events...` under `runs`
 is run `exp1`; a file directly in the matched folder takes that folder's name), as TensorBoard names
 runs. A tag becomes a metric name as the SDK makes a logged key one (`train/loss` -> `train_loss`), then
@@ -20,6 +22,7 @@ skipped. A file whose inode changed, or that got shorter, is read again from its
 
 from __future__ import annotations
 
+import functools
 import glob as globmod
 import os
 from collections.abc import Iterable, Sequence
@@ -34,6 +37,7 @@ from gpuwatch.collect.tfevents import FOOTER_BYTES, HEADER_BYTES, Codec
 from gpuwatch.model import Labels, LogLine, LogOffset, MetricInfo, RunUpdate, Sample, stable_labels
 
 MAX_BYTES_PER_ROUND = 4 * 1024 * 1024
+MAX_BYTES_PER_POLL = 64 * 1024 * 1024
 EVENT_FILE_MARK = "tfevents"  # TensorBoard reads every file whose name contains it
 
 TB_METRICS: tuple[MetricInfo, ...] = (
@@ -64,6 +68,7 @@ TB_METRICS: tuple[MetricInfo, ...] = (
 Point = tuple[str, Labels, int, float]
 
 
+@functools.lru_cache(maxsize=4096)  # a run logs the same few tags at every step
 def tb_metric_name(tag: str) -> str:
     """Return the stored metric name of a TensorBoard tag (`train/loss` -> `training_train_loss`)."""
     return training_name(metric_name(tag))
@@ -215,11 +220,13 @@ class TensorBoardWatcher:
         *,
         offsets: Iterable[LogOffset] = (),
         max_bytes_per_round: int = MAX_BYTES_PER_ROUND,
+        max_bytes_per_poll: int = MAX_BYTES_PER_POLL,
     ) -> None:
         self._patterns = tuple(patterns)
         self._codec = codec
         self._stored = {o.path: o for o in offsets}
         self._cap = max_bytes_per_round
+        self._poll_cap = max_bytes_per_poll
         self._files: dict[str, EventFile] = {}
         self._known_runs: set[str] = set()
 
@@ -233,9 +240,13 @@ class TensorBoardWatcher:
         lines: list[LogLine] = []
         offsets: list[LogOffset] = []
         seen: dict[str, tuple[int, int, float]] = {}  # run -> first ms, newest ms, its step
+        budget = self._poll_cap
         for f in self._files.values():
+            if budget <= 0:
+                break  # the rest next round
             before = (f.inode, f.offset)
             got = self._read(f)
+            budget -= f.offset - before[1] if f.inode == before[0] else f.offset
             if (f.inode, f.offset) != before:
                 offsets.append(LogOffset(f.path, f.inode, f.offset))
             if got is None:
