@@ -344,6 +344,37 @@ def test_import_one_event_file_and_bad_targets(tmp_path: Path, capsys: pytest.Ca
     )
 
 
+def test_url_import_bodies_keep_within_the_push_limits(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import json
+
+    from gpuwatch.cli import tbimport
+
+    with SummaryWriter(str(tmp_path / "wide"), flush_secs=3600) as w:
+        for i in range(2500):  # one step of 2,500 tags, all in one millisecond
+            w.add_scalar(f"layer{i}/grad_norm", float(i), 7, walltime=T0)
+        for s in range(1, 50):
+            w.add_scalar("loss", 1.0 / s, 7 + s, walltime=T0 + s)
+    ev = tbimport.prepare_events(str(tmp_path / "wide"), now_ms=0, limits=load(None, {}, {}).label_limits)
+    monkeypatch.setattr(tbimport, "POST_BYTES", 20_000)
+    monkeypatch.setattr(tbimport, "POST_OBJECTS", 10)
+    bodies = tbimport._bodies(tbimport.push_objects(ev))
+    sent = [obj for b in bodies for obj in json.loads(b)]
+    sizes = [(len(b), len(json.loads(b))) for b in bodies]
+    assert all(n <= 10 and (size <= 20_000 or n == 1) for size, n in sizes), sizes  # one big object alone
+    assert max(len(o["metrics"]) for o in sent) == 1000
+    got = {(name, o["time"]): v for o in sent for name, v in o["metrics"].items()}
+    want = {
+        (s.name, t / 1000): v
+        for s in ev.prepared.series
+        if s.name != "training_step"
+        for t, v in zip(s.timestamps_ms.tolist(), s.values.tolist(), strict=True)
+    }
+    assert got == want and len(got) == 2500 + 49
+    assert sorted({(o["time"], o["step"]) for o in sent})[:2] == [(T0, 7), (T0 + 1, 8)]
+
+
 def test_read_for_import_matches_the_watcher(tmp_path: Path) -> None:
     write_run(tmp_path / "runs" / "a", range(5), extras=True)
     codec = load_codec()

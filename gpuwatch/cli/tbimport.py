@@ -23,6 +23,8 @@ from gpuwatch.errors import GpuwatchError
 from gpuwatch.model import LabelLimits, RunUpdate
 
 POST_OBJECTS = 2000  # training points per push request (the server takes up to 10,000)
+POST_BYTES = 4 * 1024 * 1024  # and bytes (it takes up to 8 MiB)
+OBJECT_METRICS = 1000  # metrics per point (the server's limit)
 HTTP_TIMEOUT_S = 300.0
 
 
@@ -101,16 +103,37 @@ def push_objects(ev: EventImport) -> list[dict[str, Any]]:
                 obj["step"] = _number(v)
             else:
                 obj["metrics"][s.name] = _number(v)
-    return [points[k] for k in sorted(points, key=lambda k: (k[1], k[0]))]
+    out: list[dict[str, Any]] = []
+    for key in sorted(points, key=lambda k: (k[1], k[0])):
+        obj = points[key]
+        names = list(obj["metrics"])
+        for i in range(0, max(len(names), 1), OBJECT_METRICS):  # very many tags at one time: split
+            out.append({**obj, "metrics": {n: obj["metrics"][n] for n in names[i : i + OBJECT_METRICS]}})
+    return out
+
+
+def _bodies(objects: list[dict[str, Any]]) -> list[bytes]:
+    """Return the objects as JSON arrays of at most POST_OBJECTS objects and about POST_BYTES each."""
+    bodies: list[bytes] = []
+    chunk: list[bytes] = []
+    size = 0
+    for obj in objects:
+        item = json.dumps(obj).encode()
+        if chunk and (len(chunk) >= POST_OBJECTS or size + len(item) > POST_BYTES):
+            bodies.append(b"[" + b",".join(chunk) + b"]")
+            chunk, size = [], 0
+        chunk.append(item)
+        size += len(item) + 1
+    if chunk:
+        bodies.append(b"[" + b",".join(chunk) + b"]")
+    return bodies
 
 
 def post(url: str, ev: EventImport) -> tuple[int, int]:
     """Send the samples to a running gpuwatch; return (samples, series) as it counted them."""
     endpoint = url.rstrip("/") + "/api/v1/push"
-    objects = push_objects(ev)
     samples = 0
-    for i in range(0, len(objects), POST_OBJECTS):
-        body = json.dumps(objects[i : i + POST_OBJECTS]).encode()
+    for body in _bodies(push_objects(ev)):
         try:
             resp = requests.post(
                 endpoint, data=body, headers={"Content-Type": "application/json"}, timeout=HTTP_TIMEOUT_S
