@@ -196,6 +196,16 @@ def test_corrupt_records_are_skipped_and_counted(tmp_path: Path) -> None:
     assert c["gpuwatch_tensorboard_records_total,run=r"] == 1 + 12 - 2
 
 
+def test_events_without_a_usable_wall_time_are_skipped_and_counted(tmp_path: Path) -> None:
+    with SummaryWriter(str(tmp_path / "r"), flush_secs=3600) as w:
+        w.add_scalar("loss", 1.0, 0, walltime=float("nan"))
+        w.add_scalar("loss", 2.0, 1, walltime=1e12)
+        w.add_scalar("loss", 3.0, 2, walltime=T0)
+    w = TensorBoardWatcher([str(tmp_path)], load_codec())
+    assert poll_all(w)[("training_loss", "r")] == [(int(T0 * 1000), 3.0)]
+    assert counters(w)["gpuwatch_tensorboard_records_skipped_total,run=r"] == 2
+
+
 def test_a_backlog_is_read_over_several_rounds(tmp_path: Path) -> None:
     write_run(tmp_path / "runs" / "a", range(3))
     write_run(tmp_path / "runs" / "b", range(3))

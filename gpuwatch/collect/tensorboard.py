@@ -51,7 +51,8 @@ TB_METRICS: tuple[MetricInfo, ...] = (
     MetricInfo(
         "gpuwatch_tensorboard_records_skipped_total",
         "counter",
-        "TensorBoard event records skipped since start: a checksum failed or the data is not an event.",
+        "TensorBoard event records skipped since start: a checksum failed, or the data is not an event "
+        "with a usable wall time.",
         "",
         ("run",),
     ),
@@ -153,7 +154,7 @@ def _decode(codec: Codec, f: EventFile, records: Iterable[bytes]) -> Decoded:
     for data in records:
         f.records += 1
         event = codec.decode(data)
-        if event is None:
+        if event is None or not 0 <= event.wall_time < 1e11:  # not an Event, or no usable time (NaN too)
             f.skipped += 1
             continue
         if not event.values:
