@@ -509,7 +509,7 @@ def build_runtime(settings: Settings, hostname: str, clock: Clock | None = None,
             except TensorBoardUnavailable as e:
                 raise ConfigError(f"config error: tensorboard_dirs is set, but {e}") from None
             runtime.tensorboard = TensorBoardWatcher(
-                settings.tensorboard_dirs, codec, offsets=store.log_offsets()
+                settings.tensorboard_dirs, codec, offsets=store.log_offsets(), runs=store.runs()
             )
             jobs.add("tensorboard", runtime.read_tensorboard, settings.tensorboard_interval)
         runtime.scrapes = scrape_pool(settings, store, clock)

@@ -21,7 +21,7 @@ from gpuwatch.collect.tfevents import HEADER_BYTES, load_codec
 from gpuwatch.config import load
 from gpuwatch.demo.nvml import FakeNvml
 from gpuwatch.errors import ConfigError
-from gpuwatch.model import Labels, Matcher
+from gpuwatch.model import Labels, LogOffset, Matcher, RunRecord
 from gpuwatch.store import Store
 from tests.conftest import Server, clean_env, wait_until
 
@@ -135,6 +135,32 @@ def test_torch_writer_old_and_new_style_scalars(tmp_path: Path) -> None:
     assert [x.text for x in got.lines] == ["config/text_summary: lr=3e-4"]
     c = {(s.name, s.labels): s.value for s in got.counters}
     assert c[("gpuwatch_tensorboard_values_ignored_total", (("kind", "histogram"), ("run", "llama")))] == 1
+
+
+def test_a_run_silent_for_5_minutes_is_finished_and_started_again_by_new_events(tmp_path: Path) -> None:
+    ms = int(T0 * 1000)
+    write_run(tmp_path / "runs" / "r", range(3))  # newest event at T0 + 2 s
+    w = TensorBoardWatcher([str(tmp_path / "runs")], load_codec())
+
+    def updates(now_ms: int) -> list[tuple[str, int, float | None]]:
+        return [(u.action, u.time_ms, u.last_step) for u in w.poll(now_ms).runs]
+
+    assert updates(ms + 60_000) == [("init", ms, None), ("seen", ms + 2000, 2.0)]
+    assert updates(ms + 2000 + 300_000) == []  # 5 minutes: not yet
+    assert updates(ms + 2000 + 300_001) == [("finish", ms + 2000, 2.0)]
+    assert updates(ms + 3_600_000) == []
+    write_run(tmp_path / "runs" / "r", range(3, 4))  # the run goes on (step 3 at T0 + 3 s)
+    assert updates(ms + 3_600_000) == [
+        ("init", ms + 3000, None),
+        ("seen", ms + 3000, 3.0),
+        ("finish", ms + 3000, 3.0),
+    ]
+    # a gpuwatch that stopped while the run was running finishes it once its files stay quiet
+    offsets = [LogOffset(str(f), f.stat().st_ino, f.stat().st_size) for f in event_files(tmp_path / "runs")]
+    left = RunRecord("r", "running", ms, None, None, None, None, None, 3.0, ms + 3000)
+    w = TensorBoardWatcher([str(tmp_path / "runs")], load_codec(), offsets=offsets, runs=[left])
+    assert updates(ms + 3000 + 60_000) == []
+    assert updates(ms + 3000 + 400_000) == [("finish", ms + 3000, 3.0)]
 
 
 def test_two_steps_in_one_millisecond_both_stay(tmp_path: Path) -> None:
@@ -303,7 +329,10 @@ def test_watched_folder_grows_and_survives_a_restart_without_duplicates(
             clock.now_ms(),
         )
         assert records.values.tolist() == [5.0]  # since this start: the new file only
-        assert {r.name: r.last_step for r in rt.store.runs()}["exp1"] == 4.0
+        exp1 = {r.name: r for r in rt.store.runs()}["exp1"]
+        # its newest event is an hour old: finished at it, so the stall alert has nothing to report
+        assert (exp1.status, exp1.last_step, exp1.end_ms) == ("ok", 4.0, int(T0 * 1000) + 4000)
+        assert exp1.start_ms == int(T0 * 1000)
     finally:
         rt.close()
 
@@ -322,7 +351,11 @@ def test_import_folder_then_watch_it_stores_each_sample_once(
     )
     rt = open_runtime(tmp_path, clock, tensorboard_dirs=[str(runs)])
     try:
-        assert {r.name for r in rt.store.runs()} == {"exp1", "exp1/acc/top1", "exp1/acc/top5"}
+        assert {(r.name, r.status) for r in rt.store.runs()} == {
+            ("exp1", "ok"),
+            ("exp1/acc/top1", "ok"),
+            ("exp1/acc/top5", "ok"),
+        }
         before = stored(rt.store, "training_train_loss", "exp1")
         rt.jobs.run("tensorboard")
         rt.store.flush()
@@ -472,7 +505,7 @@ def test_served_folder_is_read_while_it_grows_and_after_a_crash_and_import_throu
     srv = serve("--demo", env=env)
     wait_until(lambda: steps(srv) == 7, 20, f"not 7 steps after the restart: {steps(srv)}")
     runs_listed = {r["run"]: r for r in srv.get("/api/v1/runs").json()["data"]}
-    assert runs_listed["sft"]["last_step"] == 6.0
+    assert (runs_listed["sft"]["status"], runs_listed["sft"]["last_step"]) == ("running", 6.0)
     resp = srv.get("/api/v1/query", params={"query": "gpuwatch_tensorboard_records_skipped_total"})
     assert [r["value"][1] for r in resp.json()["data"]["result"]] == ["0"]
 
@@ -490,5 +523,6 @@ def test_served_folder_is_read_while_it_grows_and_after_a_crash_and_import_throu
     (only,) = resp.json()["data"]["result"]
     assert only["metric"] == {"__name__": "training_train_loss", "run": "exp1", "job": "training"}
     assert [float(v) for _, v in only["values"]] == pytest.approx([1.0, 0.5, 1 / 3])
-    listed = {r["run"] for r in srv.get("/api/v1/runs").json()["data"]}
-    assert {"exp1", "exp1/acc/top1", "exp1/acc/top5"} <= listed
+    listed = {r["run"]: r for r in srv.get("/api/v1/runs").json()["data"]}
+    assert {"exp1", "exp1/acc/top1", "exp1/acc/top5"} <= set(listed)
+    assert (listed["exp1"]["status"], listed["exp1"]["start"], listed["exp1"]["end"]) == ("ok", T0, T0 + 2)

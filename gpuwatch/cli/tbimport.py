@@ -17,7 +17,7 @@ from typing import Any
 import requests
 
 from gpuwatch.collect.importer import Prepared, SeriesSink, group_samples, write
-from gpuwatch.collect.tensorboard import EVENT_FILE_MARK, TbImport, read_for_import
+from gpuwatch.collect.tensorboard import EVENT_FILE_MARK, TbImport, read_for_import, run_updates
 from gpuwatch.collect.tfevents import load_codec
 from gpuwatch.errors import GpuwatchError
 from gpuwatch.model import LabelLimits, RunUpdate
@@ -81,9 +81,14 @@ def write_local(store: SeriesSink, runs: Any, ev: EventImport) -> tuple[int, int
     """Write the samples and record each run (`runs.upsert_run`); return (samples, series)."""
     result = write(store, ev.prepared)
     for run, (first, newest, step) in sorted(ev.read.runs.items()):
-        runs.upsert_run(RunUpdate(run, "seen", first))
-        runs.upsert_run(RunUpdate(run, "seen", newest, last_step=step))
+        for update in (*run_updates(run, first, newest, step), _finish(run, newest, step)):
+            runs.upsert_run(update)
     return result.samples, result.series
+
+
+def _finish(run: str, newest_ms: int, step: float) -> RunUpdate:
+    """A backfilled run is finished at its newest event; a watcher that sees more starts it again."""
+    return RunUpdate(run, "finish", newest_ms, status="ok", last_step=step)
 
 
 def _number(v: float) -> float | str:
@@ -130,20 +135,33 @@ def _bodies(objects: list[dict[str, Any]]) -> list[bytes]:
 
 
 def post(url: str, ev: EventImport) -> tuple[int, int]:
-    """Send the samples to a running gpuwatch; return (samples, series) as it counted them."""
-    endpoint = url.rstrip("/") + "/api/v1/push"
+    """Send the samples to a running gpuwatch and record the runs; return (samples, series) as it
+    counted them."""
     samples = 0
+    runs = sorted(ev.read.runs.items())
+    for run, (first, _, _) in runs:
+        _send(url, "/api/v1/runs", ev.name, {"run": run, "action": "init", "time": first / 1000})
     for body in _bodies(push_objects(ev)):
-        try:
-            resp = requests.post(
-                endpoint, data=body, headers={"Content-Type": "application/json"}, timeout=HTTP_TIMEOUT_S
-            )
-            answer = resp.json()
-        except requests.RequestException as exc:
-            raise ConnectionError(f"cannot reach {url.rstrip('/')}: {type(exc).__name__}") from None
-        except ValueError:
-            raise ConnectionError(f"{endpoint} answered HTTP {resp.status_code} without JSON") from None
-        if answer.get("status") != "success":
-            raise GpuwatchError(f"{ev.name}: server refused the import: {answer.get('error')}")
-        samples += int(answer["data"]["samples"])
+        samples += int(_send(url, "/api/v1/push", ev.name, body)["samples"])
+    for run, (_, newest, step) in runs:
+        finish = {"run": run, "action": "finish", "status": "ok", "time": newest / 1000, "step": step}
+        _send(url, "/api/v1/runs", ev.name, finish)
     return samples, len(ev.prepared.series)
+
+
+def _send(url: str, path: str, name: str, body: bytes | dict[str, Any]) -> dict[str, Any]:
+    """POST one JSON body; return the answer's `data`, or raise ConnectionError / GpuwatchError."""
+    endpoint = url.rstrip("/") + path
+    data = body if isinstance(body, bytes) else json.dumps(body).encode()
+    try:
+        resp = requests.post(
+            endpoint, data=data, headers={"Content-Type": "application/json"}, timeout=HTTP_TIMEOUT_S
+        )
+        answer = resp.json()
+    except requests.RequestException as exc:
+        raise ConnectionError(f"cannot reach {url.rstrip('/')}: {type(exc).__name__}") from None
+    except ValueError:
+        raise ConnectionError(f"{endpoint} answered HTTP {resp.status_code} without JSON") from None
+    if answer.get("status") != "success":
+        raise GpuwatchError(f"{name}: server refused the import: {answer.get('error')}")
+    return dict(answer.get("data") or {})

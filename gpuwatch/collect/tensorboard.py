@@ -34,10 +34,20 @@ from gpuwatch.collect.importer import PreparedSeries, group_samples
 from gpuwatch.collect.logs import MAX_LINE_CHARS, guess_level
 from gpuwatch.collect.push import TRAINING_JOB, training_name
 from gpuwatch.collect.tfevents import FOOTER_BYTES, HEADER_BYTES, Codec
-from gpuwatch.model import Labels, LogLine, LogOffset, MetricInfo, RunUpdate, Sample, stable_labels
+from gpuwatch.model import (
+    Labels,
+    LogLine,
+    LogOffset,
+    MetricInfo,
+    RunRecord,
+    RunUpdate,
+    Sample,
+    stable_labels,
+)
 
 MAX_BYTES_PER_ROUND = 4 * 1024 * 1024
 MAX_BYTES_PER_POLL = 64 * 1024 * 1024
+IDLE_FINISH_MS = 5 * 60 * 1000  # no new event this long: the run has ended (TensorBoard never says so)
 EVENT_FILE_MARK = "tfevents"  # TensorBoard reads every file whose name contains it
 
 TB_METRICS: tuple[MetricInfo, ...] = (
@@ -211,8 +221,26 @@ class TbRound(NamedTuple):
     runs: list[RunUpdate]
 
 
+@dataclass
+class _RunState:
+    newest_ms: int
+    step: float | None
+    running: bool
+
+
+def run_updates(run: str, first_ms: int, newest_ms: int, step: float) -> list[RunUpdate]:
+    """Return the updates that record a run read from its first event to its newest: (re)started at
+    the first, seen at the newest with its step."""
+    return [RunUpdate(run, "init", first_ms), RunUpdate(run, "seen", newest_ms, last_step=step)]
+
+
 class TensorBoardWatcher:
-    """Read the event files under `patterns`; `offsets` are those stored by an earlier run."""
+    """Read the event files under `patterns`; `offsets` and `runs` are those stored by an earlier run.
+
+    TensorBoard writes no end-of-run record, so a run whose newest event is `idle_finish_ms` (5 minutes)
+    old is recorded as finished (ok) at that event, and started again when a new event arrives: a run
+    that ended is not left `running` for the stall alert (which waits 10 minutes) to report.
+    """
 
     def __init__(
         self,
@@ -220,8 +248,10 @@ class TensorBoardWatcher:
         codec: Codec,
         *,
         offsets: Iterable[LogOffset] = (),
+        runs: Iterable[RunRecord] = (),
         max_bytes_per_round: int = MAX_BYTES_PER_ROUND,
         max_bytes_per_poll: int = MAX_BYTES_PER_POLL,
+        idle_finish_ms: int = IDLE_FINISH_MS,
     ) -> None:
         self._patterns = tuple(patterns)
         self._codec = codec
@@ -229,7 +259,9 @@ class TensorBoardWatcher:
         self._cap = max_bytes_per_round
         self._poll_cap = max_bytes_per_poll
         self._files: dict[str, EventFile] = {}
-        self._known_runs: set[str] = set()
+        self._idle_ms = idle_finish_ms
+        self._left_running = {r.name: r for r in runs if r.status == "running"}  # by an earlier gpuwatch
+        self._runs: dict[str, _RunState] = {}
 
     def poll(self, now_ms: int) -> TbRound:
         """Read what is new in every event file (the 'tensorboard' job calls this)."""
@@ -255,14 +287,31 @@ class TensorBoardWatcher:
             points.extend(got.points)
             lines.extend(got.lines)
             _note_seen(seen, f.run, got)
-        runs: list[RunUpdate] = []
-        for run, (first, newest, step) in sorted(seen.items()):
-            if run not in self._known_runs:  # so that a new run starts at its first event, not its last
-                self._known_runs.add(run)
-                runs.append(RunUpdate(run, "seen", first))
-            runs.append(RunUpdate(run, "seen", newest, last_step=step))
         series = group_samples(points, [], now_ms=now_ms)
+        runs = self._run_updates(seen, now_ms)
         return TbRound(series, counter_samples(self._files.values()), lines, offsets, runs)
+
+    def _run_updates(self, seen: dict[str, tuple[int, int, float]], now_ms: int) -> list[RunUpdate]:
+        out: list[RunUpdate] = []
+        for run, (first, newest, step) in sorted(seen.items()):
+            state = self._runs.get(run)
+            if state is None or not state.running:
+                out.extend(run_updates(run, first, newest, step))
+            else:
+                out.append(RunUpdate(run, "seen", newest, last_step=step))
+            if state is None or newest >= state.newest_ms:
+                self._runs[run] = _RunState(newest, step, True)
+            else:
+                state.running = True
+        for f in self._files.values():  # runs an earlier gpuwatch left running, with nothing new since
+            left = self._left_running.pop(f.run, None)
+            if left is not None and f.run not in self._runs:
+                self._runs[f.run] = _RunState(left.last_seen_ms or 0, left.last_step, True)
+        for run, state in sorted(self._runs.items()):
+            if state.running and now_ms - state.newest_ms > self._idle_ms:
+                out.append(RunUpdate(run, "finish", state.newest_ms, status="ok", last_step=state.step))
+                state.running = False
+        return out
 
     def _track(self, path: str, run: str) -> EventFile:
         f = EventFile(path, run)
