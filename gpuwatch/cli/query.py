@@ -334,7 +334,7 @@ def run_import(
                 samples, series = _post(args.url, name, data, openmetrics, args.partial, auth)
                 print(f"imported {samples} samples in {series} series from {name}", file=out)
             for ev in events:
-                print(tbimport.summary(ev, *tbimport.post(args.url, ev)), file=out)
+                print(tbimport.summary(ev, *tbimport.post(args.url, ev, auth)), file=out)
             return 0
         from gpuwatch.store import Store
 

@@ -134,28 +134,33 @@ def _bodies(objects: list[dict[str, Any]]) -> list[bytes]:
     return bodies
 
 
-def post(url: str, ev: EventImport) -> tuple[int, int]:
-    """Send the samples to a running gpuwatch and record the runs; return (samples, series) as it
-    counted them."""
+def post(url: str, ev: EventImport, auth: dict[str, str] | None = None) -> tuple[int, int]:
+    """Send the samples to a running gpuwatch (with `auth`'s Authorization header) and record the runs;
+    return (samples, series) as it counted them."""
     samples = 0
     runs = sorted(ev.read.runs.items())
     for run, (first, _, _) in runs:
-        _send(url, "/api/v1/runs", ev.name, {"run": run, "action": "init", "time": first / 1000})
+        _send(url, "/api/v1/runs", ev.name, {"run": run, "action": "init", "time": first / 1000}, auth)
     for body in _bodies(push_objects(ev)):
-        samples += int(_send(url, "/api/v1/push", ev.name, body)["samples"])
+        samples += int(_send(url, "/api/v1/push", ev.name, body, auth)["samples"])
     for run, (_, newest, step) in runs:
         finish = {"run": run, "action": "finish", "status": "ok", "time": newest / 1000, "step": step}
-        _send(url, "/api/v1/runs", ev.name, finish)
+        _send(url, "/api/v1/runs", ev.name, finish, auth)
     return samples, len(ev.prepared.series)
 
 
-def _send(url: str, path: str, name: str, body: bytes | dict[str, Any]) -> dict[str, Any]:
+def _send(
+    url: str, path: str, name: str, body: bytes | dict[str, Any], auth: dict[str, str] | None
+) -> dict[str, Any]:
     """POST one JSON body; return the answer's `data`, or raise ConnectionError / GpuwatchError."""
     endpoint = url.rstrip("/") + path
     data = body if isinstance(body, bytes) else json.dumps(body).encode()
     try:
         resp = requests.post(
-            endpoint, data=data, headers={"Content-Type": "application/json"}, timeout=HTTP_TIMEOUT_S
+            endpoint,
+            data=data,
+            headers={**(auth or {}), "Content-Type": "application/json"},
+            timeout=HTTP_TIMEOUT_S,
         )
         answer = resp.json()
     except requests.RequestException as exc:
