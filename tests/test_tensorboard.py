@@ -26,7 +26,7 @@ from gpuwatch.demo.nvml import FakeNvml
 from gpuwatch.errors import ConfigError
 from gpuwatch.model import Labels, LogOffset, Matcher, RunRecord
 from gpuwatch.store import Store
-from tests.conftest import Server, clean_env, wait_until
+from tests.conftest import Server, clean_env, free_port, wait_until
 
 T0 = 1_790_000_000.0  # the writers' wall time (seconds); the FakeClock runs a little later
 
@@ -456,6 +456,20 @@ def test_missing_libraries_are_one_line(
         "config error: tensorboard_dirs is set, but reading TensorBoard event files needs tensorboardX "
         "and google-crc32c: pip install 'gpuwatch[tensorboard]'"
     )
+    monkeypatch.setenv("GPUWATCH_TENSORBOARD_DIRS", str(tmp_path))
+    argv = [
+        "serve",
+        "--demo",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(free_port()),
+        "--data-dir",
+        str(tmp_path / "d1"),
+    ]
+    assert main(argv) == 2
+    assert capsys.readouterr().err == f"gpuwatch: {e.value}\n"
+    monkeypatch.delenv("GPUWATCH_TENSORBOARD_DIRS")
     (tmp_path / "runs").mkdir()
     assert main(["import", str(tmp_path / "runs"), "--data-dir", str(tmp_path / "d2")]) == 2
     assert capsys.readouterr().err == (
