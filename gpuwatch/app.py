@@ -27,6 +27,8 @@ from gpuwatch.collect.runs import (
 )
 from gpuwatch.collect.scrapeconfig import ScrapeConfig, url_config
 from gpuwatch.collect.scrapepool import ScrapePool
+from gpuwatch.collect.tensorboard import TB_METRICS, TensorBoardWatcher
+from gpuwatch.collect.tfevents import TensorBoardUnavailable, load_codec
 from gpuwatch.collect.usage import USAGE_METRICS
 from gpuwatch.config import Settings
 from gpuwatch.demo.incidents import IncidentSchedule
@@ -110,6 +112,7 @@ class Runtime:
     silences: Silences | None = None
     received: ReceivedAlerts | None = None  # alerts other senders POST to /api/v2/alerts
     logs: LogTailer | None = None
+    tensorboard: TensorBoardWatcher | None = None
     notifier: Notifier | None = None
     access: AccessFile | None = None  # tokens and passwords (<data_dir>/access.json)
     first_token: str | None = None  # the machine token made on this first start, to show once
@@ -205,6 +208,22 @@ class Runtime:
                 self.store.append(batch)
         if got.lines or got.offsets:
             self.store.append_log_lines(got.lines, got.offsets)
+
+    def read_tensorboard(self) -> None:
+        """Read what is new in the TensorBoard event files; store samples, text, offsets and runs (the
+        'tensorboard' job)."""
+        if self.tensorboard is None:
+            return
+        now_ms = self.clock.now_ms()
+        got = self.tensorboard.poll(now_ms)
+        if got.series:
+            self.store.append_many([(s.name, s.labels, s.timestamps_ms, s.values) for s in got.series])
+        if got.counters:
+            self.store.append(Batch(now_ms, got.counters))
+        if got.lines or got.offsets:  # after the samples: the writer stores them first
+            self.store.append_log_lines(got.lines, got.offsets)
+        for update in got.runs:
+            self.store.upsert_run(update)
 
     def retention(self) -> None:
         """Drop samples older than the retention period (the 'retention' job)."""
@@ -425,6 +444,7 @@ def build_runtime(settings: Settings, hostname: str, clock: Clock | None = None,
                 *RUN_GPU_METRICS,
                 *RUN_ENERGY_METRICS,
                 *USAGE_METRICS,
+                *TB_METRICS,
             )
         }
         metadata.update({m.name: m for m in NOTIFY_METRICS})
@@ -483,6 +503,15 @@ def build_runtime(settings: Settings, hostname: str, clock: Clock | None = None,
         if log_files:
             runtime.logs = LogTailer(log_files, offsets=store.log_offsets())
             jobs.add("logs", runtime.tail_logs, LOG_INTERVAL_S)
+        if settings.tensorboard_dirs:
+            try:
+                codec = load_codec()
+            except TensorBoardUnavailable as e:
+                raise ConfigError(f"config error: tensorboard_dirs is set, but {e}") from None
+            runtime.tensorboard = TensorBoardWatcher(
+                settings.tensorboard_dirs, codec, offsets=store.log_offsets(), runs=store.runs()
+            )
+            jobs.add("tensorboard", runtime.read_tensorboard, settings.tensorboard_interval)
         runtime.scrapes = scrape_pool(settings, store, clock)
         return runtime
     except BaseException:

@@ -247,8 +247,10 @@ class Sender:
 _INVALID_NAME_CHARS = re.compile(r"[^a-zA-Z0-9_:]")
 
 
-def _metric_name(key: str) -> str:
-    """Make a logged key a valid metric name (`eval/loss` -> `eval_loss`), so the server never refuses it."""
+def metric_name(key: str) -> str:
+    """Make a logged key a valid metric name (`eval/loss` -> `eval_loss`), so the server never refuses it.
+
+    TensorBoard tags are made metric names the same way (gpuwatch.collect.tensorboard)."""
     name = _INVALID_NAME_CHARS.sub("_", key)[:150] or "_"
     return "_" + name if name[0].isdigit() else name
 
@@ -263,7 +265,7 @@ def default_run_name(now: float) -> str:
     """A name for a run nobody named: the script's name and the start time (`train-20260101-120000`)."""
     script = Path(sys.argv[0]).stem if sys.argv and sys.argv[0] not in ("", "-c") else ""
     stamp = dt.datetime.fromtimestamp(now, dt.timezone.utc).strftime("%Y%m%d-%H%M%S")
-    return f"{_metric_name(script or 'run')}-{stamp}"
+    return f"{metric_name(script or 'run')}-{stamp}"
 
 
 class Run:
@@ -407,7 +409,7 @@ class Run:
             except Exception:  # noqa: BLE001 - a tensor's __float__ may raise anything; skip just this value
                 self.invalid_values += 1
                 continue
-            values[_metric_name(str(key))] = _json_number(value)
+            values[metric_name(str(key))] = _json_number(value)
         elapsed = now - self._last_log_time if self._last_log_time is not None else None
         for count, rate in (("tokens", "tokens_per_second"), ("samples", "samples_per_second")):
             n = values.get(count)

@@ -124,6 +124,16 @@ def _parse_rate(v: object) -> float:
     return n
 
 
+def _parse_dirs(v: object) -> tuple[str, ...]:
+    if isinstance(v, str):
+        v = [p for p in v.split(",") if p.strip()]
+    if v is None:
+        return ()
+    if not isinstance(v, (list, tuple)) or not all(isinstance(p, str) and p.strip() for p in v):
+        raise ValueError("expected a list of folders or globs")
+    return tuple(p.strip() for p in v)
+
+
 def _parse_level(v: object) -> str:
     s = _parse_str(v).lower()
     if s not in ("debug", "info", "warning", "error"):
@@ -301,6 +311,19 @@ OPTIONS: tuple[Option, ...] = (
         "`from_beginning`, `job`); see docs/logs.md.",
     ),
     Option(
+        "tensorboard_dirs",
+        _parse_dirs,
+        (),
+        "TensorBoard run folders (paths or globs) whose event files are read as they grow; a run is a "
+        "sub-folder; needs `gpuwatch[tensorboard]`; see docs/training.md.",
+    ),
+    Option(
+        "tensorboard_interval",
+        _parse_positive_duration(1, 3600),
+        5.0,
+        "How often the `tensorboard_dirs` folders are searched and their event files read.",
+    ),
+    Option(
         "rule_files",
         _parse_globs,
         (),
@@ -425,6 +448,8 @@ class Settings:
     scrape_configs: tuple[ScrapeConfig, ...] = ()
     scrape: tuple[str, ...] = ()
     log_files: tuple[LogFileConfig, ...] = ()
+    tensorboard_dirs: tuple[str, ...] = ()
+    tensorboard_interval: float = 5.0
     rule_files: tuple[str, ...] = ()
     evaluation_interval: float = 15.0
     builtin_rules: BuiltinRules = BuiltinRules()

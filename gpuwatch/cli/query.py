@@ -12,7 +12,7 @@ import sys
 from collections.abc import Callable, Mapping
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 import requests
 
@@ -20,6 +20,10 @@ from gpuwatch import units
 from gpuwatch.clock import Clock, SystemClock
 from gpuwatch.config import Settings, load
 from gpuwatch.errors import ConfigError, GpuwatchError, StoreInUse
+from gpuwatch.model import LabelLimits
+
+if TYPE_CHECKING:
+    from gpuwatch.cli.tbimport import EventImport
 
 _RELATIVE = re.compile(r"(?:now)?\s*([-+])\s*(\S+)")
 HTTP_TIMEOUT_S = 300.0
@@ -219,7 +223,10 @@ def run_query(
 def add_import_arguments(p: argparse.ArgumentParser) -> None:
     """Declare `gpuwatch import`'s flags."""
     p.add_argument(
-        "files", nargs="+", metavar="FILE", help="Prometheus text or OpenMetrics file ('-' = stdin)"
+        "files",
+        nargs="+",
+        metavar="FILE",
+        help="Prometheus text or OpenMetrics file ('-' = stdin), or a TensorBoard event file or run folder",
     )
     where = p.add_mutually_exclusive_group()
     where.add_argument("--url", help="import through a running gpuwatch, e.g. http://127.0.0.1:9842")
@@ -264,6 +271,27 @@ def _post(
     return int(body["data"]["samples"]), int(body["data"]["series"])
 
 
+def _inputs(
+    names: list[str], stdin: Any, now_ms: int, limits: LabelLimits
+) -> tuple[list[tuple[str, bytes]], list[EventImport]]:
+    """Read the files to import: Prometheus text, and TensorBoard event files or run folders."""
+    from gpuwatch.cli import tbimport
+
+    files, events = [], []
+    for name in names:
+        if tbimport.is_event_target(name):
+            if not Path(name).exists():
+                raise UsageError(f"cannot read {name}: no such file or folder")
+            events.append(tbimport.prepare_events(name, now_ms=now_ms, limits=limits))
+            continue
+        data = _read(name, stdin)
+        if name != "-" and tbimport.looks_like_events(data):
+            events.append(tbimport.prepare_events(name, now_ms=now_ms, limits=limits))
+        else:
+            files.append((name, data))
+    return files, events
+
+
 def run_import(
     args: argparse.Namespace,
     env: Mapping[str, str],
@@ -275,6 +303,7 @@ def run_import(
 ) -> int:
     """Run `gpuwatch import`: check every file first, then import them all (or none)."""
     out, err, stdin = out or sys.stdout, err or sys.stderr, stdin or sys.stdin
+    from gpuwatch.cli import tbimport
     from gpuwatch.collect.importer import prepare, write
 
     clock = clock or SystemClock()
@@ -283,13 +312,14 @@ def run_import(
     say: Callable[[str], None] = lambda msg: print(f"gpuwatch: {msg}", file=err)  # noqa: E731
     try:
         settings = _settings(args, env)
-        files = [(name, _read(name, stdin)) for name in args.files]
+        limits = settings.label_limits
+        files, events = _inputs(args.files, stdin, now_ms, limits)
         prepared = [
-            (name, data, prepare(data, now_ms=now_ms, openmetrics=openmetrics, limits=settings.label_limits))
+            (name, data, prepare(data, now_ms=now_ms, openmetrics=openmetrics, limits=limits))
             for name, data in files
         ]
         bad = 0
-        for name, _, p in prepared:
+        for name, p in [(n, p) for n, _, p in prepared] + [(ev.name, ev.prepared) for ev in events]:
             for e in p.errors:
                 print(f"{name}:{e.line_no}: {e.message}" if e.line_no else f"{name}: {e.message}", file=err)
                 bad += 1
@@ -303,6 +333,8 @@ def run_import(
             for name, data, _ in prepared:
                 samples, series = _post(args.url, name, data, openmetrics, args.partial, auth)
                 print(f"imported {samples} samples in {series} series from {name}", file=out)
+            for ev in events:
+                print(tbimport.summary(ev, *tbimport.post(args.url, ev, auth)), file=out)
             return 0
         from gpuwatch.store import Store
 
@@ -317,6 +349,8 @@ def run_import(
                 print(f"imported {result.samples} samples in {result.series} series from {name}", file=out)
                 if result.oldest_ms is not None and result.oldest_ms < now_ms - settings.retention * 1000:
                     say(f"{name}: some samples are older than the retention period and will be removed")
+            for ev in events:
+                print(tbimport.summary(ev, *tbimport.write_local(store, store, ev)), file=out)
         finally:
             store.close()
     except (UsageError, ConnectionError, ConfigError) as exc:

@@ -9,7 +9,7 @@ import only adds samples; it never deletes or rewrites what is already stored.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -75,10 +75,23 @@ def prepare(
     over the label limits is an error (one per series) and is left out."""
     result = parse(data, openmetrics=openmetrics, default_timestamp_ms=now_ms)
     errors = list(result.errors)
+    series = group_samples(result.samples, errors, now_ms=now_ms, limits=limits)
+    return Prepared(series, errors, result.lines)
+
+
+def group_samples(
+    samples: Iterable[tuple[str, Labels, int | None, float]],
+    errors: list[ParseIssue],
+    *,
+    now_ms: int,
+    limits: LabelLimits = DEFAULT_LABEL_LIMITS,
+) -> list[PreparedSeries]:
+    """Group (name, labels, time or None, value) samples per series, sorted by time, a repeated time's
+    last value kept; a series over the label limits is left out and added to `errors` (one per series)."""
     groups: dict[tuple[str, Labels], tuple[list[int], list[float]]] = {}
     refused: set[tuple[str, Labels]] = set()
     clean: dict[Labels, Labels] = {}
-    for name, labels, ts, value in result.samples:
+    for name, labels, ts, value in samples:
         kept = clean.get(labels)
         if kept is None:
             kept = clean[labels] = tuple(p for p in labels if p[1] != "")
@@ -107,7 +120,7 @@ def prepare(
         keep = np.ones(len(t), dtype=bool)
         keep[:-1] = t[1:] != t[:-1]  # a repeated timestamp: keep the last line's value
         series.append(PreparedSeries(name, labels, t[keep], v[keep]))
-    return Prepared(series, errors, result.lines)
+    return series
 
 
 def write(store: SeriesSink, prepared: Prepared) -> ImportResult:
