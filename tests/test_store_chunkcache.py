@@ -287,7 +287,9 @@ def test_a_store_from_before_the_chunk_hash_column_is_upgraded_and_read_alike(tm
         )
     con.close()
 
-    with pytest.raises(StoreError, match=rf"schema version 6, this gpuwatch needs {schema.LATEST}; start `gpuwatch serve`"):
+    with pytest.raises(
+        StoreError, match=rf"schema version 6, this gpuwatch needs {schema.LATEST}; start `gpuwatch serve`"
+    ):
         Store.open(tmp_path, clock=FakeClock(T0 / 1000), read_only=True)
     with Store.open(tmp_path, clock=FakeClock(T0 / 1000), flush_interval_s=3600, retention_s=0) as store:
         for _ in range(2):
@@ -301,13 +303,15 @@ def test_a_store_from_before_the_chunk_hash_column_is_upgraded_and_read_alike(tm
             "SELECT count(*) FROM chunks WHERE h IS DISTINCT FROM hash(ts, vs)"
         ).fetchone() == (0,)
         assert cur.execute("SELECT count(DISTINCT series_id) FROM chunks").fetchone() == (2,)
-    # A file from a newer gpuwatch is refused, not half written (an older one would write 7 columns into 8).
+    # A file from a newer gpuwatch is refused, not half written.
+    newer = schema.LATEST + 1
     con = duckdb.connect(str(tmp_path / DB_FILE))
-    con.execute("INSERT INTO schema_migrations VALUES (8, 0)")
+    con.execute("INSERT INTO schema_migrations VALUES (?, 0)", [newer])
     con.close()
     for read_only in (False, True):
         with pytest.raises(
-            StoreError, match="schema version 8, written by a newer gpuwatch; this one reads up to 7"
+            StoreError,
+            match=f"schema version {newer}, written by a newer gpuwatch; this one reads up to {schema.LATEST}",
         ):
             Store.open(tmp_path, clock=FakeClock(T0 / 1000), read_only=read_only)
 
