@@ -313,7 +313,7 @@ def serve(data_dir: str, port: int) -> None:
 
     store = Store.open(Path(data_dir), clock=SystemClock(), read_only=True)
     settings = load(None, {}, {"data_dir": data_dir})  # the defaults, as `gpuwatch serve` has them
-    runtime = SimpleNamespace(store=store, clock=SystemClock(), settings=settings)
+    runtime = SimpleNamespace(store=store, clock=SystemClock(), settings=settings, access=None)
     server = make_server(create_app(runtime), "127.0.0.1", port)
     tune_for_serving()  # as `gpuwatch serve` does after start-up
     server.run()

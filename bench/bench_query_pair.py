@@ -47,7 +47,7 @@ def child(data: str, query: str, runs: int, days: float = 1.0, step_ms: int = 15
 
     store = Store.open(Path(data), clock=SystemClock(), read_only=True)
     settings = load(None, {}, {"data_dir": data})  # the defaults, as `gpuwatch serve` has them
-    app = create_app(SimpleNamespace(store=store, clock=SystemClock(), settings=settings))
+    app = create_app(SimpleNamespace(store=store, clock=SystemClock(), settings=settings, access=None))
     try:
         gctune.tune_for_serving()
     except TypeError:  # trees whose tune_for_serving also set glibc's allocator from the environment

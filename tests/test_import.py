@@ -38,7 +38,7 @@ def store() -> Iterator[Store]:
 def runtime(store: Store) -> SimpleNamespace:
     """What the import API reads of a runtime: the store and the clock (conftest's `client` serves it)."""
     settings = SimpleNamespace(label_limits=LabelLimits())
-    return SimpleNamespace(store=store, clock=FakeClock(NOW_MS / 1000), settings=settings)
+    return SimpleNamespace(store=store, clock=FakeClock(NOW_MS / 1000), settings=settings, access=None)
 
 
 def _all(store: Store) -> dict[tuple[str, tuple], list[tuple[int, float]]]:

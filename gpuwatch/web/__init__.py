@@ -45,7 +45,7 @@ def create_app(runtime: WebRuntime) -> Flask:
     app.extensions["gpuwatch"] = runtime
     app.json.sort_keys = False  # type: ignore[attr-defined]
 
-    access = getattr(runtime, "access", None) or AccessFile(None)  # a partial runtime (tests, bench) has none
+    access = runtime.access or AccessFile(None)  # None: no credentials file (tests, benches): loopback only
     install(app, Gate(runtime.settings, access, runtime.clock), access.session_key())
     for bp in (
         ops_bp,
