@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from gpuwatch.collect.listeners import listening_pids, parse_listening_inodes
+from gpuwatch.collect.listeners import listening_pids, parse_listening_inodes, with_descendants
 
 HEADER = "  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode\n"
 
@@ -41,6 +41,9 @@ def _fake_proc(root: Path) -> None:
         fd.mkdir(parents=True)
         for i, target in enumerate(targets):
             os.symlink(target, fd / str(i))
+    for pid, ppid in {10: 1, 20: 1, 30: 1, 40: 1, 11: 10, 12: 11, 13: 40}.items():
+        (root / str(pid)).mkdir(exist_ok=True)
+        (root / str(pid) / "stat").write_text(f"{pid} (python3 -m vllm (x)) S {ppid} {pid} {pid} 0 -1\n")
     (root / "50").mkdir()  # a process whose fd/ cannot be read (gone, or another user's)
     (root / "self").mkdir()
 
@@ -50,6 +53,13 @@ def test_fake_proc_tree_names_the_listeners_of_a_port(tmp_path: Path) -> None:
     assert listening_pids(tmp_path, 8000) == [10, 30]
     assert listening_pids(tmp_path, 3000) == [40]
     assert listening_pids(tmp_path, 9999) == []
+
+
+def test_a_listeners_children_count_as_the_server(tmp_path: Path) -> None:
+    _fake_proc(tmp_path)
+    # vLLM's engine core (11) and its worker (12) under the API server (10); 13 belongs to port 3000
+    assert with_descendants(tmp_path, listening_pids(tmp_path, 8000)) == [10, 11, 12, 30]
+    assert with_descendants(tmp_path, []) == []
 
 
 def test_a_missing_proc_tree_finds_nothing(tmp_path: Path) -> None:
@@ -68,4 +78,5 @@ def test_a_real_listening_socket_is_found_in_the_real_proc() -> None:
         s.listen()
         port = s.getsockname()[1]
         assert os.getpid() in listening_pids(Path("/proc"), port)
+        assert os.getpid() in with_descendants(Path("/proc"), [os.getppid()])
     assert os.getpid() not in listening_pids(Path("/proc"), port)

@@ -83,3 +83,37 @@ def pids_holding(proc_root: Path, inodes: set[int]) -> list[int]:
 def listening_pids(proc_root: Path, port: int) -> list[int]:
     """Return the PIDs of the processes listening on TCP `port` (IPv4 or IPv6), sorted."""
     return pids_holding(proc_root, listening_inodes(proc_root, port))
+
+
+def parse_ppid(stat_text: str) -> int | None:
+    """Return the parent PID in a `/proc/<pid>/stat` text (the name in parentheses may hold spaces)."""
+    _, _, rest = stat_text.rpartition(")")
+    fields = rest.split()
+    if len(fields) >= 2 and fields[1].isdigit():
+        return int(fields[1])
+    return None
+
+
+def with_descendants(proc_root: Path, pids: list[int]) -> list[int]:
+    """Return `pids` and every process descended from them, sorted. An inference server's HTTP
+    process is often not the one holding GPU memory (vLLM's engine core and SGLang's scheduler are
+    child processes), so the GPUs of a port are those of its listener's whole process tree."""
+    if not pids:
+        return []
+    children: dict[int, list[int]] = {}
+    try:
+        entries = [e for e in os.listdir(proc_root) if e.isdigit()][:MAX_PIDS]
+    except OSError:
+        return sorted(pids)
+    for entry in entries:
+        ppid = parse_ppid(_read(proc_root / entry / "stat"))
+        if ppid is not None:
+            children.setdefault(ppid, []).append(int(entry))
+    seen = set(pids)
+    todo = list(pids)
+    while todo:
+        for child in children.get(todo.pop(), []):
+            if child not in seen:
+                seen.add(child)
+                todo.append(child)
+    return sorted(seen)
