@@ -7,6 +7,7 @@ from pathlib import Path
 from flask import Flask
 
 from gpuwatch.web.alertmanager import bp as alertmanager_bp
+from gpuwatch.web.dash.inference import bp as inference_bp
 from gpuwatch.web.dash.training import bp as training_bp
 from gpuwatch.web.errors import register_error_handlers
 from gpuwatch.web.importapi import bp as import_bp
@@ -45,7 +46,7 @@ def create_app(runtime: WebRuntime) -> Flask:
         app.register_blueprint(bp)
     app.register_blueprint(alertmanager_bp)
     app.register_blueprint(notify_bp)
-    for bp in (training_bp,):
+    for bp in (training_bp, inference_bp):
         app.register_blueprint(bp)
     register_error_handlers(app)
     return app
