@@ -7,7 +7,10 @@ from pathlib import Path
 from flask import Flask
 
 from gpuwatch.web.alertmanager import bp as alertmanager_bp
+from gpuwatch.web.dash.alerts import bp as alerts_page_bp
 from gpuwatch.web.dash.inference import bp as inference_bp
+from gpuwatch.web.dash.logs import bp as logs_page_bp
+from gpuwatch.web.dash.targets import bp as targets_page_bp
 from gpuwatch.web.dash.training import bp as training_bp
 from gpuwatch.web.errors import register_error_handlers
 from gpuwatch.web.importapi import bp as import_bp
@@ -46,7 +49,7 @@ def create_app(runtime: WebRuntime) -> Flask:
         app.register_blueprint(bp)
     app.register_blueprint(alertmanager_bp)
     app.register_blueprint(notify_bp)
-    for bp in (training_bp, inference_bp):
+    for bp in (training_bp, inference_bp, alerts_page_bp, targets_page_bp, logs_page_bp):
         app.register_blueprint(bp)
     register_error_handlers(app)
     return app

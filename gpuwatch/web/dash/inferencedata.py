@@ -11,7 +11,7 @@ in ENGINES below, with `job` as the only filter: one page per service.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -274,7 +274,7 @@ def local_port(url: str, own_hostnames: frozenset[str] = frozenset()) -> int | N
 
 def serving_gpus(
     query: InstantQuery,
-    targets: list[Mapping[str, Any]],
+    targets: Sequence[Mapping[str, Any]],
     job: str,
     now_ms: int,
     proc_root: Path,
