@@ -4,9 +4,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from flask import Flask
+from flask import Blueprint, Flask
 
 from gpuwatch.web.alertmanager import bp as alertmanager_bp
+from gpuwatch.web.dash import assets as dash_assets
+from gpuwatch.web.dash import cluster as dash_cluster
+from gpuwatch.web.dash import page as dash_page
 from gpuwatch.web.errors import register_error_handlers
 from gpuwatch.web.importapi import bp as import_bp
 from gpuwatch.web.logs import bp as logs_bp
@@ -18,6 +21,13 @@ from gpuwatch.web.push import bp as push_bp
 from gpuwatch.web.rules import bp as rules_bp
 from gpuwatch.web.runtime import WebRuntime
 from gpuwatch.web.targets import bp as targets_bp
+
+# The dashboard's pages, one Blueprint per module of gpuwatch/web/dash/ (a new page: one line here).
+DASHBOARD_BLUEPRINTS: tuple[Blueprint, ...] = (
+    dash_page.bp,
+    dash_assets.bp,
+    dash_cluster.bp,
+)
 
 
 def _asset_dir(name: str) -> str:
@@ -41,6 +51,8 @@ def create_app(runtime: WebRuntime) -> Flask:
     app.json.sort_keys = False  # type: ignore[attr-defined]
 
     for bp in (ops_bp, pages_bp, prom_bp, import_bp, push_bp, targets_bp, logs_bp, rules_bp):
+        app.register_blueprint(bp)
+    for bp in DASHBOARD_BLUEPRINTS:
         app.register_blueprint(bp)
     app.register_blueprint(alertmanager_bp)
     app.register_blueprint(notify_bp)
