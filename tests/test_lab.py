@@ -62,7 +62,9 @@ def test_hub_lists_nodes_ready_and_not_ready(tmp_path: Path) -> None:
         hub.store.flush()
         (row,) = client.get("/api/overview").get_json()["nodes"]
         assert row["state"] == "NotReady" and row["is_ready"] is False
-        assert ">NotReady<" in client.get("/").get_data(as_text=True)
+        # The page tells a node it cannot scrape (Unreachable) from one whose GPU samples are stale.
+        page = client.get("/").get_data(as_text=True)
+        assert 'data-node="node-a:9842" data-host="node-a" data-state="Unreachable"' in page
     finally:
         node.close()
         hub.close()

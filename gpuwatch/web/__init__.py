@@ -4,14 +4,17 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from flask import Flask
+from flask import Blueprint, Flask
 
 from gpuwatch.web.alertmanager import bp as alertmanager_bp
-from gpuwatch.web.dash.alerts import bp as alerts_page_bp
-from gpuwatch.web.dash.inference import bp as inference_bp
-from gpuwatch.web.dash.logs import bp as logs_page_bp
-from gpuwatch.web.dash.targets import bp as targets_page_bp
-from gpuwatch.web.dash.training import bp as training_bp
+from gpuwatch.web.dash import alerts as dash_alerts
+from gpuwatch.web.dash import assets as dash_assets
+from gpuwatch.web.dash import cluster as dash_cluster
+from gpuwatch.web.dash import inference as dash_inference
+from gpuwatch.web.dash import logs as dash_logs
+from gpuwatch.web.dash import page as dash_page
+from gpuwatch.web.dash import targets as dash_targets
+from gpuwatch.web.dash import training as dash_training
 from gpuwatch.web.errors import register_error_handlers
 from gpuwatch.web.importapi import bp as import_bp
 from gpuwatch.web.logs import bp as logs_bp
@@ -23,6 +26,18 @@ from gpuwatch.web.push import bp as push_bp
 from gpuwatch.web.rules import bp as rules_bp
 from gpuwatch.web.runtime import WebRuntime
 from gpuwatch.web.targets import bp as targets_bp
+
+# The dashboard's pages, one Blueprint per module of gpuwatch/web/dash/ (a new page: one line here).
+DASHBOARD_BLUEPRINTS: tuple[Blueprint, ...] = (
+    dash_page.bp,
+    dash_assets.bp,
+    dash_cluster.bp,
+    dash_training.bp,
+    dash_inference.bp,
+    dash_alerts.bp,
+    dash_targets.bp,
+    dash_logs.bp,
+)
 
 
 def _asset_dir(name: str) -> str:
@@ -47,9 +62,9 @@ def create_app(runtime: WebRuntime) -> Flask:
 
     for bp in (ops_bp, pages_bp, prom_bp, import_bp, push_bp, targets_bp, logs_bp, rules_bp):
         app.register_blueprint(bp)
+    for bp in DASHBOARD_BLUEPRINTS:
+        app.register_blueprint(bp)
     app.register_blueprint(alertmanager_bp)
     app.register_blueprint(notify_bp)
-    for bp in (training_bp, inference_bp, alerts_page_bp, targets_page_bp, logs_page_bp):
-        app.register_blueprint(bp)
     register_error_handlers(app)
     return app
