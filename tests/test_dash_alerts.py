@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
+from urllib.parse import quote
 
 import pytest
 from flask.testing import FlaskClient
@@ -67,7 +68,7 @@ def test_alerts_page_data_and_a_silence_from_an_alert(
     clock.advance(45)
     _hot(runtime, clock, 91)
     clock.advance(20)
-    data = client.get("/api/ui/alerts").get_json()
+    data = client.get("/api/ui/alerts").get_json()["data"]
     (alert,) = data["alerts"]
     assert alert["rule"] == "Hot" and alert["state"] == "firing"
     assert (
@@ -104,14 +105,14 @@ def test_alerts_page_data_and_a_silence_from_an_alert(
     r = client.post("/api/v2/silences", json=body)
     assert r.status_code == 200, r.get_data(as_text=True)
     sid = r.get_json()["silenceID"]
-    data = client.get("/api/ui/alerts").get_json()
+    data = client.get("/api/ui/alerts").get_json()["data"]
     assert data["alerts"][0]["silenced_by"] == [sid]
     assert [s["id"] for s in data["silences"]] == [sid]
     assert client.delete(f"/api/v2/silence/{sid}").status_code == 200
-    assert client.get("/api/ui/alerts").get_json()["alerts"][0]["silenced_by"] == []
+    assert client.get("/api/ui/alerts").get_json()["data"]["alerts"][0]["silenced_by"] == []
     clock.advance(15)
     _hot(runtime, clock, 60)
-    data = client.get("/api/ui/alerts").get_json()
+    data = client.get("/api/ui/alerts").get_json()["data"]
     assert data["alerts"] == [] and data["history"][0]["to"] == "inactive"
 
 
@@ -141,7 +142,30 @@ def test_targets_grouped_by_job() -> None:
 
 
 def test_targets_and_logs_json(runtime: Runtime, client: FlaskClient, clock: FakeClock) -> None:
-    assert client.get("/api/ui/targets").get_json()["jobs"] == []
+    assert client.get("/api/ui/targets").get_json()["data"]["jobs"] == []
     runtime.store.append_log_lines([LogLine(clock.now_ms(), "/t.log", "run-x", "INFO", "hello")], [])
     runtime.store.flush()
-    assert client.get("/api/ui/logs").get_json()["runs"] == ["run-x"]
+    assert client.get("/api/ui/logs").get_json()["data"]["runs"] == ["run-x"]
+
+
+def test_every_page_renders_and_outside_text_stays_text(
+    runtime: Runtime, client: FlaskClient, clock: FakeClock
+) -> None:
+    bad = "<script>alert(1)</script>"
+    assert client.post("/api/v1/runs", json={"run": bad, "action": "init", "host": bad}).status_code == 200
+    _hot(runtime, clock, 90)
+    for path in (
+        "/training",
+        "/inference",
+        "/alerts",
+        "/targets",
+        "/logs",
+        "/training/" + quote(bad, safe=""),
+    ):
+        r = client.get(path)
+        assert r.status_code == 200, (path, r.get_data(as_text=True)[:500])
+        html = r.get_data(as_text=True)
+        assert bad not in html, path  # escaped in the page and in its embedded JSON
+        assert XSS not in html, path
+    assert client.get("/inference/nope").status_code == 404
+    assert client.get("/training/nope").status_code == 404

@@ -125,7 +125,7 @@ def test_run_page_json_has_full_resolution_smoothed_curves(
     runtime.store.flush()
     r = client.get("/api/ui/training/sft-a?smoothing=0.9&max_points=500&compare=sft-b")
     assert r.status_code == 200, r.get_data(as_text=True)
-    data = r.get_json()
+    data = r.get_json()["data"]
     run = data["runs"][0]
     loss = run["curves"]["loss"]
     assert loss["points"] == 3000 and loss["reduced"] and len(loss["t"]) <= 500
@@ -147,10 +147,10 @@ def test_runs_list_json_states(runtime: Runtime, client: FlaskClient, clock: Fak
     client.post("/api/v1/runs", json={"run": "done", "action": "finish", "status": "failed", "step": 9})
     _push_run(client, clock, "live", 10)
     runtime.store.flush()
-    rows = {r["run"]: r for r in client.get("/api/ui/training").get_json()["runs"]}
+    rows = {r["run"]: r for r in client.get("/api/ui/training").get_json()["data"]["runs"]}
     assert rows["done"]["state"] == "failed"
     assert rows["live"]["state"] == "running"
     assert rows["live"]["last_loss"] == pytest.approx(4.0 - 9 * 0.001)
     clock.advance(11 * 60)
-    rows = {r["run"]: r for r in client.get("/api/ui/training").get_json()["runs"]}
+    rows = {r["run"]: r for r in client.get("/api/ui/training").get_json()["data"]["runs"]}
     assert rows["live"]["state"] == "stalled"

@@ -171,16 +171,13 @@
     });
   }
 
-  var gpuDrawn = false;
-  function drawGpus(d) {
-    if (gpuDrawn) return;
-    gpuDrawn = true;
-    var src = document.getElementById('gpu-source');
-    var panels = gw.panels.filter(function (p) { return p.id.indexOf('gpu_') === 0; });
-    if (!d.gpus.matchers) { gw.text(src, gw.t('training.gpus_unknown')); return; }
-    gw.text(src, gw.t('training.gpus_from.' + d.gpus.source) + ': ' + d.gpus.matchers);
-    gw.drawPanels(document.getElementById('gpu-panels'), panels, { gpu_sel: d.gpus.matchers });
+  function drawGpus() {
+    var g = gw.data.gpus || {}, src = document.getElementById('gpu-source');
+    if (!g.matchers) { gw.text(src, gw.t('training.gpus_unknown')); src.dataset.state = 'none'; return; }
+    gw.text(src, gw.t('training.gpus_from.' + g.source) + ': ' + g.matchers);
+    gw.drawPanels(document.getElementById('gpu-panels'), gw.panels, {});
   }
+  drawGpus();
 
   function draw(body) {
     var runs = body.data.runs || [];
@@ -194,7 +191,6 @@
     drawCurve('throughput', runs, { unit: 'per_second' });
     drawCheckpoints(runs);
     drawLogs(runs[0]);
-    drawGpus(runs[0]);
   }
 
   function load(r) {
