@@ -87,7 +87,8 @@ def test_events_and_gpu_matchers_and_compare() -> None:
     assert detect_event("step 10 loss 2.31") is None
     assert gpu_matchers({"gpus": ["0", "3"], "hosts": ["node-1"]}) == 'Hostname=~"node\\\\-1", gpu=~"0|3"'
     assert gpu_matchers({"gpus": ["GPU-ab"], "hosts": []}) == 'UUID=~"GPU\\\\-ab"'
-    assert gpu_matchers({"gpus": [], "hosts": ["x"]}) is None
+    assert gpu_matchers({"gpus": [], "hosts": ["x"]}) == 'Hostname=~"x"'  # every GPU of the run's host
+    assert gpu_matchers({"gpus": [], "hosts": []}) is None
     assert parse_compare("b, a,,c,b", "a") == ["a", "b", "c"]
 
 

@@ -30,7 +30,7 @@
     rows.forEach(function (a) {
       var silence = gw.el('button', { type: 'button', class: 'silence-btn' }, gw.t('alerts.silence'));
       silence.addEventListener('click', function () { openForm(a); });
-      var explore = gw.el('a', { class: 'gw-explore', href: gw.exploreUrl(a.explore.expr, { from: String(a.explore.start), to: String(a.explore.end), refresh: 'off' }) }, gw.t('panel.explore'));
+      var explore = a.explore ? gw.el('a', { class: 'gw-explore', href: gw.exploreUrl(a.explore.expr, { from: String(a.explore.start), to: String(a.explore.end), refresh: 'off' }) }, gw.t('panel.explore')) : null;
       body.appendChild(gw.el('tr', { class: 'alert-row ' + a.state, 'data-alertname': a.labels.alertname || a.rule, 'data-state': a.state }, [
         gw.el('td', null, [gw.el('b', null, a.labels.alertname || a.rule), gw.el('div', { class: 'muted' }, a.group)]),
         gw.el('td', null, [gw.el('span', { class: 'gw-badge gw-alert-' + a.state }, gw.t('alerts.state.' + a.state)),

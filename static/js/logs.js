@@ -43,12 +43,12 @@
       lines.forEach(function (x) {
         var ev = eventOf(x.text);
         body.appendChild(gw.el('tr', { class: 'log-line' + (ev ? ' gw-log-event' : ''), 'data-level': x.level }, [
-          gw.el('td', { class: 'num' }, gw.localTime(x.time * 1000).slice(0, 23)),
+          gw.el('td', { class: 'num gw-nowrap' }, gw.localTime(x.time * 1000).slice(0, 23)),
           gw.el('td', null, x.level),
-          gw.el('td', null, x.run ? [gw.el('a', { href: gw.link('/training/' + encodeURIComponent(x.run)) }, x.run)] : ''),
+          gw.el('td', { class: 'gw-nowrap' }, x.run ? [gw.el('a', { href: gw.link('/training/' + encodeURIComponent(x.run)) }, x.run)] : ''),
           gw.el('td', null, ev ? gw.t('logs.event.' + ev) : ''),
           gw.el('td', { class: 'gw-log-text' }, x.text),
-          gw.el('td', { class: 'muted' }, x.file)
+          gw.el('td', { class: 'muted', title: x.file }, x.file.split('/').pop())
         ]));
       });
     });

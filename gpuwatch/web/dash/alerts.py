@@ -80,7 +80,7 @@ def _alerts() -> dict[str, Any]:
     return {
         "rules_enabled": manager is not None,
         "silences_enabled": silences is not None,
-        "alerts": active(groups, now, muted_by),
+        "alerts": active(groups, now, muted_by, rt.received.firing(now) if rt.received is not None else []),
         "groups": group_rows(groups),
         "history": history_rows(manager.history(HISTORY_SHOWN)) if manager is not None else [],
         "silences": [s.to_json(now) for s in silences.list()] if silences is not None else [],

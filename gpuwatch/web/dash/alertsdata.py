@@ -8,6 +8,7 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from gpuwatch.notify.api import AmAlert
 from gpuwatch.rules.api import rule_json
 from gpuwatch.rules.evaluate import FIRING, INACTIVE, PENDING, Alert
 from gpuwatch.rules.load import Rule
@@ -54,8 +55,37 @@ def alert_row(group: str, rule: Rule, a: Alert, now_ms: int, muted_by: MutedBy |
     }
 
 
-def active(groups: Sequence[GroupState], now_ms: int, muted_by: MutedBy | None) -> list[dict[str, Any]]:
-    """Firing alerts first, then pending, each the longest active first."""
+def received_row(a: AmAlert, now_ms: int, muted_by: MutedBy | None) -> dict[str, Any]:
+    """An alert another Prometheus posted (`POST /api/v2/alerts`): firing, with no rule of ours."""
+    labels = dict(a.labels)
+    return {
+        "group": "received",
+        "rule": labels.get("alertname", ""),
+        "state": FIRING,
+        "labels": labels,
+        "annotations": dict(a.annotations),
+        "value": None,
+        "value_text": None,
+        "active_at": a.starts_at_ms,
+        "fired_at": a.starts_at_ms,
+        "for_ms": max(0, now_ms - a.starts_at_ms),
+        "active_for_ms": max(0, now_ms - a.starts_at_ms),
+        "silenced_by": muted_by(labels, now_ms) if muted_by is not None else [],
+        "expr": None,
+        "explore": None,
+        "generator_url": a.generator_url,
+        "silence_matchers": silence_matchers(labels),
+    }
+
+
+def active(
+    groups: Sequence[GroupState],
+    now_ms: int,
+    muted_by: MutedBy | None,
+    received: Sequence[AmAlert] = (),
+) -> list[dict[str, Any]]:
+    """Firing alerts first, then pending, each the longest active first; the rules' alerts and
+    those other senders posted."""
     rows = [
         alert_row(g.group.name, rule, a, now_ms, muted_by)
         for g in groups
@@ -63,6 +93,7 @@ def active(groups: Sequence[GroupState], now_ms: int, muted_by: MutedBy | None) 
         for a in alerts.values()
         if a.state != INACTIVE
     ]
+    rows += [received_row(a, now_ms, muted_by) for a in received]
     rows.sort(key=lambda r: (r["state"] != FIRING, r["active_at"], r["rule"]))
     return rows
 

@@ -140,7 +140,7 @@ def service_panels(engine: str, job: str, gpu_matchers: str | None) -> tuple[Pan
     )
     add("finish_reasons", "Finish reasons", e("finish_reasons"), "per_second", "inference.finish_chart",
         kind="bars", legend="{{finished_reason}}", width=6)  # fmt: skip
-    out.append(Panel("up", "Targets up", f"up{sel}", "count", legend="{{instance}}", min=0, max=1, width=6,
+    out.append(Panel("up", "Targets up", f"up{sel}", "count", legend="{{instance}}", min=0, width=6,
                      title_key="inference.up_chart"))  # fmt: skip
     return check_unique([*out, *gpu_panels(gpu_matchers, with_events=False)])
 

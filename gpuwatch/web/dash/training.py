@@ -70,6 +70,10 @@ STRINGS = {
     ),
     "training.gpus_from.info": ("from the run's GPU info series", "来自任务的 GPU 信息序列"),
     "training.gpus_from.run": ("as the run named them", "来自任务元数据"),
+    "training.gpus_from.host": (
+        "the run names no GPUs: every GPU of its host",
+        "任务没有声明 GPU：显示其主机上的全部 GPU",
+    ),
     "training.logs": ("Log lines and detected events", "日志与检测到的事件"),
     "training.no_logs": ("No tailed log lines for this run in the range.", "该时间范围内没有此任务的日志。"),
     "logs.time": ("Time", "时间"),

@@ -159,7 +159,7 @@ def run_gpus(query: InstantQuery, run: dict[str, Any], now_ms: int) -> dict[str,
         "hostname": host,
         "hosts": [host] if host else [],
         "gpus": gpus,
-        "source": "run" if gpus or host else "none",
+        "source": "run" if gpus else "host" if host else "none",
     }
 
 
@@ -176,10 +176,10 @@ def gpu_matchers(gpus: dict[str, Any]) -> str | None:
     """PromQL label matchers (without braces) for a run's GPUs, or None where the run names none.
     Indexes match `gpu`, `GPU-...` UUIDs match `UUID`; the host narrows both when known."""
     names = [str(g) for g in gpus.get("gpus") or []]
-    if not names:
-        return None
-    parts = []
     hosts = gpus.get("hosts") or []
+    if not names:  # a run that names only its host: every GPU of that host (the page says so)
+        return f'Hostname=~"{promql_string(_regex_alternatives(hosts))}"' if hosts else None
+    parts = []
     if hosts:
         parts.append(f'Hostname=~"{promql_string(_regex_alternatives(hosts))}"')
     uuids = [g for g in names if g.upper().startswith(("GPU-", "MIG-"))]
