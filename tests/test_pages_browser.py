@@ -140,7 +140,7 @@ def test_outside_text_stays_text(demo_server, page) -> None:  # type: ignore[no-
         (f"/training?{LIVE}", "#runs-body"),
         (f"/training/{quote(XSS, safe='')}?{LIVE}", "#run-name"),
         (f"/alerts?{LIVE}", "#alerts-body"),
-        (f"/logs?from=now-15m&to=now&refresh=off&q=__xss", "#log-body"),
+        ("/logs?from=now-15m&to=now&refresh=off&q=__xss", "#log-body"),
     ]
     for path, where in checks:
         page.goto(url + path)
