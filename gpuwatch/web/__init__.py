@@ -9,6 +9,8 @@ from flask import Blueprint, Flask
 from gpuwatch.web.alertmanager import bp as alertmanager_bp
 from gpuwatch.web.dash import assets as dash_assets
 from gpuwatch.web.dash import cluster as dash_cluster
+from gpuwatch.web.dash import explore as dash_explore
+from gpuwatch.web.dash import gpu as dash_gpu
 from gpuwatch.web.dash import page as dash_page
 from gpuwatch.web.errors import register_error_handlers
 from gpuwatch.web.importapi import bp as import_bp
@@ -27,6 +29,8 @@ DASHBOARD_BLUEPRINTS: tuple[Blueprint, ...] = (
     dash_page.bp,
     dash_assets.bp,
     dash_cluster.bp,
+    dash_gpu.bp,
+    dash_explore.bp,
 )
 
 
