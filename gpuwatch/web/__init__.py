@@ -12,6 +12,7 @@ from gpuwatch.web.dash import cluster as dash_cluster
 from gpuwatch.web.dash import explore as dash_explore
 from gpuwatch.web.dash import gpu as dash_gpu
 from gpuwatch.web.dash import page as dash_page
+from gpuwatch.web.dash import timeline as dash_timeline
 from gpuwatch.web.errors import register_error_handlers
 from gpuwatch.web.importapi import bp as import_bp
 from gpuwatch.web.logs import bp as logs_bp
@@ -31,6 +32,7 @@ DASHBOARD_BLUEPRINTS: tuple[Blueprint, ...] = (
     dash_cluster.bp,
     dash_gpu.bp,
     dash_explore.bp,
+    dash_timeline.bp,
 )
 
 

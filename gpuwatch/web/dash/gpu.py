@@ -73,8 +73,9 @@ PANELS: tuple[Panel, ...] = check_unique(
         _p("pcie", "PCIe throughput", _names("DCGM_FI_PROF_PCIE_TX_BYTES", "DCGM_FI_PROF_PCIE_RX_BYTES"),
            "bytes_per_second", "gpu.pcie", legend="{{__name__}}", min=0),
         _p("events", "XID, ECC, throttle and alert events",
-           f"gpuwatch_xid_errors_total{_G} or DCGM_FI_DEV_ECC_DBE_VOL_TOTAL{_G} or DCGM_FI_DEV_ECC_SBE_VOL_TOTAL{_G}"
-           f" or (gpuwatch_clock_throttled{_G} == 1) or ALERTS{_G}",
+           # One selector keeps each name (`or` would drop series that differ only by name).
+           _names("gpuwatch_xid_errors_total", "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", "DCGM_FI_DEV_ECC_SBE_VOL_TOTAL",
+                  "gpuwatch_clock_throttled") + f" or ALERTS{_G}",
            "count", "gpu.events", kind="events", width=12, height=200, counter=True,
            legend="{{__name__}} {{xid}}{{reason}}{{alertname}} {{alertstate}}", empty="gpu.none",
            description="the moments a counter rose, a throttle reason began or an alert changed state"),
