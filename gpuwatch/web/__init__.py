@@ -10,10 +10,13 @@ from gpuwatch.web.alertmanager import bp as alertmanager_bp
 from gpuwatch.web.dash import alerts as dash_alerts
 from gpuwatch.web.dash import assets as dash_assets
 from gpuwatch.web.dash import cluster as dash_cluster
+from gpuwatch.web.dash import explore as dash_explore
+from gpuwatch.web.dash import gpu as dash_gpu
 from gpuwatch.web.dash import inference as dash_inference
 from gpuwatch.web.dash import logs as dash_logs
 from gpuwatch.web.dash import page as dash_page
 from gpuwatch.web.dash import targets as dash_targets
+from gpuwatch.web.dash import timeline as dash_timeline
 from gpuwatch.web.dash import training as dash_training
 from gpuwatch.web.errors import register_error_handlers
 from gpuwatch.web.importapi import bp as import_bp
@@ -32,6 +35,9 @@ DASHBOARD_BLUEPRINTS: tuple[Blueprint, ...] = (
     dash_page.bp,
     dash_assets.bp,
     dash_cluster.bp,
+    dash_gpu.bp,
+    dash_explore.bp,
+    dash_timeline.bp,
     dash_training.bp,
     dash_inference.bp,
     dash_alerts.bp,

@@ -32,11 +32,11 @@
   /** A string escaped for Plotly, which reads a few HTML tags in names and hover text. */
   gw.esc = function (s) {
     return String(s).replace(/&/g, '&amp;').replace(/</g, '&lt;').replace(/>/g, '&gt;')
-      .replace(/"/g, '&quot;').replace(/'/g, '&#39;');
+      .replace(/"/g, '&#34;').replace(/'/g, '&#39;');  // Plotly decodes numeric entities, not &quot;
   };
   /** The inverse of gw.esc (names Plotly hands back in events). */
   gw.unesc = function (s) {
-    return String(s).replace(/&#39;/g, "'").replace(/&quot;/g, '"').replace(/&gt;/g, '>').replace(/&lt;/g, '<').replace(/&amp;/g, '&');
+    return String(s).replace(/&#39;/g, "'").replace(/&#34;/g, '"').replace(/&gt;/g, '>').replace(/&lt;/g, '<').replace(/&amp;/g, '&');
   };
   /** Build an element: gw.el('td', {class: 'num', title: x}, 'text' or [children]). Text only. */
   gw.el = function (tag, attrs, content) {
@@ -347,7 +347,7 @@
     };
   }
   function yAxisUnit(unit) {
-    return { percent: { ticksuffix: ' %' }, celsius: { ticksuffix: ' °C' }, watts: { ticksuffix: ' W' },
+    return { percent: { ticksuffix: ' %' }, mib: { ticksuffix: ' MiB', tickformat: '.4~s' }, celsius: { ticksuffix: ' °C' }, watts: { ticksuffix: ' W' },
       mhz: { ticksuffix: ' MHz' }, ratio: { tickformat: '.0%' }, bytes: { tickformat: '.3~s', ticksuffix: 'B' },
       bytes_per_second: { tickformat: '.3~s', ticksuffix: 'B/s' }, per_second: { tickformat: '.3~s', ticksuffix: '/s' },
       hz: { tickformat: '.3~s', ticksuffix: 'Hz' }, seconds: { tickformat: '.3~s', ticksuffix: 's' } }[unit] || { tickformat: '.3~s' };
@@ -455,14 +455,17 @@
     opts = opts || {};
     var c = opts.colors || themeColors(), layout = baseLayout(panel, opts);
     var x = [], y = [], text = [];
+    var stepMs = (opts.step || 60) * 1000, first = opts.qstart;
     (result || []).forEach(function (s) {
-      var name = gw.esc(gw.seriesName(s.metric, panel.legend)), prev = null;
+      var name = gw.esc(gw.seriesName(s.metric, panel.legend).replace(/\s+/g, ' ').trim()), prev = null, prevT = null;
       (s.values || []).forEach(function (p) {
-        var v = parseFloat(p[1]);
-        if ((prev === null && v > 0 && !panel.counter) || (prev !== null && v > prev) || (prev !== null && prev === 0 && v !== 0)) {
-          x.push(gw.localTime(p[0] * 1000)); y.push(name); text.push(gw.esc(gw.format(v, panel.unit)));
+        var v = parseFloat(p[1]), t = p[0] * 1000;
+        if (prevT !== null && t - prevT > 1.5 * stepMs) prev = null;  // the series was gone: it reappears
+        var appeared = prev === null && v > 0 && (!panel.counter || first === undefined || t > first + 1.5 * stepMs);
+        if (appeared || (prev !== null && v > prev)) {
+          x.push(gw.localTime(t)); y.push(name); text.push(gw.esc(gw.format(v, panel.unit)));
         }
-        prev = v;
+        prev = v; prevT = t;
       });
     });
     layout.yaxis = { type: 'category', automargin: true, gridcolor: c.grid };
@@ -495,10 +498,10 @@
   function redrawAll() { tick(true); }  // figures read the theme's colours when drawn
 
   /** Show one of the absence states (nodata, unsupported, failed, error, offline, loading) in `el`. */
-  gw.showState = function (el, state, detail) {
+  gw.showState = function (el, state, detail, label) {
     el.innerHTML = '';
     var box = gw.el('div', { class: 'gw-state gw-state-' + state, 'data-state': state }, [
-      gw.el('span', { class: 'gw-state-label' }, gw.t('state.' + state)),
+      gw.el('span', { class: 'gw-state-label' }, label || gw.t('state.' + state)),
       detail ? gw.el('span', { class: 'gw-state-detail' }, detail) : null
     ]);
     el.appendChild(box);
@@ -527,11 +530,20 @@
   }
 
   function absenceState(panel, vars, timeMs) {
-    // Which kind of nothing: collection failed, not available on this GPU, or no data.
-    var checks = [];
-    if (panel.failed_if) checks.push(gw.query(gw.fill(panel.failed_if, vars), timeMs).then(function (r) { return r.result.length ? 'failed' : null; }));
-    if (panel.unsupported_if) checks.push(gw.query(gw.fill(panel.unsupported_if, vars), timeMs).then(function (r) { return r.result.length ? 'unsupported' : null; }));
-    return Promise.all(checks).then(function (states) { return states.filter(Boolean)[0] || 'nodata'; });
+    // Which kind of nothing: collection failed, not available on this GPU, a real empty answer
+    // (panel.empty: "no process"), or no data.
+    function has(q) { return q ? gw.query(gw.fill(q, vars), timeMs).then(function (r) { return r.result.length > 0; }) : Promise.resolve(null); }
+    return Promise.all([has(panel.failed_if), has(panel.unsupported_if)]).then(function (x) {
+      if (x[0]) return 'failed';
+      if (panel.empty && x[1] !== false) return 'empty';
+      if (x[1]) return 'unsupported';
+      return 'nodata';
+    });
+  }
+
+  function dropChart(c) {
+    if (c.chart && window.Plotly) Plotly.purge(c.chart);
+    c.chart = null;
   }
 
   function drawTable(body, result, panel) {
@@ -589,12 +601,16 @@
         var failing = null;
         if (res.status !== 'ok') {
           c.card.dataset.state = res.status;
+          dropChart(c);
           gw.showState(c.body, res.status, res.error);
           return;
         }
         if (ranged) { gw.text(c.step, gw.t('panel.step') + ' ' + res.step + ' s'); c.explore.href = gw.exploreUrl(c.expr, { step: res.step }); }
         if (!res.result.length) {
-          return absenceState(panel, allVars, r.end).then(function (st) { c.card.dataset.state = st; gw.showState(c.body, st); });
+          return absenceState(panel, allVars, r.end).then(function (st) {
+            c.card.dataset.state = st; dropChart(c);
+            gw.showState(c.body, st, null, st === 'empty' ? gw.t(panel.empty) : null);
+          });
         }
         c.card.dataset.state = 'data';
         if (panel.kind === 'table') return drawTable(c.body, res.result, panel);
@@ -602,6 +618,10 @@
         var opts = { uirevision: gw.rangeKey(), start: r.start, end: r.end, step: res.step, qstart: res.start, qend: res.end,
           logY: c.logBox ? c.logBox.checked : false };
         var fig = figures[panel.kind](res.result, panel, opts);
+        if (panel.kind === 'events' && !fig.count && panel.empty) {
+          c.card.dataset.state = 'empty'; dropChart(c);
+          return gw.showState(c.body, 'empty', null, gw.t(panel.empty));
+        }
         if (!c.chart || !c.body.contains(c.chart)) { c.body.innerHTML = ''; c.chart = gw.el('div', { class: 'gw-chart' }); c.body.appendChild(c.chart); }
         if (panel.failed_if) {
           failing = gw.query(gw.fill(panel.failed_if, allVars), r.end).then(function (f) {

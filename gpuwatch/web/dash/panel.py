@@ -57,7 +57,10 @@ class Panel:
     failed_if: optional PromQL that has data while collection fails (e.g. `gpuwatch_nvml_up == 0`,
       `up{job="$job"} == 0`): an empty result then reads "collection failed"; with data, a badge says so.
     columns: label names a `table` shows, in order (empty: all labels).
-    counter: `events` of a counter: only rises are events (not a non-zero first value).
+    counter: `events`: besides rises, only a series that appears non-zero after the range's start is
+      an event (an alert, a throttle onset, a first XID); without it any non-zero first value is one.
+    empty: a string key for an empty result that is a real answer ("no process"), shown when the
+      subject exists (`unsupported_if` has data, or is not set) instead of "not available".
     description: one-line help shown as the title's tooltip.
     """
 
@@ -79,6 +82,7 @@ class Panel:
     failed_if: str = ""
     columns: tuple[str, ...] = ()
     counter: bool = False
+    empty: str = ""
     description: str = ""
 
     def __post_init__(self) -> None:
