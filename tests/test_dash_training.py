@@ -11,9 +11,10 @@ from flask.testing import FlaskClient
 
 from gpuwatch.app import Runtime
 from gpuwatch.clock import FakeClock
+from gpuwatch.collect.logs import detect_event
 from gpuwatch.model import LogLine
 from gpuwatch.web.dash.smoothing import ema, reduce_indices, smooth_and_reduce
-from gpuwatch.web.dash.trainingdata import detect_event, gpu_matchers, parse_compare, run_state
+from gpuwatch.web.dash.trainingdata import gpu_matchers, parse_compare, run_state
 
 
 def tensorboard_ema(values: list[float], weight: float) -> list[float]:
@@ -81,9 +82,9 @@ def test_run_state(status: str, stalled: bool, state: str) -> None:
 
 
 def test_events_and_gpu_matchers_and_compare() -> None:
-    assert detect_event("RuntimeError: CUDA out of memory. Tried to allocate 2 GiB") == "oom"
-    assert detect_event("host:123 NCCL WARN NET/IB : Got completion with error") == "nccl"
-    assert detect_event("step 10 loss: nan") == "nan"
+    assert detect_event("RuntimeError: CUDA out of memory. Tried to allocate 2 GiB") == "cuda_oom"
+    assert detect_event("host:123 NCCL WARN NET/IB : Got completion with error") == "nccl_error"
+    assert detect_event("step 10 loss: nan") == "nan_loss"
     assert detect_event("step 10 loss 2.31") is None
     assert gpu_matchers({"gpus": ["0", "3"], "hosts": ["node-1"]}) == 'Hostname=~"node\\\\-1", gpu=~"0|3"'
     assert gpu_matchers({"gpus": ["GPU-ab"], "hosts": []}) == 'UUID=~"GPU\\\\-ab"'
@@ -138,7 +139,8 @@ def test_run_page_json_has_full_resolution_smoothed_curves(
     assert run["run"]["state"] == "running" and run["run"]["progress"] == pytest.approx(2999 / 6000)
     assert run["gpus"]["source"] == "run" and run["gpus"]["matchers"] == 'Hostname=~"node\\\\-1", gpu=~"0|1"'
     assert [x["run"]["run"] for x in data["runs"]] == ["sft-a", "sft-b"]
-    assert [e["event"] for e in run["logs"]["events"]] == ["oom"]
+    assert [e["event"] for e in run["logs"]["events"]] == ["cuda_oom"]
+    assert [x["event"] for x in client.get("/api/v1/logs?run=sft-a").get_json()["data"]] == ["cuda_oom"]
     assert client.get("/api/ui/training/nope").status_code == 404
     assert client.get("/api/ui/training/sft-a?smoothing=1.5").status_code == 400
 

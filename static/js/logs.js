@@ -2,16 +2,6 @@
  * The filters live in the URL; every line is shown as text. */
 (function () {
   'use strict';
-  var EVENTS = [
-    ['oom', /CUDA out of memory|OutOfMemoryError|CUDA error: out of memory/i],
-    ['nccl', /NCCL (WARN|ERROR)|collective operation timeout|NCCL timeout/],
-    ['nan', /\bloss[:= ]+(nan|inf)\b|\bnan\b.*\bloss\b/i],
-    ['traceback', /Traceback \(most recent call last\)/]
-  ];
-  function eventOf(text) {
-    for (var i = 0; i < EVENTS.length; i++) if (EVENTS[i][1].test(text)) return EVENTS[i][0];
-    return null;
-  }
   var run = document.getElementById('log-run'), level = document.getElementById('log-level');
   var q = document.getElementById('log-q'), limit = document.getElementById('log-limit');
   function fromUrl() {
@@ -41,7 +31,7 @@
       document.getElementById('log-empty').hidden = lines.length > 0;
       gw.text(count, lines.length + ' ' + gw.t('logs.lines'));
       lines.forEach(function (x) {
-        var ev = eventOf(x.text);
+        var ev = x.event;
         body.appendChild(gw.el('tr', { class: 'log-line' + (ev ? ' gw-log-event' : ''), 'data-level': x.level }, [
           gw.el('td', { class: 'num gw-nowrap' }, gw.localTime(x.time * 1000).slice(0, 23)),
           gw.el('td', null, x.level),

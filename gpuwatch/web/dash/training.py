@@ -80,9 +80,9 @@ STRINGS = {
     "logs.level": ("Level", "级别"),
     "logs.event": ("Event", "事件"),
     "logs.text": ("Text", "内容"),
-    "logs.event.oom": ("CUDA OOM", "显存不足"),
-    "logs.event.nccl": ("NCCL", "NCCL"),
-    "logs.event.nan": ("NaN loss", "NaN loss"),
+    "logs.event.cuda_oom": ("CUDA OOM", "显存不足"),
+    "logs.event.nccl_error": ("NCCL", "NCCL"),
+    "logs.event.nan_loss": ("NaN loss", "NaN loss"),
     "logs.event.traceback": ("traceback", "异常栈"),
 }
 TABLES = (STRINGS, GPU_STRINGS)

@@ -11,6 +11,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from gpuwatch.collect.logs import detect_event
 from gpuwatch.collect.runs import list_runs
 from gpuwatch.model import LogLine, Matcher, RunRecord, SeriesData, is_stale
 from gpuwatch.query.values import Result, Vector
@@ -26,13 +27,6 @@ CURVES: tuple[tuple[str, str, bool], ...] = (
     ("grad_norm", "training_grad_norm", True),
     ("throughput", "training_throughput_tokens_per_second", True),
     ("samples_per_second", "training_throughput_samples_per_second", True),
-)
-# Log lines that tell of a failure, as the tailer's detectors (collect/logs.py) name them.
-EVENT_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
-    ("oom", re.compile(r"CUDA out of memory|OutOfMemoryError|CUDA error: out of memory", re.IGNORECASE)),
-    ("nccl", re.compile(r"NCCL (WARN|ERROR)|collective operation timeout|NCCL timeout")),
-    ("nan", re.compile(r"\bloss[:= ]+(nan|inf)\b|\bnan\b.*\bloss\b", re.IGNORECASE)),
-    ("traceback", re.compile(r"Traceback \(most recent call last\)")),
 )
 RUN_GPU_INFO = ("gpuwatch_run_gpu_info", "gpuwatch_training_run_gpu_info")
 MAX_COMPARE = 8
@@ -228,14 +222,6 @@ def runs_table(store: TrainingSource, query: InstantQuery, now_ms: int) -> list[
             }
         )
     return out
-
-
-def detect_event(text: str) -> str | None:
-    """Return the kind of failure a log line tells of (oom, nccl, nan, traceback), else None."""
-    for kind, pattern in EVENT_PATTERNS:
-        if pattern.search(text):
-            return kind
-    return None
 
 
 def run_logs(store: TrainingSource, run: str, start_ms: int, end_ms: int, limit: int = 500) -> dict[str, Any]:
