@@ -13,6 +13,7 @@ from gpuwatch.app import Runtime
 from gpuwatch.clock import FakeClock
 from gpuwatch.collect.logs import detect_event
 from gpuwatch.model import LogLine
+from gpuwatch.web.dash import trainingdata
 from gpuwatch.web.dash.smoothing import ema, reduce_indices, smooth_and_reduce
 from gpuwatch.web.dash.trainingdata import gpu_matchers, parse_compare, run_state
 
@@ -157,3 +158,12 @@ def test_runs_list_json_states(runtime: Runtime, client: FlaskClient, clock: Fak
     clock.advance(11 * 60)
     rows = {r["run"]: r for r in client.get("/api/ui/training").get_json()["data"]["runs"]}
     assert rows["live"]["state"] == "stalled"
+
+
+def test_a_huge_range_keeps_the_newest_raw_points(
+    client: FlaskClient, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(trainingdata, "MAX_RAW_POINTS", 1000)
+    _push_run(client, clock, "long", 3000)
+    loss = client.get("/api/ui/training/long").get_json()["data"]["runs"][0]["curves"]["loss"]
+    assert loss["skipped_before"] == 2000 and loss["points"] == 1000 and loss["step"][0] == 2000

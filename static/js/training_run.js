@@ -185,7 +185,9 @@
     last = body;
     drawSummary(runs[0]);
     var n = drawCurve('loss', runs, { checkpoints: true });
-    gw.text(document.getElementById('loss-points'), n ? n + ' ' + gw.t('training.points') : '');
+    var skipped = runs.reduce(function (acc, d) { return acc + ((d.curves.loss || {}).skipped_before || 0); }, 0);
+    gw.text(document.getElementById('loss-points'), (n ? n + ' ' + gw.t('training.points') : '') +
+      (skipped ? ' · ' + skipped + ' ' + gw.t('training.skipped') : ''));
     drawCurve('learning_rate', runs, { logY: lrLog.checked });
     drawCurve('grad_norm', runs, {});
     drawCurve('throughput', runs, { unit: 'per_second' });

@@ -28,6 +28,7 @@ CURVES: tuple[tuple[str, str, bool], ...] = (
     ("throughput", "training_throughput_tokens_per_second", True),
     ("samples_per_second", "training_throughput_samples_per_second", True),
 )
+MAX_RAW_POINTS = 2_000_000  # per curve and request: older points beyond it are left out (and counted)
 RUN_GPU_INFO = ("gpuwatch_run_gpu_info", "gpuwatch_training_run_gpu_info")
 MAX_COMPARE = 8
 
@@ -260,8 +261,13 @@ def run_detail(
         t, v = _points(_select(store, metric, name, lo, hi))
         if t.size == 0:
             continue
+        skipped = max(0, int(t.size) - MAX_RAW_POINTS)  # the guard: the newest points of a huge range
+        t, v = t[skipped:], v[skipped:]
         steps = steps_at(step_t, step_v, t)
-        curves[cid] = curve(t, v, steps, smooth=smooth, weight=weight, max_points=max_points)
+        curves[cid] = {
+            **curve(t, v, steps, smooth=smooth, weight=weight, max_points=max_points),
+            "skipped_before": skipped,
+        }
     ct, cv = _points(_select(store, "training_checkpoint_seconds", name, lo, hi))
     checkpoints = [
         {"t": int(a), "step": _finite(float(s)), "seconds": _finite(float(b))}
