@@ -5,7 +5,7 @@
   var list = document.getElementById('complete');
   var errorEl = document.getElementById('parse-error');
   var info = document.getElementById('info');
-  var card = document.getElementById('result');
+  var card = document.getElementById('panel-explore');
   var body = document.getElementById('result-body');
   var chart = null;
   var metrics = [], labels = [];
