@@ -19,9 +19,14 @@ from gpuwatch.collect.scrape import ScrapeError
 from gpuwatch.demo.sources import SglangSim, VllmSim
 from gpuwatch.model import Batch, Sample, stable_labels
 from gpuwatch.query import Engine
+from gpuwatch.query.parse import parse
 from gpuwatch.store import Store
+from gpuwatch.web.dash.gpupanels import gpu_panels
+from gpuwatch.web.dash.inference import service_panels
 from gpuwatch.web.dash.inferencedata import (
+    ENGINES,
     TGI_NO_TTFT,
+    expr_for,
     judge,
     local_port,
     services,
@@ -189,3 +194,15 @@ def test_serving_gpus_from_a_real_listening_port(tmp_path: Path) -> None:
         assert serving_gpus(query, remote, "vllm", clock.now_ms(), Path("/proc"))["state"] == "remote"
     finally:
         store.close()
+
+
+@pytest.mark.parametrize("engine", sorted(ENGINES))
+def test_every_expression_of_every_engine_parses(engine: str) -> None:
+    job = 'a"job'
+    exprs = [expr_for(engine, sid, job) for sid in ENGINES[engine]]
+    exprs += [q for p in service_panels(engine, job, 'UUID=~"GPU-1|GPU-2"') for q in p.queries()]
+    exprs += [q for p in gpu_panels('Hostname=~"n1", gpu=~"0|1"') for q in p.queries()]
+    for expr in exprs:
+        if expr is not None:
+            assert "$" not in expr and "{SEL}" not in expr, expr
+            parse(expr)
