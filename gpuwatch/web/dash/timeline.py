@@ -44,7 +44,7 @@ PANELS: tuple[Panel, ...] = check_unique(
               legend="{{Hostname}}/{{gpu}} {{__name__}} {{reason}}{{xid}}", counter=True, width=12,
               title_key="timeline.gpu"),
         Panel("alerts", "Alert transitions", "ALERTS", "count", "events",
-              legend="{{alertname}} {{alertstate}} {{Hostname}}/{{gpu}}{{job}}", counter=True, width=12,
+              legend="{{alertname}} {{alertstate}} {{Hostname}}/{{gpu}} {{job}}", counter=True, width=12,
               title_key="timeline.alerts"),
         Panel("loss", "Training loss spikes", "training_loss > 1.5 * avg_over_time(training_loss[15m] offset 1m)",
               "none", "events", legend="loss {{run}} {{job}}", counter=True, width=12, title_key="timeline.loss"),
