@@ -45,7 +45,9 @@ def pages(hours: float) -> list[tuple[str, str]]:
         ("explore", f"/explore?expr={quote('avg by (Hostname) (DCGM_FI_DEV_GPU_UTIL)')}&{r}"),
         ("timeline", f"/timeline?{r}"),
         ("training", f"/training?{r}"),
+        ("training-run", "/training/demo-llama-7b-sft?from=now-15m&to=now&refresh=off"),
         ("inference", f"/inference?{r}"),
+        ("inference-service", "/inference/demo-vllm?from=now-15m&to=now&refresh=off"),
         ("alerts", f"/alerts?{r}"),
         ("targets", f"/targets?{r}"),
         ("logs", f"/logs?{r}"),
@@ -95,6 +97,11 @@ def main() -> None:
                     pass
                 time.sleep(0.5)
             time.sleep(args.warmup)
+            for _ in range(120):  # the inference pages need the demo's first recorded series
+                found = requests.get(base + "/api/ui/inference", timeout=5).json()["data"]["services"]
+                if any(x["job"] == "demo-vllm" and x["requests"] is not None for x in found):
+                    break
+                time.sleep(0.5)
             with sync_playwright() as pw:
                 browser = pw.chromium.launch(executable_path="/usr/bin/chromium", args=ARGS)
                 for theme in ("light", "dark"):

@@ -11,7 +11,7 @@ in ENGINES below, with `job` as the only filter: one page per service.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -19,9 +19,9 @@ from urllib.parse import urlsplit
 
 from gpuwatch.collect.listeners import listening_pids, with_descendants
 from gpuwatch.query.values import Result, Vector
-from gpuwatch.web.dash.trainingdata import promql_string
+from gpuwatch.web.dash.common import InstantQuery
+from gpuwatch.web.dash.panel import promql_string
 
-InstantQuery = Callable[[str, int], Result]
 LOCAL_HOSTS = frozenset({"127.0.0.1", "localhost", "::1", "0.0.0.0", "::", "[::1]"})
 
 

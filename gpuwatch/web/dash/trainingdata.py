@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any, Protocol
 
 import numpy as np
@@ -14,10 +14,10 @@ import numpy as np
 from gpuwatch.collect.logs import detect_event
 from gpuwatch.collect.runs import list_runs
 from gpuwatch.model import LogLine, Matcher, RunRecord, SeriesData, is_stale
-from gpuwatch.query.values import Result, Vector
+from gpuwatch.query.values import Vector
+from gpuwatch.web.dash.common import InstantQuery
+from gpuwatch.web.dash.panel import promql_string
 from gpuwatch.web.dash.smoothing import DEFAULT_WEIGHT, MAX_POINTS, reduce_indices, smooth_and_reduce
-
-InstantQuery = Callable[[str, int], Result]
 
 # The curves of a run page: (id, stored name, smoothed?).
 CURVES: tuple[tuple[str, str, bool], ...] = (
@@ -127,10 +127,6 @@ def curve(
     }
 
 
-def _record(store: TrainingSource, name: str) -> RunRecord | None:
-    return next((r for r in store.runs() if r.name == name), None)
-
-
 def run_gpus(query: InstantQuery, run: dict[str, Any], now_ms: int) -> dict[str, Any]:
     """Return the host and GPUs a run uses: from a run-to-GPU info series where one exists (the SDK
     writes it), else from the run's own `host` and `gpus` fields; `source` says which."""
@@ -156,11 +152,6 @@ def run_gpus(query: InstantQuery, run: dict[str, Any], now_ms: int) -> dict[str,
         "gpus": gpus,
         "source": "run" if gpus else "host" if host else "none",
     }
-
-
-def promql_string(text: str) -> str:
-    """`text` escaped for a double-quoted PromQL string."""
-    return text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
 
 
 def _regex_alternatives(values: Sequence[str]) -> str:
