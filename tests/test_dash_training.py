@@ -12,7 +12,7 @@ from flask.testing import FlaskClient
 from gpuwatch.app import Runtime
 from gpuwatch.clock import FakeClock
 from gpuwatch.collect.logs import detect_event
-from gpuwatch.model import LogLine
+from gpuwatch.model import Batch, LogLine, Sample, stable_labels
 from gpuwatch.web.dash import trainingdata
 from gpuwatch.web.dash.smoothing import ema, reduce_indices, smooth_and_reduce
 from gpuwatch.web.dash.trainingdata import gpu_matchers, parse_compare, run_state
@@ -167,3 +167,15 @@ def test_a_huge_range_keeps_the_newest_raw_points(
     _push_run(client, clock, "long", 3000)
     loss = client.get("/api/ui/training/long").get_json()["data"]["runs"][0]["curves"]["loss"]
     assert loss["skipped_before"] == 2000 and loss["points"] == 1000 and loss["step"][0] == 2000
+
+
+def test_a_run_gpu_info_series_names_the_gpus(
+    runtime: Runtime, client: FlaskClient, clock: FakeClock
+) -> None:
+    _push_run(client, clock, "sdk-run", 10)
+    labels = stable_labels({"run": "sdk-run", "Hostname": "node-7", "gpu": "3", "UUID": "GPU-33"})
+    runtime.store.append(Batch(clock.now_ms(), [Sample("gpuwatch_run_gpu_info", labels, 1.0)]))
+    runtime.store.flush()
+    gpus = client.get("/api/ui/training/sdk-run").get_json()["data"]["runs"][0]["gpus"]
+    assert gpus["source"] == "info" and gpus["gpus"] == ["GPU-33"] and gpus["hostname"] == "node-7"
+    assert gpus["matchers"] == 'Hostname=~"node\\\\-7", UUID=~"GPU\\\\-33"'

@@ -114,8 +114,9 @@ def service_panels(engine: str, job: str, gpu_matchers: str | None) -> tuple[Pan
     if tokens_in and tokens_out:
         add("tokens", "Tokens/s", f'label_replace({tokens_in}, "dir", "in", "", "") or label_replace({tokens_out}, "dir", "out", "", "")',
             "per_second", "inference.tokens_chart", legend="{{dir}}", min=0, width=4)  # fmt: skip
-    add("errors", "Error ratio", e("error_ratio"), "ratio", "inference.errors_chart", min=0, width=4,
-        thresholds=Thresholds(warn=0.001, crit=0.01))  # fmt: skip
+    errors = e("error_ratio")  # in percent: a ratio's axis ticks (0 %, 1 %) cannot tell 0.1 % from 0.4 %
+    add("errors", "Error ratio", f"100 * {errors}" if errors else None, "percent", "inference.errors_chart",
+        min=0, width=4, thresholds=Thresholds(warn=0.1, crit=1.0))  # fmt: skip
     for kind, title in (
         ("ttft", "Time to first token"),
         ("itl", "Inter-token latency"),
