@@ -8,7 +8,6 @@ import pytest
 import requests
 
 from tests.browser import chart_points, wait_panels
-from tests.conftest import wait_until
 
 pytestmark = pytest.mark.slow
 LIVE = "from=now-5m&to=now&refresh=off"
@@ -197,20 +196,16 @@ XSS = "<img src=x onerror=window.__xss=1>"
 
 def test_label_values_stay_text(demo_server, page) -> None:  # type: ignore[no-untyped-def]
     """Runs last: it adds a GPU (pushed) to the shared demo server."""
+    page.goto(f"{demo_server.url}/?from=now-5m&to=now&refresh=1s")
+    wait_panels(page)
     body = f'DCGM_FI_DEV_GPU_UTIL{{Hostname="{XSS}",gpu="0",UUID="GPU-xss"}} 50\n'
     assert requests.put(f"{demo_server.url}/metrics/job/xss", data=body, timeout=10).status_code in (200, 202)
-    wait_until(
-        lambda: any(g["hostname"] == XSS for g in demo_server.get("/api/overview").json()["gpus_seen"]),
-        20,
-        "the pushed series never reached the overview",
-    )
-    page.goto(f"{demo_server.url}/?{LIVE}")
-    wait_panels(page)
-    assert page.locator(f"a.gw-tile[data-host='{XSS}'] .name").inner_text() == XSS
-    labels = page.evaluate(
-        "Array.from(document.querySelectorAll('#panel-util .ytick text')).map(t => t.textContent)"
-    )
-    assert f"{XSS}/0" in labels
+    # The open page's refresh brings the new node's tile (built in JS) and heatmap row.
+    tile = page.locator(f"a.gw-tile[data-host='{XSS}'] .name")
+    tile.wait_for(timeout=20_000)
+    assert tile.inner_text() == XSS
+    ticks = "Array.from(document.querySelectorAll('#panel-util .ytick text')).map(t => t.textContent)"
+    page.wait_for_function(f"() => {ticks}.includes({XSS + '/0'!r})", timeout=20_000)
     page.goto(
         f"{demo_server.url}/explore?expr=DCGM_FI_DEV_GPU_UTIL%7BUUID%3D%22GPU-xss%22%7D&view=table&{LIVE}"
     )
