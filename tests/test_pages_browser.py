@@ -53,6 +53,13 @@ def test_training_pages(demo_server, page) -> None:  # type: ignore[no-untyped-d
     states = wait_panels(page)  # the run's GPUs (its host's, as the demo names no GPUs)
     assert states["gpu_util"] == "data" and chart_points(page, "gpu_util") > 0
     assert page.locator("#logs-body tr").count() > 0
+    page.select_option("#xaxis", "step")  # the x axis by step: same points, a linear axis
+    page.wait_for_url("**x=step**")
+    assert (
+        page.evaluate("() => document.querySelector('#panel-loss .js-plotly-plot').layout.xaxis.type")
+        == "linear"
+    )
+    assert chart_points(page, "loss") > 0
     # the smoothing slider sets the URL and redraws from the server
     page.evaluate(
         "() => { const s = document.getElementById('smoothing'); s.value = '0.9'; s.dispatchEvent(new Event('change')); }"
