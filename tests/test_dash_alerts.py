@@ -167,5 +167,7 @@ def test_every_page_renders_and_outside_text_stays_text(
         html = r.get_data(as_text=True)
         assert bad not in html, path  # escaped in the page and in its embedded JSON
         assert XSS not in html, path
+    for path in ("/training", "/alerts", "/targets", "/logs", "/inference"):
+        assert "训练" in client.get(path + "?lang=zh").get_data(as_text=True), path  # the nav, translated
     assert client.get("/inference/nope").status_code == 404
     assert client.get("/training/nope").status_code == 404
