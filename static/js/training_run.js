@@ -89,6 +89,12 @@
         traces.push({ type: 'scatter', mode: 'lines', name: name, x: x, y: cv.raw, line: { color: color, width: 1.5 },
           hovertemplate: '%{y:.5~g}<extra>' + name + '</extra>' });
       }
+      var ev2 = id === 'loss' ? d.curves.eval_loss : null;  // eval loss, dashed, on the same axes
+      if (ev2) {
+        traces.push({ type: 'scatter', mode: 'lines+markers', name: name + ' ' + gw.esc(gw.t('training.eval')), x: xs(d, ev2.t, ev2.step),
+          y: ev2.smoothed || ev2.raw, line: { color: color, width: 1.5, dash: 'dash' }, marker: { size: 4 },
+          hovertemplate: '%{y:.5~g}<extra>' + name + ' eval</extra>' });
+      }
       if (opts.checkpoints) {
         d.checkpoints.forEach(function (cp) {
           var cx = xOne(d, cp.t, cp.step);

@@ -61,6 +61,7 @@ STRINGS = {
     "training.throughput": ("Throughput (tokens/s)", "吞吐（tokens/s）"),
     "training.checkpoints": ("Checkpoint durations", "Checkpoint 耗时"),
     "training.raw": ("raw", "原始"),
+    "training.eval": ("eval", "验证"),
     "training.skipped": ("older points left out (narrow the range)", "个更早的点未显示（请缩小时间范围）"),
     "training.events": ("events", "事件"),
     "training.points": ("raw points, smoothed before any reduction", "个原始点，先平滑后抽样"),

@@ -26,7 +26,6 @@ CURVES: tuple[tuple[str, str, bool], ...] = (
     ("learning_rate", "training_learning_rate", False),
     ("grad_norm", "training_grad_norm", True),
     ("throughput", "training_throughput_tokens_per_second", True),
-    ("samples_per_second", "training_throughput_samples_per_second", True),
 )
 MAX_RAW_POINTS = 2_000_000  # per curve and request: older points beyond it are left out (and counted)
 RUN_GPU_INFO = ("gpuwatch_run_gpu_info", "gpuwatch_training_run_gpu_info")
