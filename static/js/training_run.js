@@ -117,6 +117,11 @@
     if (!traces.length) { absent(id, 'nodata'); return; }
     var l = layout(opts.unit, opts.logY);
     l.shapes = shapes;
+    // A flat curve (a constant learning rate): Plotly would centre it in [v-1, v+1], far from v.
+    var lo = Infinity, hi = -Infinity;
+    traces.forEach(function (t) { (t.y || []).forEach(function (v) { if (v !== null && isFinite(v)) { lo = Math.min(lo, v); hi = Math.max(hi, v); } }); });
+    if (isFinite(lo) && lo === hi && lo !== 0 && !opts.logY) l.yaxis.range = [lo - Math.abs(lo) * 0.5, hi + Math.abs(hi) * 0.5];
+    l.yaxis.tickformat = l.yaxis.tickformat || '.4~g';
     document.getElementById('chart-' + id).closest('section').dataset.state = 'data';
     gw.plot(chartEl(id), { data: traces, layout: l });
     return points;
