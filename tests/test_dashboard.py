@@ -11,10 +11,13 @@ import pytest
 import yaml
 from flask.testing import FlaskClient
 
-from gpuwatch.app import Runtime
+from gpuwatch.app import Runtime, build_runtime
 from gpuwatch.clock import FakeClock
+from gpuwatch.config import load
+from gpuwatch.demo.nvml import FakeNvml
 from gpuwatch.query.limits import walk
 from gpuwatch.query.parse import parse
+from gpuwatch.web import create_app
 from gpuwatch.web.dash import cluster, gpu, timeline
 from gpuwatch.web.dash.assets import CACHE_CONTROL
 from gpuwatch.web.dash.explore import locate_error
@@ -221,3 +224,16 @@ def test_every_page_has_the_nav_controls_and_a_csrf_meta(client: FlaskClient) ->
         for nav in ("/training", "/inference", "/alerts", "/explore", "/targets", "/logs", "/timeline"):
             assert f'href="{nav}"' in html
     assert "scattergl" not in (Path(__file__).resolve().parent.parent / "static/js/gpuwatch.js").read_text()
+
+
+def test_the_language_setting_chooses_the_ui_strings(tmp_path: Path, clock: FakeClock) -> None:
+    settings = load(None, {}, {"data_dir": str(tmp_path / "zh"), "demo": True, "language": "zh"})
+    rt = build_runtime(
+        settings, "node-1", clock=clock, nvml=FakeNvml(gpu_count=1, clock=clock, blocking_event_wait=False)
+    )
+    try:
+        client = create_app(rt).test_client()
+        assert ">集群</a>" in client.get("/").get_data(as_text=True)
+        assert ">Cluster</a>" in client.get("/?lang=en").get_data(as_text=True)
+    finally:
+        rt.close()

@@ -11,9 +11,10 @@ from typing import Any
 from flask import Blueprint, request
 from flask.typing import ResponseReturnValue
 
+from gpuwatch.model import Matcher
 from gpuwatch.web.dash.page import page_json, render_page
 from gpuwatch.web.dash.panel import Panel, check_unique
-from gpuwatch.web.overview import GpuRow, NodeRow, read_nodes, read_overview
+from gpuwatch.web.overview import GpuRow, NodeRow, Selectable, read_nodes, read_overview
 from gpuwatch.web.runtime import runtime
 
 bp = Blueprint("dash_cluster", __name__)
@@ -92,6 +93,10 @@ PANELS: tuple[Panel, ...] = check_unique(
 )  # fmt: skip
 
 
+# How long a node whose GPU figures stopped stays on the page (as NotReady).
+STALE_WINDOW_MS = 600_000
+
+
 @dataclass(frozen=True)
 class Tile:
     """One node: Ready, NotReady (answers, but its GPU samples are stale) or Unreachable (scrape down)."""
@@ -156,6 +161,24 @@ def node_tiles(
     return tiles
 
 
+def stale_gpus(store: Selectable, fresh: Sequence[GpuRow], now_ms: int, window_ms: int) -> list[GpuRow]:
+    """GPUs seen within `window_ms` but not among `fresh` (their node is NotReady), without figures:
+    one metric's samples are read, not every figure's."""
+    have = {(r.hostname, r.uuid) for r in fresh}
+    out: dict[tuple[str, str], GpuRow] = {}
+    for s in store.select([Matcher("__name__", "=", "DCGM_FI_DEV_GPU_UTIL")], now_ms - window_ms, now_ms):
+        labels = dict(s.labels)
+        key = (labels.get("Hostname", ""), labels.get("UUID", ""))
+        if key in have or not len(s.timestamps_ms):
+            continue
+        seen = int(s.timestamps_ms[-1])
+        row = out.get(key)
+        if row is None or seen > row.last_seen_ms:
+            out[key] = GpuRow(labels.get("gpu", "?"), key[1], labels.get("modelName", ""), key[0],
+                              labels.get("pci_bus_id", ""), seen)  # fmt: skip
+    return list(out.values())
+
+
 def _firing() -> list[dict[str, str]]:
     rules = runtime().rules
     if rules is None:
@@ -169,7 +192,8 @@ def cluster_data(hostname: str = "") -> dict[str, Any]:
     now = rt.clock.now_ms()
     s = rt.settings
     fresh_ms = int(max(30.0, 5 * s.sample_interval + 2 * s.flush_interval) * 1000)
-    rows = read_overview(rt.store, now, max(fresh_ms, 600_000))
+    rows = read_overview(rt.store, now, fresh_ms)
+    rows += stale_gpus(rt.store, rows, now, STALE_WINDOW_MS)
     status = rt.status()
     tiles = node_tiles(
         rows,
