@@ -347,7 +347,7 @@ OPTIONS: tuple[Option, ...] = (
         "language",
         parse_language,
         "en",
-        "Language of the built-in rules' annotations: en or zh (Chinese).",
+        "Language of the built-in rules' annotations and of the dashboard: en or zh (Chinese).",
     ),
     Option(
         "notify",

@@ -241,3 +241,57 @@ def start_alertmanager(tmp_path: Path, config: str) -> Iterator[str]:
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait()
+
+
+# -- real-browser tests (tests/browser.py) ---------------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def demo_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    """ONE `gpuwatch serve --demo` (own data dir, free port) for every browser test of the session,
+    answering once its overview has GPUs."""
+    from tests.browser import require_chromium
+
+    require_chromium()
+    base = tmp_path_factory.mktemp("demo-server")
+    env = clean_env(GPUWATCH_FLUSH_INTERVAL="0.5s", GPUWATCH_HOST_INTERVAL="1s")
+    srv = Server(["--demo"], base / "data", free_port(), env)
+    srv.start()
+
+    def has(expr: str) -> bool:
+        return bool(srv.get("/api/v1/query", params={"query": expr}).json()["data"]["result"])
+
+    try:
+        # Charts of rates need two samples of each source: host figures, GPUs and the demo's scrapes.
+        for expr in ("rate(node_disk_reads_completed_total[1m])", "DCGM_FI_DEV_GPU_UTIL", "up"):
+            wait_until(lambda e=expr: has(e), 30, f"the demo has no data for {expr}")
+        yield srv
+    finally:
+        srv.stop(signal.SIGKILL)
+
+
+@pytest.fixture(scope="session")
+def browser() -> Iterator[object]:
+    """Debian's Chromium, headless, for the whole session."""
+    from tests.browser import CHROMIUM_ARGS, require_chromium
+
+    path = require_chromium()
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as pw:
+        b = pw.chromium.launch(executable_path=path, args=CHROMIUM_ARGS)
+        yield b
+        b.close()
+
+
+@pytest.fixture
+def page(browser) -> Iterator[object]:  # type: ignore[no-untyped-def]
+    """A fresh browser context and page (1280x800) whose console is kept as `page.console`
+    (tests.browser.Console: `.errors`)."""
+    from tests.browser import VIEWPORT, watch_console
+
+    context = browser.new_context(viewport=VIEWPORT)
+    pg = context.new_page()
+    pg.console = watch_console(pg)
+    yield pg
+    context.close()

@@ -163,6 +163,9 @@ def test_a_hub_job_on_metrics_still_sees_nodes(tmp_path: Path) -> None:
         hub.store.flush()
         (row,) = client.get("/api/overview").get_json()["nodes"]
         assert row["state"] == "Unreachable"
+        # The page tells a node it cannot scrape (Unreachable) from one whose GPU samples are stale.
+        page = client.get("/").get_data(as_text=True)
+        assert 'data-node="node-a:9842" data-host="node-a" data-state="Unreachable"' in page
     finally:
         node.close()
         hub.close()

@@ -238,7 +238,8 @@ def test_wheel_carries_templates_and_serves_page(tmp_path: Path, wheelhouse: Pat
     (wheel,) = wheelhouse.glob("gpuwatch-*.whl")
     names = zipfile.ZipFile(wheel).namelist()
     for needed in (
-        "gpuwatch/_templates/overview.html",
+        "gpuwatch/_templates/cluster.html",
+        "gpuwatch/_static/js/gpuwatch.js",
         "gpuwatch/_templates/base.html",
         "gpuwatch/_static/style.css",
         "gpuwatch/cli/main.py",

@@ -66,6 +66,15 @@ LOG_METRICS: tuple[MetricInfo, ...] = (
 )
 
 
+def detect_event(text: str) -> str | None:
+    """Return the first known failure (DETECTORS' kind: cuda_oom, nccl_error, traceback, nan_loss) a
+    line tells of, else None."""
+    for kind, pattern in DETECTORS:
+        if pattern.search(text):
+            return kind
+    return None
+
+
 def guess_level(text: str) -> str:
     """Return ERROR, WARN, INFO or DEBUG as the line's words suggest, else ''."""
     for level, pattern in _LEVELS:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass
@@ -45,6 +46,16 @@ from gpuwatch.rules.roundcache import RoundCache
 from gpuwatch.store.alerts import StoredAlert
 
 log = logging.getLogger("gpuwatch.rules")
+HISTORY_LENGTH = 2000  # the transitions kept for the alerts page, newest last (in memory, since start)
+
+
+@dataclass(frozen=True)
+class HistoryEntry:
+    """One alert transition with the group and rule it belongs to, for the alerts page."""
+
+    group: str
+    rule: str
+    transition: Transition
 
 
 class RuleStore(Protocol):
@@ -127,6 +138,7 @@ class RuleManager:
         self._lock = threading.Lock()
         self._eval_lock = threading.Lock()  # a reload waits for a running evaluation, and vice versa
         self.transitions: list[Transition] = []  # the latest evaluation's, for a notifier to pick up
+        self._history: deque[HistoryEntry] = deque(maxlen=HISTORY_LENGTH)
         self._listeners: list[Listener] = []
         self._groups: list[GroupState] = []
         self._failures: dict[str, int] = {}  # failed rule evaluations by group key, since start
@@ -275,6 +287,9 @@ class RuleManager:
                 if rule.kind == "alert":
                     g.alerts[i], changed = evaluate(rule, result, g.alerts[i], now_ms, self._external)
                     transitions.extend(changed)
+                    if changed:
+                        with self._lock:
+                            self._history.extend(HistoryEntry(g.group.name, rule.name, t) for t in changed)
                     out = alert_series(g.alerts[i])
                 else:
                     out = record_samples(rule, result)
@@ -428,6 +443,12 @@ class RuleManager:
     def groups(self) -> list[GroupState]:
         with self._lock:
             return list(self._groups)
+
+    def history(self, limit: int = HISTORY_LENGTH) -> list[HistoryEntry]:
+        """Return the latest alert transitions since start, newest first (at most HISTORY_LENGTH kept)."""
+        with self._lock:
+            entries = list(self._history)
+        return entries[::-1][:limit]
 
     def failure_counts(self) -> dict[str, int]:
         """Return failed rule evaluations since start by group key (`file;name`), 0 for every loaded group."""

@@ -4,11 +4,22 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from flask import Flask
+from flask import Blueprint, Flask
 
 from gpuwatch.access import AccessFile
 from gpuwatch.web.access import Gate, install
 from gpuwatch.web.alertmanager import bp as alertmanager_bp
+from gpuwatch.web.dash import alerts as dash_alerts
+from gpuwatch.web.dash import assets as dash_assets
+from gpuwatch.web.dash import cluster as dash_cluster
+from gpuwatch.web.dash import explore as dash_explore
+from gpuwatch.web.dash import gpu as dash_gpu
+from gpuwatch.web.dash import inference as dash_inference
+from gpuwatch.web.dash import logs as dash_logs
+from gpuwatch.web.dash import page as dash_page
+from gpuwatch.web.dash import targets as dash_targets
+from gpuwatch.web.dash import timeline as dash_timeline
+from gpuwatch.web.dash import training as dash_training
 from gpuwatch.web.errors import register_error_handlers
 from gpuwatch.web.federate import bp as federate_bp
 from gpuwatch.web.importapi import bp as import_bp
@@ -22,6 +33,21 @@ from gpuwatch.web.push import bp as push_bp
 from gpuwatch.web.rules import bp as rules_bp
 from gpuwatch.web.runtime import WebRuntime
 from gpuwatch.web.targets import bp as targets_bp
+
+# The dashboard's pages, one Blueprint per module of gpuwatch/web/dash/ (a new page: one line here).
+DASHBOARD_BLUEPRINTS: tuple[Blueprint, ...] = (
+    dash_page.bp,
+    dash_assets.bp,
+    dash_cluster.bp,
+    dash_gpu.bp,
+    dash_explore.bp,
+    dash_timeline.bp,
+    dash_training.bp,
+    dash_inference.bp,
+    dash_alerts.bp,
+    dash_targets.bp,
+    dash_logs.bp,
+)
 
 
 def _asset_dir(name: str) -> str:
@@ -59,6 +85,8 @@ def create_app(runtime: WebRuntime) -> Flask:
         logs_bp,
         rules_bp,
     ):
+        app.register_blueprint(bp)
+    for bp in DASHBOARD_BLUEPRINTS:
         app.register_blueprint(bp)
     app.register_blueprint(alertmanager_bp)
     app.register_blueprint(notify_bp)

@@ -6,6 +6,7 @@ from flask import Blueprint, current_app, jsonify, request
 from flask.typing import ResponseReturnValue
 from werkzeug.exceptions import BadRequest
 
+from gpuwatch.collect.logs import detect_event
 from gpuwatch.web.queryapi import BadData, time_ms
 
 bp = Blueprint("logs", __name__)
@@ -55,7 +56,14 @@ def _logs() -> ResponseReturnValue:
         limit=_limit(args.get("limit")),
     )
     data = [
-        {"time": x.time_ms / 1000, "file": x.file, "run": x.run, "level": x.level, "text": x.text}
+        {
+            "time": x.time_ms / 1000,
+            "file": x.file,
+            "run": x.run,
+            "level": x.level,
+            "text": x.text,
+            "event": detect_event(x.text),
+        }
         for x in lines
     ]
     return jsonify({"status": "success", "data": data})

@@ -1,10 +1,11 @@
-"""Pages and their JSON twins."""
+"""/api/overview: the latest figures of every GPU and the scraped gpuwatch nodes, as JSON (the
+dashboard's pages live in gpuwatch/web/dash/)."""
 
 from __future__ import annotations
 
 from dataclasses import asdict
 
-from flask import Blueprint, jsonify, render_template
+from flask import Blueprint, jsonify
 from flask.typing import ResponseReturnValue
 
 from gpuwatch.web.overview import read_nodes, read_overview
@@ -24,11 +25,6 @@ def _overview() -> dict[str, object]:
         gpus.append(d)
     nodes = [{**asdict(n), "state": n.state} for n in read_nodes(rt.store, rt.clock.now_ms())]
     return {**rt.status(), "now_ms": rt.clock.now_ms(), "gpus_seen": gpus, "nodes": nodes}
-
-
-@bp.get("/")
-def index() -> ResponseReturnValue:
-    return render_template("overview.html", data=_overview())
 
 
 @bp.get("/api/overview")

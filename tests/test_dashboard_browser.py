@@ -1,0 +1,218 @@
+"""The dashboard in a real browser (Debian's Chromium) against one `gpuwatch serve --demo`."""
+
+from __future__ import annotations
+
+from urllib.parse import parse_qs, quote, urlparse
+
+import pytest
+import requests
+
+from tests.browser import chart_points, wait_panels
+
+pytestmark = pytest.mark.slow
+LIVE = "from=now-5m&to=now&refresh=off"
+
+
+def query_params(url: str) -> dict[str, str]:
+    return {k: v[0] for k, v in parse_qs(urlparse(url).query).items()}
+
+
+def test_cluster_page_draws_every_panel_without_console_errors(demo_server, page) -> None:  # type: ignore[no-untyped-def]
+    page.goto(f"{demo_server.url}/?{LIVE}")
+    states = wait_panels(page)
+    # The demo has no idle-but-held GPU for 10 minutes yet: that table says "no data", not zero.
+    assert states.pop("idle_held") in ("data", "nodata")
+    assert set(states.values()) == {"data"}, repr(states)
+    for chart in ("util", "memory", "power", "net", "disk"):
+        assert chart_points(page, chart) > 0, chart
+    assert page.locator("#panel-gpus .gw-stat").inner_text() == "8"
+    assert page.locator("a.gw-tile[data-state='Ready']").count() == 1
+    assert page.console.errors == []
+
+
+def hostname(srv) -> str:  # type: ignore[no-untyped-def]
+    return str(srv.get("/api/overview").json()["hostname"])
+
+
+def test_gpu_page_health_and_charts(demo_server, page) -> None:  # type: ignore[no-untyped-def]
+    host = hostname(demo_server)
+    page.goto(f"{demo_server.url}/gpus/{host}/0?{LIVE}")
+    states = wait_panels(page)
+    assert set(states.values()) <= {"data", "empty"}, repr(states)
+    for chart in ("util", "memory", "membw", "temp", "power", "clocks", "pcie"):
+        assert states[chart] == "data" and chart_points(page, chart) > 0, chart
+    page.wait_for_function("() => document.querySelectorAll('[data-health][data-state]').length === 5")
+    health = page.eval_on_selector_all(
+        "[data-health]", "els => els.map(e => [e.dataset.health, e.dataset.state])"
+    )
+    assert all(state == "data" for _, state in health), health  # the demo GPUs report every health field
+    assert page.locator("[data-health='ecc'] .value").inner_text() == "0 / 0"
+    assert page.console.errors == []
+
+
+def test_explore_graph_table_completion_and_parse_error(demo_server, page) -> None:  # type: ignore[no-untyped-def]
+    page.goto(f"{demo_server.url}/explore?expr=DCGM_FI_DEV_GPU_UTIL&{LIVE}")
+    page.wait_for_function("() => document.getElementById('panel-explore').dataset.state === 'data'")
+    assert chart_points(page, "explore") > 0
+    assert "step 1 s · 8 series" in page.locator("#info").inner_text()
+
+    page.check("input[name=view][value=table]")
+    page.wait_for_selector("#result-table")
+    assert page.locator("#result-table tbody tr").count() == 8
+    assert query_params(page.url)["view"] == "table"
+
+    box = page.locator("#expr")
+    box.fill("")
+    box.type("DCGM_FI_DEV_GP")
+    page.wait_for_selector("#complete li[data-value='DCGM_FI_DEV_GPU_UTIL']")
+    box.fill("sum(up) byy (job)")
+    box.press("Enter")
+    page.wait_for_selector("#parse-error[data-position='8']")
+    assert 'unexpected identifier "byy"' in page.locator("#parse-error").inner_text()
+    assert query_params(page.url)["expr"] == "sum(up) byy (job)"
+    assert page.console.errors == []
+
+
+def test_timeline_puts_events_on_one_axis(demo_server, page) -> None:  # type: ignore[no-untyped-def]
+    page.goto(f"{demo_server.url}/timeline?from=now-5m&to=now&refresh=1s")
+    # The demo's alerts turn pending at the first rule evaluation: events arrive within seconds.
+    page.wait_for_function(
+        "() => document.getElementById('panel-timeline').dataset.state === 'data'", timeout=30_000
+    )
+    assert chart_points(page, "timeline") > 0
+    assert page.locator("#sources tr[data-source]").count() == len(page.evaluate("gw.panels"))
+    assert page.console.errors == []
+
+
+def test_range_refresh_and_theme_live_in_the_url(demo_server, page) -> None:  # type: ignore[no-untyped-def]
+    page.emulate_media(color_scheme="light")
+    page.goto(f"{demo_server.url}/?{LIVE}")
+    wait_panels(page)
+    assert page.evaluate("gw.theme()") == "light"
+    page.select_option("#gw-range", "15m")
+    page.wait_for_function("() => location.search.includes('from=now-15m')")
+    page.select_option("#gw-refresh", "30s")
+    page.wait_for_function("() => location.search.includes('refresh=30s')")
+    page.click("#gw-theme")
+    assert page.evaluate("document.documentElement.dataset.theme") == "dark"
+    params = query_params(page.url)
+    assert (params["from"], params["to"], params["refresh"], params["theme"]) == (
+        "now-15m",
+        "now",
+        "30s",
+        "dark",
+    )
+
+    page.reload()  # the URL alone brings the view back
+    wait_panels(page)
+    assert page.input_value("#gw-range") == "15m" and page.input_value("#gw-refresh") == "30s"
+    assert page.evaluate("document.documentElement.dataset.theme") == "dark"
+    r = page.evaluate("gw.range()")
+    assert abs((r["end"] - r["start"]) - 15 * 60_000) < 1000
+    page.goto(f"{demo_server.url}/explore")  # no theme in the URL: the remembered choice
+    assert page.evaluate("document.documentElement.dataset.theme") == "dark"
+    page.evaluate("localStorage.clear()")
+    page.emulate_media(color_scheme="dark")
+    page.goto(f"{demo_server.url}/timeline")  # nothing remembered: the system's
+    assert page.evaluate("document.documentElement.dataset.theme") == "dark"
+    page.emulate_media(color_scheme="light")
+    page.reload()
+    assert page.evaluate("document.documentElement.dataset.theme") == "light"
+    assert page.console.errors == []
+
+
+def test_auto_refresh_asks_again_and_zoom_pauses_it(demo_server, page) -> None:  # type: ignore[no-untyped-def]
+    host = hostname(demo_server)
+    page.goto(f"{demo_server.url}/gpus/{host}/0?from=now-5m&to=now&refresh=1s")
+    wait_panels(page)
+    with page.expect_request(lambda r: "/api/v1/query_range" in r.url, timeout=5000):
+        pass  # a refresh tick asks again within a second or so
+    chart = page.locator("#panel-util .nsewdrag").first
+    box = chart.bounding_box()
+    assert box is not None
+    y = box["y"] + box["height"] / 2
+    page.mouse.move(box["x"] + box["width"] * 0.5, y)
+    page.mouse.down()
+    page.mouse.move(box["x"] + box["width"] * 0.7, y, steps=5)
+    page.mouse.move(box["x"] + box["width"] * 0.9, y, steps=5)
+    page.mouse.up()
+    page.wait_for_function("() => /from=\\d+/.test(location.search)")
+    params = query_params(page.url)
+    assert params["refresh"] == "off" and int(params["to"]) > int(params["from"])
+    span = int(params["to"]) - int(params["from"])
+    assert 30_000 < span < 120_000  # 40 % of a 5-minute chart
+    assert page.locator("#gw-zoomed").is_visible()
+    assert page.input_value("#gw-range") == "custom"
+    assert page.console.errors == []
+
+
+def test_drill_down_keeps_the_range(demo_server, page) -> None:  # type: ignore[no-untyped-def]
+    page.goto(f"{demo_server.url}/?from=now-15m&to=now&refresh=30s")
+    wait_panels(page)
+    page.locator("a.gpu-link").first.click()
+    page.wait_for_url("**/gpus/**")
+    params = query_params(page.url)
+    assert (params["from"], params["to"], params["refresh"]) == ("now-15m", "now", "30s")
+    page.go_back()
+    page.locator("a.gw-tile").first.click()
+    page.wait_for_url("**hostname=**")
+    assert query_params(page.url)["from"] == "now-15m"
+    page.locator("a[data-nav='timeline']").click()
+    page.wait_for_url("**/timeline**")
+    assert query_params(page.url)["from"] == "now-15m"
+    assert page.console.errors == []
+
+
+def test_figures_are_pure_functions_of_query_rows(demo_server, page) -> None:  # type: ignore[no-untyped-def]
+    page.goto(f"{demo_server.url}/explore")
+    got = page.evaluate(
+        """() => {
+      const rows = [
+        {metric: {Hostname: 'b', gpu: '10'}, values: [[100, '1'], [110, '2'], [140, '5']]},
+        {metric: {Hostname: '<i>a</i>', gpu: '2'}, values: [[100, '7']]},
+      ];
+      const p = {id: 'x', kind: 'heatmap', unit: 'percent', legend: '{{Hostname}}/{{gpu}}', height: 200, thresholds: {}};
+      const h = gw.figures.heatmap(rows, p, {step: 10, qstart: 100000, qend: 140000});
+      const t = gw.figures.timeseries(rows.slice(0, 1), Object.assign({}, p, {kind: 'timeseries'}), {step: 10});
+      const b = gw.figures.bars(rows, Object.assign({}, p, {thresholds: {warn: 4, crit: 6}}), {colors: {accent: 'g', warn: 'y', crit: 'r', grid: '#ccc', fg: '#000'}});
+      const e = gw.figures.events([{metric: {x: '1'}, values: [[100, '0'], [110, '0'], [120, '3'], [130, '3'], [140, '4']]}],
+                                  {id: 'e', kind: 'events', unit: 'count', counter: true, legend: ''}, {step: 10, qstart: 100000});
+      return {hy: h.data[0].y, hz: h.data[0].z, ty: t.data[0].y, by: b.data[0].y, bc: b.data[0].marker.color, bx: b.data[0].x,
+              ecount: e.count, steps: [gw.stepFor(0, 3600e3, 600), gw.stepFor(0, 7 * 86400e3, 1200), gw.stepFor(0, 30 * 86400e3, 100000)],
+              scatter: [h, t, b, e].some(f => f.data.some(d => d.type === 'scattergl'))};
+    }"""
+    )
+    assert got["hy"] == ["&lt;i&gt;a&lt;/i&gt;/2", "b/10"]  # sorted, escaped for Plotly
+    assert got["hz"] == [[7, None, None, None, None], [1, 2, None, None, 5]]
+    assert got["ty"] == [1, 2, None, 5]  # a gap of missing steps breaks the line
+    assert got["by"] == [7, 5] and got["bc"] == ["r", "y"] and got["bx"] == ["&lt;i&gt;a&lt;/i&gt;/2", "b/10"]
+    assert got["ecount"] == 2  # two rises; the series was there from the start
+    assert got["steps"] == [15, 1800, 1800]  # 300 points on 600 px; at most 1,500 points
+    assert got["scatter"] is False
+
+
+XSS = "<img src=x onerror=window.__xss=1>"
+
+
+def test_label_values_stay_text(demo_server, page) -> None:  # type: ignore[no-untyped-def]
+    """Runs last: it adds a GPU (pushed) to the shared demo server."""
+    page.goto(f"{demo_server.url}/?from=now-5m&to=now&refresh=1s")
+    wait_panels(page)
+    body = f'DCGM_FI_DEV_GPU_UTIL{{Hostname="{XSS}",gpu="0",UUID="GPU-xss"}} 50\n'
+    assert requests.put(f"{demo_server.url}/metrics/job/xss", data=body, timeout=10).status_code in (200, 202)
+    # The open page's refresh brings the new node's tile (built in JS) and heatmap row.
+    tile = page.locator(f"a.gw-tile[data-host='{XSS}'] .name")
+    tile.wait_for(timeout=20_000)
+    assert tile.inner_text() == XSS
+    ticks = "Array.from(document.querySelectorAll('#panel-util .ytick text')).map(t => t.textContent)"
+    page.wait_for_function(f"() => {ticks}.includes({XSS + '/0'!r})", timeout=20_000)
+    page.goto(
+        f"{demo_server.url}/explore?expr=DCGM_FI_DEV_GPU_UTIL%7BUUID%3D%22GPU-xss%22%7D&view=table&{LIVE}"
+    )
+    page.wait_for_selector("#result-table")
+    assert XSS in page.locator("#result-table").inner_text()
+    page.goto(f"{demo_server.url}/gpus/{quote(XSS, safe='')}/0?{LIVE}")
+    wait_panels(page)
+    assert XSS in page.locator("#gpu-host").inner_text()
+    assert page.evaluate("window.__xss") is None
+    assert page.console.errors == []
