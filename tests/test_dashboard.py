@@ -114,9 +114,10 @@ def test_node_tiles_tell_ready_notready_and_unreachable() -> None:
         _gpu("c", now - 1000),
     ]
     nodes = [
-        NodeRow("nodes", "b:9842", "0.1", 1, True, now),
-        NodeRow("nodes", "c:9842", "0.1", 1, False, now),  # its scrape fails
-        NodeRow("nodes", "d:9842", "0.1", 4, False, now),  # never sent a GPU figure
+        NodeRow("nodes", "b:9842", "0.1", 1, True, now, is_up=True),
+        NodeRow("nodes", "c:9842", "0.1", 1, False, now, is_up=False),  # its scrape fails
+        NodeRow("nodes", "d:9842", "0.1", 4, False, now, is_up=False),  # never sent a GPU figure
+        NodeRow("nodes", "e:9842", "0.1", 2, False, now, is_up=True),  # answers, its sampler is stuck
     ]
     firing = [{"alertname": "GPUTemperatureHigh", "Hostname": "a"}, {"alertname": "X", "instance": "c:9842"}]
     tiles = {
@@ -130,6 +131,7 @@ def test_node_tiles_tell_ready_notready_and_unreachable() -> None:
         "b": "NotReady",
         "c": "Unreachable",
         "d": "Unreachable",
+        "e": "NotReady",
     }
     assert (tiles["a"].gpus, tiles["a"].hottest_gpu, tiles["a"].hottest_c, tiles["a"].firing) == (
         2,

@@ -139,8 +139,8 @@ def node_tiles(
         node = scraped.get(name)
         last = max((g.last_seen_ms for g in rows), default=0)
         fresh = bool(rows) and now_ms - last <= stale_ms
-        if node is not None and not node.is_ready:
-            state = "Unreachable"
+        if node is not None and node.state != "Ready":  # the scrape's view: Unreachable or NotReady
+            state = node.state
         elif not fresh or (name == local_host and not local_ok and not rows):
             state = "NotReady"
         else:
