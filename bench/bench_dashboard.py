@@ -11,7 +11,7 @@ the cluster page refreshing every second.
 3. First chart: navigation -> the first Plotly chart drawn, with a cold cache (a new browser context)
    and with Plotly cached (the same context again). Targets: <= 2.0 s cold, <= 600 ms cached.
 4. Soak: the cluster page over 1 h refreshing every second for `--soak` seconds: gpuwatch's CPU
-   above its idle (same length, no page), the browser's main thread busy (CDP TaskDuration) and JS
+   above its idle (no page: half as long before and after), the browser's main thread busy (CDP TaskDuration) and JS
    heap growth after a forced GC. Targets: <= 3 % of a core, <= 25 %, <= 10 MB.
 """
 
@@ -121,10 +121,16 @@ def cpu_s(proc: psutil.Process) -> float:
     return float(t.user + t.system)
 
 
-def soak(browser: Any, base: str, server: psutil.Process, seconds: float) -> dict[str, float]:
+def idle_core(server: psutil.Process, seconds: float) -> float:
     c0 = cpu_s(server)
     time.sleep(seconds)
-    idle = (cpu_s(server) - c0) / seconds
+    return (cpu_s(server) - c0) / seconds
+
+
+def soak(browser: Any, base: str, server: psutil.Process, seconds: float) -> dict[str, float]:
+    """gpuwatch's CPU with the page open, less its idle CPU (the mean of half as long before and after)."""
+    time.sleep(20)  # the server's start-up work (opening the store, first rule rounds) settles
+    before = idle_core(server, seconds / 2)
     ctx = browser.new_context(viewport={"width": 1280, "height": 800})
     page = ctx.new_page()
     cdp = ctx.new_cdp_session(page)
@@ -143,9 +149,13 @@ def soak(browser: Any, base: str, server: psutil.Process, seconds: float) -> dic
     m1, c1, t1 = metrics(), cpu_s(server), time.perf_counter()
     wall = t1 - t0
     busy = (m1["TaskDuration"] - m0["TaskDuration"]) / wall
+    ctx.close()
+    after = idle_core(server, seconds / 2)
+    idle = (before + after) / 2
     res = {
         "seconds": wall,
         "server_idle_core": idle,
+        "server_idle_before_after": [before, after],
         "server_added_core": (c1 - c0) / wall - idle,
         "main_thread_busy": busy,
         "heap_growth_mb": (m1["JSHeapUsedSize"] - m0["JSHeapUsedSize"]) / 2**20,
@@ -154,7 +164,6 @@ def soak(browser: Any, base: str, server: psutil.Process, seconds: float) -> dic
     print(f"  soak {wall:.0f} s: gpuwatch +{100 * res['server_added_core']:.1f} % of a core "
           f"(idle {100 * idle:.1f} %), main thread busy {100 * busy:.1f} %, "
           f"heap {res['heap_growth_mb']:+.1f} MB (now {res['heap_mb']:.1f} MB)", flush=True)  # fmt: skip
-    ctx.close()
     return res
 
 
@@ -167,6 +176,7 @@ def main() -> None:
     ap.add_argument("--soak", type=float, default=300)
     ap.add_argument("--json", help="write the figures here")
     ap.add_argument("--verbose", action="store_true", help="print each page's three slowest requests")
+    ap.add_argument("--parts", default="requests,first,soak", help="which measurements (comma-separated)")
     args = ap.parse_args()
     from playwright.sync_api import sync_playwright
 
@@ -203,10 +213,13 @@ def main() -> None:
             }
             with sync_playwright() as pw:
                 browser = pw.chromium.launch(executable_path="/usr/bin/chromium", args=ARGS)
-                print("data requests (browser Resource Timing):", flush=True)
-                results["requests"] = data_requests(browser, base, args.loads, args.verbose)
-                results["first_chart"] = first_chart(browser, base, args.first)
-                if args.soak > 0:
+                parts = set(args.parts.split(","))
+                if "requests" in parts:
+                    print("data requests (browser Resource Timing):", flush=True)
+                    results["requests"] = data_requests(browser, base, args.loads, args.verbose)
+                if "first" in parts:
+                    results["first_chart"] = first_chart(browser, base, args.first)
+                if "soak" in parts and args.soak > 0:
                     results["soak"] = soak(browser, base, psutil.Process(proc.pid), args.soak)
                 browser.close()
             if args.json:

@@ -42,6 +42,36 @@ _PROM = {"GET": READ, "POST": READ}  # Grafana and Prometheus clients send long 
 # endpoint -> method -> class. HEAD is GET's; OPTIONS (Flask's automatic answer) is public.
 ROUTES: dict[str, dict[str, str]] = {
     "static": {"GET": PUBLIC},
+    "dash_assets.plotly_js": {"GET": PUBLIC},  # a vendored library, as static files are
+    # The dashboard's pages and their JSON twins: reads.
+    **{
+        endpoint: _R
+        for endpoint in (
+            "dash_cluster.index",
+            "dash_cluster.cluster_json",
+            "dash_gpu.gpu_page",
+            "dash_gpu.gpu_json",
+            "dash_explore.explore",
+            "dash_explore.explore_json",
+            "dash_explore.explore_parse",
+            "dash_timeline.timeline",
+            "dash_timeline.timeline_json",
+            "dash_training.runs_page",
+            "dash_training.runs_json",
+            "dash_training.run_page",
+            "dash_training.run_json",
+            "dash_inference.services_page",
+            "dash_inference.services_json",
+            "dash_inference.service_page",
+            "dash_inference.service_json",
+            "dash_alerts.alerts_page",
+            "dash_alerts.alerts_json",
+            "dash_targets.targets_page",
+            "dash_targets.targets_json",
+            "dash_logs.logs_page",
+            "dash_logs.logs_json",
+        )
+    },
     "ops.health": {"GET": PUBLIC},
     "ops.ready": {"GET": PUBLIC},
     "ops.healthy": {"GET": PUBLIC},
@@ -52,7 +82,6 @@ ROUTES: dict[str, dict[str, str]] = {
     "ops.jobs": _R,
     "ops.settings": _R,
     "ops.metrics": _R,
-    "pages.index": _R,
     "pages.overview_json": _R,
     "promapi.query": _PROM,
     "promapi.query_range": _PROM,

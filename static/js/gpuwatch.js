@@ -600,7 +600,8 @@
       // A chart's points are `step` apart: asking more often than once a step (a 1 s refresh of a
       // 1 h chart has a 10 s step) only redraws the last point. Range changes always ask.
       var key = gw.rangeKey() + '|' + step + '|' + gw.theme();
-      if (ranged && !r.force && c.fetchKey === key && Date.now() - c.fetchedAt < step * 1000) return Promise.resolve();
+      var every = Math.max(ranged ? step : 0, panel.min_interval || 0) * 1000;
+      if (every && !r.force && c.fetchKey === key && Date.now() - c.fetchedAt < every) return Promise.resolve();
       c.fetchKey = key; c.fetchedAt = Date.now();
       c.expr = gw.fill(panel.query, allVars);
       c.card.dataset.query = c.expr;

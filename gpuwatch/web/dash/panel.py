@@ -62,6 +62,8 @@ class Panel:
     empty: a string key for an empty result that is a real answer ("no process"), shown when the
       subject exists (`unsupported_if` has data, or is not set) instead of "not available".
     description: one-line help shown as the title's tooltip.
+    min_interval: ask at most every this many seconds (0: every refresh tick; a chart asks at most
+      once per step anyway), for a figure that is costly and moves slowly (energy since midnight).
     """
 
     id: str
@@ -83,6 +85,7 @@ class Panel:
     columns: tuple[str, ...] = ()
     counter: bool = False
     empty: str = ""
+    min_interval: float = 0.0
     description: str = ""
 
     def __post_init__(self) -> None:
