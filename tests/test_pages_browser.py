@@ -105,7 +105,15 @@ def test_targets_and_logs_pages(demo_server, page) -> None:  # type: ignore[no-u
 
 
 def test_a_silence_from_an_alert_in_two_clicks(demo_server, page) -> None:  # type: ignore[no-untyped-def]
-    wait_until(lambda: _api(demo_server, "/api/ui/alerts")["data"]["alerts"], 40, "the demo raised no alert")
+    # The demo is healthy between incidents: an alert posted as another Prometheus would post it.
+    alert = {
+        "labels": {"alertname": "NodeDiskAlmostFull", "instance": "node-9"},
+        "annotations": {"summary": "97 %"},
+    }
+    assert requests.post(f"{demo_server.url}/api/v2/alerts", json=[alert], timeout=5).ok
+    wait_until(
+        lambda: _api(demo_server, "/api/ui/alerts")["data"]["alerts"], 10, "the posted alert is not shown"
+    )
     page.goto(f"{demo_server.url}/alerts?{LIVE}")
     row = page.locator("tr.alert-row").first
     row.wait_for()
