@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import sys
 import threading
 from typing import Any
 
@@ -267,9 +268,10 @@ def test_init_reports_the_process_and_visible_devices(gw: Any, monkeypatch: pyte
     assert gw.declared_gpus({"cuda_device": 0}) == ["0"] and gw.declared_gpus({}) is None
 
 
-def test_a_run_without_a_name_gets_the_script_and_time(gw: Any) -> None:
+def test_a_run_without_a_name_gets_the_script_and_time(gw: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(sys, "argv", ["/work/jobs/train.py", "--lr", "3e-4"])
     run = gw.init(transport=FakeTransport(), clock=FakeClock(1_790_000_000), report_process=False)
-    assert run.name == "pytest-20260921-141320", run.name  # the script pytest, the start in UTC
+    assert run.name == "train-20260921-141320", run.name  # the script's name, the start in UTC
 
 
 def test_an_uncaught_exception_finishes_the_run_failed(gw: Any) -> None:
