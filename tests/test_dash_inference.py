@@ -16,7 +16,7 @@ from prometheus_client import generate_latest
 
 from gpuwatch.clock import FakeClock
 from gpuwatch.collect.scrape import ScrapeError
-from gpuwatch.demo.sources import SglangSim, VllmSim
+from gpuwatch.demo.engines import SglangSim, VllmSim
 from gpuwatch.model import Batch, Sample, stable_labels
 from gpuwatch.query import Engine
 from gpuwatch.query.parse import parse

@@ -15,8 +15,7 @@ from prometheus_client import generate_latest
 from gpuwatch.app import build_runtime
 from gpuwatch.clock import FakeClock
 from gpuwatch.config import load
-from gpuwatch.demo.nvml import FakeNvml
-from gpuwatch.demo.sources import (
+from gpuwatch.demo.engines import (
     SGLANG_E2E,
     SGLANG_ITL,
     SGLANG_QUEUE_TIME,
@@ -26,11 +25,11 @@ from gpuwatch.demo.sources import (
     VLLM_REQUEST_LATENCY,
     VLLM_REQUEST_TOKENS,
     VLLM_TTFT,
-    DemoSources,
     SglangSim,
     VllmSim,
-    local_url,
 )
+from gpuwatch.demo.nvml import FakeNvml
+from gpuwatch.demo.sources import DemoSources, local_url
 from gpuwatch.demo.training import TRAINING_RUN, TrainingSim
 from gpuwatch.promtext.parser import ParseResult, parse
 

@@ -22,6 +22,7 @@ from gpuwatch.collect.scrape import FetchResult, TargetSpec
 from gpuwatch.collect.scrapeconfig import parse_scrape_configs
 from gpuwatch.collect.scrapepool import ScrapePool
 from gpuwatch.config import load
+from gpuwatch.demo.engines import SglangSim, VllmSim
 from gpuwatch.demo.incidents import (
     EXPECTED,
     KINDS,
@@ -33,7 +34,6 @@ from gpuwatch.demo.incidents import (
     IncidentSchedule,
 )
 from gpuwatch.demo.nvml import FakeNvml
-from gpuwatch.demo.sources import SglangSim, VllmSim
 from gpuwatch.demo.training import TrainingSim
 from gpuwatch.web import create_app
 

@@ -20,7 +20,7 @@ from gpuwatch.clock import FakeClock
 from gpuwatch.collect.scrape import FetchResult, TargetSpec
 from gpuwatch.collect.scrapeconfig import parse_scrape_configs
 from gpuwatch.collect.scrapepool import ScrapePool
-from gpuwatch.demo.sources import (
+from gpuwatch.demo.engines import (
     SGLANG_E2E,
     SGLANG_MODEL,
     SGLANG_TTFT,
