@@ -17,7 +17,19 @@ PACKAGE = Path(__file__).resolve().parent.parent / "gpuwatch"
 
 # The flow, earliest first; a top-level module is its own entry.
 FLOW: list[tuple[str, ...]] = [
-    ("gpuwatch", "errors", "regex", "model", "clock", "units", "jobs", "client", "runmeta", "access"),
+    (
+        "gpuwatch",
+        "errors",
+        "regex",
+        "model",
+        "clock",
+        "units",
+        "jobs",
+        "client",
+        "runmeta",
+        "sender",
+        "access",
+    ),
     # Training-library adapters (HF Trainer, Lightning): right after the kernel, so they can import the
     # SDK (`client`) and nothing else of gpuwatch; a leaf that nothing imports (checked below).
     ("integrations",),
