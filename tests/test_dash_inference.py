@@ -15,8 +15,8 @@ import pytest
 from prometheus_client import generate_latest
 
 from gpuwatch.clock import FakeClock
-from gpuwatch.collect.scrape import ScrapeError
 from gpuwatch.demo.engines import SglangSim, VllmSim
+from gpuwatch.errors import ScrapeError
 from gpuwatch.model import Batch, Sample, stable_labels
 from gpuwatch.query import Engine
 from gpuwatch.query.parse import parse

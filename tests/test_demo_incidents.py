@@ -18,9 +18,10 @@ from prometheus_client import generate_latest
 
 from gpuwatch.app import Runtime, build_runtime
 from gpuwatch.clock import FakeClock
-from gpuwatch.collect.scrape import FetchResult, TargetSpec
+from gpuwatch.collect.fetch import FetchResult
 from gpuwatch.collect.scrapeconfig import parse_scrape_configs
 from gpuwatch.collect.scrapepool import ScrapePool
+from gpuwatch.collect.targetspec import TargetSpec
 from gpuwatch.config import load
 from gpuwatch.demo.engines import SglangSim, VllmSim
 from gpuwatch.demo.incidents import (

@@ -15,7 +15,9 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from gpuwatch.app import Runtime
 from gpuwatch.clock import FakeClock, SystemClock
-from gpuwatch.collect.scrape import HttpFetcher, Target, TargetSpec
+from gpuwatch.collect.fetch import HttpFetcher
+from gpuwatch.collect.scrape import Target
+from gpuwatch.collect.targetspec import TargetSpec
 from gpuwatch.model import STALE_NAN, Batch, Sample, make_labels
 from tests.conftest import Server, clean_env, free_port, require_tool, wait_until
 

@@ -13,9 +13,10 @@ from flask.testing import FlaskClient
 
 from gpuwatch.app import Runtime, build_runtime
 from gpuwatch.clock import FakeClock
-from gpuwatch.collect.scrape import FetchResult, TargetSpec
+from gpuwatch.collect.fetch import FetchResult
 from gpuwatch.collect.scrapeconfig import parse_scrape_configs
 from gpuwatch.collect.scrapepool import ScrapePool
+from gpuwatch.collect.targetspec import TargetSpec
 from gpuwatch.config import load
 from gpuwatch.demo.nvml import FakeNvml
 from gpuwatch.errors import ScrapeError

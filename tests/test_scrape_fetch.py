@@ -14,8 +14,9 @@ from pathlib import Path
 import pytest
 
 from gpuwatch.clock import FakeClock
-from gpuwatch.collect.scrape import HttpFetcher, TargetSpec
+from gpuwatch.collect.fetch import HttpFetcher
 from gpuwatch.collect.scrapeconfig import Tls
+from gpuwatch.collect.targetspec import TargetSpec
 from gpuwatch.errors import ScrapeError
 from tests.conftest import require_tool
 

@@ -13,7 +13,7 @@ import pytest
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 
 from gpuwatch.clock import FakeClock, SystemClock
-from gpuwatch.collect.scrape import HttpFetcher
+from gpuwatch.collect.fetch import HttpFetcher
 from gpuwatch.collect.scrapeconfig import parse_scrape_configs
 from gpuwatch.collect.scrapepool import ScrapePool
 from gpuwatch.model import Batch, Labels

@@ -14,8 +14,10 @@ from hypothesis import strategies as st
 
 import gpuwatch.collect.scrape as scrape_module
 from gpuwatch.clock import FakeClock
-from gpuwatch.collect.scrape import FetchResult, Target, TargetSpec
+from gpuwatch.collect.fetch import FetchResult
+from gpuwatch.collect.scrape import Target
 from gpuwatch.collect.scrapeconfig import Relabel
+from gpuwatch.collect.targetspec import TargetSpec
 from gpuwatch.errors import ScrapeError
 from gpuwatch.model import STALE_NAN, STALE_NAN_BITS, Batch, Labels, Sample, SeriesTable, TableSamples
 from gpuwatch.promtext.parser import parse

@@ -6,9 +6,10 @@ import itertools
 from typing import Any
 
 from gpuwatch.clock import FakeClock
-from gpuwatch.collect.scrape import FetchResult, TargetSpec
+from gpuwatch.collect.fetch import FetchResult
 from gpuwatch.collect.scrapeconfig import parse_scrape_configs
 from gpuwatch.collect.scrapepool import ScrapePool, phase
+from gpuwatch.collect.targetspec import TargetSpec
 
 
 class Recorder:

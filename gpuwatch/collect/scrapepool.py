@@ -22,8 +22,10 @@ from typing import Any
 import yaml
 
 from gpuwatch.clock import Clock
-from gpuwatch.collect.scrape import Fetch, HttpFetcher, Target, TargetSpec, target_specs
+from gpuwatch.collect.fetch import Fetch, HttpFetcher
+from gpuwatch.collect.scrape import Target
 from gpuwatch.collect.scrapeconfig import ScrapeConfig, StaticGroup, targets_group
+from gpuwatch.collect.targetspec import TargetSpec, target_specs
 from gpuwatch.errors import ConfigError
 from gpuwatch.model import DEFAULT_LABEL_LIMITS, Batch, LabelLimits, Labels
 
