@@ -7,6 +7,7 @@ Parts a process may lack (rules, silences, a notifier, ...) are None, never miss
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from flask import current_app
@@ -39,6 +40,8 @@ class WebSettings(EngineSettings, AccessSettings, Protocol):
     def notify(self) -> NotifyConfig: ...
     @property
     def label_limits(self) -> LabelLimits: ...
+    @property
+    def proc_root(self) -> Path: ...  # the host's /proc (the serving GPUs' listeners)
     @property
     def energy_price_per_kwh(self) -> float: ...
     @property

@@ -3,7 +3,6 @@ charts, a latency heatmap, the serving GPUs), with their JSON twins under `/api/
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 from flask import Blueprint, abort
@@ -26,7 +25,6 @@ from gpuwatch.web.dash.panel import Panel, Thresholds, check_unique
 from gpuwatch.web.runtime import runtime
 
 bp = Blueprint("dash_inference", __name__)
-PROC_ROOT = Path("/proc")
 
 STRINGS = {
     "inference.title": ("Inference", "推理服务"),
@@ -177,7 +175,7 @@ def _service(job: str) -> tuple[dict[str, Any], tuple[Panel, ...]]:
     if engine is None:
         abort(404, f"no inference service (vLLM, SGLang or TGI) with job {job!r} in the last hour")
     hostname = str(rt.status().get("hostname") or "")
-    serving = serving_gpus(query, rt.targets(), job, now, PROC_ROOT, frozenset({hostname} - {""}))
+    serving = serving_gpus(query, rt.targets(), job, now, rt.settings.proc_root, frozenset({hostname} - {""}))
     heat = ENGINES[engine]["latency_buckets"]
     data = {
         "job": job,
