@@ -57,9 +57,9 @@ def _reason(error: Exception) -> str:
 _SURROGATE = re.compile("[\ud800-\udfff]")
 
 
-def _valid(text: str) -> str:
-    """`text` with each lone surrogate (JSON's "\\udcff", kept in a label value) as U+FFFD: what Go's
-    regexp sees of invalid UTF-8. One character for one, so match positions stay where they were."""
+def as_utf8(text: str) -> str:
+    """`text` with each lone surrogate (JSON's "\\udcff", which a label value may hold) as U+FFFD, as
+    Go's regexp and JSON decoder read invalid UTF-8: one character for one, so positions stay put."""
     return _SURROGATE.sub("\ufffd", text)
 
 
@@ -75,19 +75,19 @@ class _Pattern:
         try:
             return self._rx.search(text)  # type: ignore[no-any-return]
         except UnicodeEncodeError:
-            return self._rx.search(_valid(text))  # type: ignore[no-any-return]
+            return self._rx.search(as_utf8(text))  # type: ignore[no-any-return]
 
     def fullmatch(self, text: str) -> Match | None:
         try:
             return self._rx.fullmatch(text)  # type: ignore[no-any-return]
         except UnicodeEncodeError:
-            return self._rx.fullmatch(_valid(text))  # type: ignore[no-any-return]
+            return self._rx.fullmatch(as_utf8(text))  # type: ignore[no-any-return]
 
     def sub(self, repl: Callable[[Match], str], text: str) -> str:
         try:
             return self._rx.sub(repl, text)  # type: ignore[no-any-return]
         except UnicodeEncodeError:
-            return self._rx.sub(repl, _valid(text))  # type: ignore[no-any-return]
+            return self._rx.sub(repl, as_utf8(text))  # type: ignore[no-any-return]
 
 
 @functools.lru_cache(maxsize=1024)
