@@ -73,21 +73,21 @@ class _Pattern:
 
     def search(self, text: str) -> Match | None:
         try:
-            return self._rx.search(text)  # type: ignore[no-any-return]
+            return self._rx.search(text)
         except UnicodeEncodeError:
-            return self._rx.search(as_utf8(text))  # type: ignore[no-any-return]
+            return self._rx.search(as_utf8(text))
 
     def fullmatch(self, text: str) -> Match | None:
         try:
-            return self._rx.fullmatch(text)  # type: ignore[no-any-return]
+            return self._rx.fullmatch(text)
         except UnicodeEncodeError:
-            return self._rx.fullmatch(as_utf8(text))  # type: ignore[no-any-return]
+            return self._rx.fullmatch(as_utf8(text))
 
     def sub(self, repl: Callable[[Match], str], text: str) -> str:
         try:
-            return self._rx.sub(repl, text)  # type: ignore[no-any-return]
+            return self._rx.sub(repl, text)
         except UnicodeEncodeError:
-            return self._rx.sub(repl, as_utf8(text))  # type: ignore[no-any-return]
+            return self._rx.sub(repl, as_utf8(text))
 
 
 @functools.lru_cache(maxsize=1024)

@@ -149,7 +149,7 @@ def _field(body: Mapping[str, Any], key: str, kind: type, where: str = "") -> An
     value = body[key]
     if not isinstance(value, kind) or (kind is not bool and isinstance(value, bool)):
         raise SilenceError(f"{where}{key} in body must be of type {kind.__name__.replace('str', 'string')}")
-    if kind is str and not is_utf8(value):  # JSON's "\udcff", which the store cannot hold
+    if isinstance(value, str) and not is_utf8(value):  # JSON's "\udcff", which the store cannot hold
         raise SilenceError(f"{where}{key} in body must be valid UTF-8")
     return value
 
