@@ -100,9 +100,28 @@ def disk(monkeypatch: pytest.MonkeyPatch) -> Disk:
     return d
 
 
-@pytest.fixture
-def runtime(tmp_path: Path, clock: FakeClock, nvml: FakeNvml, disk: Disk) -> Iterator[Runtime]:
-    settings = load(None, {}, {"data_dir": str(tmp_path / "data"), "demo": True, "sample_interval": 5})
+CHAINED = """
+groups:
+  - name: chained
+    rules:
+      - record: probe:one
+        expr: vector(1)
+      - record: probe:two
+        expr: probe:one * 2
+"""
+
+
+@pytest.fixture(params=["builtin", "chained recording rules"])
+def runtime(
+    request: pytest.FixtureRequest, tmp_path: Path, clock: FakeClock, nvml: FakeNvml, disk: Disk
+) -> Iterator[Runtime]:
+    """The built-in rules, alone or with recording rules that read each other (as the built-in
+    inference pack's do once servers are scraped): those make the manager flush the store mid-round."""
+    overrides: dict[str, object] = {"data_dir": str(tmp_path / "data"), "demo": True, "sample_interval": 5}
+    if request.param != "builtin":
+        (tmp_path / "chained.yml").write_text(CHAINED)
+        overrides["rule_files"] = [str(tmp_path / "chained.yml")]
+    settings = load(None, {}, overrides)
     rt = build_runtime(settings, "node-1", clock=clock, nvml=nvml)
     yield rt
     disk.is_full = False
@@ -117,7 +136,7 @@ def _tick(runtime: Runtime, clock: FakeClock, disk: Disk) -> None:
         runtime.store.flush()
     except StoreError:
         assert disk.is_full
-    runtime.jobs.run("rules")
+    assert runtime.jobs.run("rules"), "the rules job failed"
 
 
 def _firing(client: FlaskClient) -> dict[str, str]:
