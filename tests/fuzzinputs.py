@@ -468,7 +468,10 @@ class Inputs:
                 "labels": self.maybe(
                     {
                         "alertname": self.label_value() or "A",
-                        **{self.word(): self.label_value() for _ in range(r.randint(0, 3))},
+                        **{
+                            (self.pick(LABELS) if r.random() < 0.5 else self.word()): self.label_value()
+                            for _ in range(r.randint(0, 3))
+                        },
                     }
                 ),
             }

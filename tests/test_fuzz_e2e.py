@@ -2,11 +2,12 @@
 
 The inputs (tests/fuzzinputs.py, seeded) cover PromQL instant and range queries, Pushgateway and JSON
 pushes, runs, imports, the label, series, metadata and federation APIs, silences and posted alerts.
-Four clients send them over keep-alive sessions. Afterwards: no answer was a 5xx, none took longer
+Four clients send them over keep-alive sessions to a server with a notification route, so that alerts
+also go through grouping and the notification queue. Afterwards: no answer was a 5xx, none took longer
 than the query timeout plus a second, the process still samples and answers, a marker series imported
 before is intact, and the log holds no traceback.
 
-CI runs 10,000 inputs (30-40 s on 2 busy cores); FUZZ_INPUTS and FUZZ_SEED run more, or another
+CI runs 10,000 inputs (36-41 s on 2 busy cores; 50-60 s with another test beside it); FUZZ_INPUTS and FUZZ_SEED run more, or another
 stream, on demand: `FUZZ_SEED=7 FUZZ_INPUTS=50000 pytest -s tests/test_fuzz_e2e.py`. A failure names
 the seed and the input's number; `tests.fuzzinputs.requests_for(seed, n, now_s)` gives it back.
 """
@@ -18,19 +19,27 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
 import pytest
 import requests
 
-from tests.conftest import Server, clean_env, wait_until
+from tests.conftest import Server, clean_env, free_port, wait_until
 from tests.fuzzinputs import Request, requests_for
 
 pytestmark = pytest.mark.slow
 
 QUERY_TIMEOUT_S = 5.0
 CLIENTS = 4
+NOTIFY = """
+notify:
+  route: {{receiver: hook, group_by: [alertname, a, job], group_wait: 0s, group_interval: 1s}}
+  receivers:
+    - name: hook
+      webhook_configs: [{{url: "http://127.0.0.1:{port}/hook"}}]
+"""
 MARKER = "".join(f'fuzz_marker_total{{k="{i}"}} {i * 10} {1_700_000_000_000 + i * 1000}\n' for i in range(50))
 
 
@@ -77,7 +86,7 @@ def _sample_runs(server: Server) -> int:
     return next(j["runs"] for j in server.get("/-/jobs").json()["jobs"] if j["name"] == "sample")
 
 
-def test_generated_requests_never_answer_5xx_or_stall(serve: Callable[..., Server]) -> None:
+def test_generated_requests_never_answer_5xx_or_stall(serve: Callable[..., Server], tmp_path: Path) -> None:
     n = int(os.environ.get("FUZZ_INPUTS", "10000"))
     seed = int(os.environ.get("FUZZ_SEED", "15"))
     env = clean_env(
@@ -86,7 +95,11 @@ def test_generated_requests_never_answer_5xx_or_stall(serve: Callable[..., Serve
         GPUWATCH_QUERY_TIMEOUT=f"{QUERY_TIMEOUT_S:g}s",
         GPUWATCH_WRITE_RATE_LIMIT="0",
     )
-    server = serve("--demo", env=env)
+    # A route, so that posted alerts and rule alerts go through grouping and the notification queue
+    # too (its webhook is a port nobody listens on: deliveries fail and are retried, quietly).
+    config = tmp_path / "gpuwatch.yml"
+    config.write_text(NOTIFY.format(port=free_port()))
+    server = serve("--demo", "--config", str(config), env=env)
     r = requests.post(server.url + "/api/v1/import/prometheus", data=MARKER, timeout=30)
     assert r.status_code in (200, 204), r.text
     wait_until(lambda: len(_marker(server)) == 50, 30, "the marker series was not stored")
