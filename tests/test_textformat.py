@@ -175,13 +175,6 @@ def test_invalid_sample_lines(line: str, message: str) -> None:
     assert [s[3] for s in result.samples] == [1.0, 2.0]
 
 
-def test_an_openmetrics_timestamp_beyond_int64_milliseconds_is_an_error() -> None:
-    # 1e16 seconds: an OverflowError (500) in an import once made milliseconds (tests/test_fuzz_e2e.py)
-    result = parse("m 1 9999999999999999\nok 2\n# EOF\n")
-    assert [e.message for e in result.errors] == ["timestamp out of range: '9999999999999999'"]
-    assert [s[3] for s in result.samples] == [2.0]
-
-
 def test_every_bad_line_is_reported() -> None:
     text = "a 1\nb x\nc 2\nd{ 3\ne 4\n5 f\n"
     assert [n for n, _ in errors(text)] == [2, 4, 6]

@@ -87,10 +87,7 @@ def timestamp_ms(text: str, is_openmetrics: bool) -> int:
         seconds = float(text)
         if seconds - seconds:
             raise LineError(f"invalid timestamp {text!r}")
-        ms = round(seconds * 1000)
-        if not -_INT64 <= ms < _INT64:  # 1e16 seconds is no int64 of milliseconds
-            raise LineError(f"timestamp out of range: {text!r}")
-        return ms
+        return round(seconds * 1000)
     if INT_RE.fullmatch(text) is None:
         raise LineError(f"invalid timestamp {text!r}: expected integer milliseconds")
     ms = int(text)
