@@ -141,3 +141,12 @@ def test_a_tree_deeper_than_the_stack_is_an_error_not_a_crash(runtime: Runtime) 
 def test_steps_beyond_reason_are_a_400(client: FlaskClient, params: dict[str, str], error: str) -> None:
     r = client.get("/api/v1/query_range", query_string={"query": "up", "start": "0", "end": "100", **params})
     assert r.status_code == 400 and error in r.get_json()["error"], r.get_json()
+
+
+def test_an_at_before_1970_is_refused_without_a_parser_panic(capfd: pytest.CaptureFixture[str]) -> None:
+    # promql-parser panics reading such a time; each panic printed Rust's message to stderr, past the
+    # log throttle, so a client could flood the log (the 400 itself is tested above).
+    with pytest.raises(PromQLParseError, match="before 1970"):
+        parse("sum(up @ - 5)")
+    assert "panicked" not in capfd.readouterr().err
+    assert parse('up{a="@ -1"}').text == 'up{a="@ -1"}'  # inside a string it is only text

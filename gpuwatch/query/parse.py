@@ -12,7 +12,7 @@ from typing import Any
 import promql_parser as pp
 
 from gpuwatch.model import Matcher
-from gpuwatch.query.durations import check_modifier_use, rewrite, unsupported_modifier
+from gpuwatch.query.durations import check_modifier_use, has_negative_at, rewrite, unsupported_modifier
 from gpuwatch.query.errors import PromQLParseError, Unsupported
 from gpuwatch.query.limits import MAX_DEPTH, MAX_LENGTH, check_text, walk
 
@@ -184,6 +184,8 @@ def parse(
     if not text.strip():
         raise PromQLParseError("empty query")
     check_text(text, max_length=max_length, max_depth=max_depth)
+    if has_negative_at(text):
+        raise PromQLParseError("parse error: at out of range (before 1970)")
     try:
         return _parse_as_written(text)
     except PromQLParseError as first:
