@@ -2,8 +2,9 @@
 store opens again, what was stored before is intact, and nothing in it is corrupt.
 
 tests/crashdriver.py runs gpuwatch's runtime through those phases in a loop and says on stdout when
-each starts and how long it took last time; the test kills it a seeded random fraction of that time
-into the phase it chose, then opens the store as a restart would and checks:
+each starts and how long it took last time; the test kills it a seeded random fraction (5-60 %: a
+phase may run faster than last time) of that time into the phase it chose, then opens the store as
+a restart would and checks:
 
 - the marker series imported before the first kill, sample for sample;
 - the always-firing alert's saved state (firing, the same `activeAt` since the first start);
@@ -12,7 +13,7 @@ into the phase it chose, then opens the store as a restart would and checks:
 - the store still writes: a compaction completes.
 
 The data directory is kept from kill to kill, so each start also recovers from the kill before. CI
-kills twice per phase (10 kills); CRASH_KILLS and CRASH_SEED run more on demand
+kills once per phase (5 kills, 10-25 s); CRASH_KILLS and CRASH_SEED run more on demand
 (`CRASH_KILLS=100 pytest tests/test_crash_e2e.py`).
 """
 
@@ -102,7 +103,7 @@ def _check(data: Path, active_at: int) -> None:
 
 
 def test_kill9_at_random_moments_leaves_the_store_whole(tmp_path: Path) -> None:
-    kills = int(os.environ.get("CRASH_KILLS", str(2 * len(PHASES))))
+    kills = int(os.environ.get("CRASH_KILLS", str(len(PHASES))))
     rng = random.Random(int(os.environ.get("CRASH_SEED", "15")))
     rules = tmp_path / "rules.yml"
     rules.write_text(RULES)
@@ -111,7 +112,7 @@ def test_kill9_at_random_moments_leaves_the_store_whole(tmp_path: Path) -> None:
     inside = Counter[str]()
     for k in range(kills):
         phase = PHASES[k % len(PHASES)]
-        active_at, was_running = _kill_during(data, rules, phase, rng.uniform(0.05, 0.95))
+        active_at, was_running = _kill_during(data, rules, phase, rng.uniform(0.05, 0.6))
         first_active = first_active or active_at
         assert active_at == first_active, "the alert's activeAt changed across restarts"
         inside[phase] += was_running

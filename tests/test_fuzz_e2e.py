@@ -7,7 +7,7 @@ also go through grouping and the notification queue. Afterwards: no answer was a
 than the query timeout plus a second, the process still samples and answers, a marker series imported
 before is intact, and the log holds no traceback.
 
-CI runs 10,000 inputs (36-41 s on 2 busy cores; 50-60 s with another test beside it); FUZZ_INPUTS and FUZZ_SEED run more, or another
+CI runs 10,000 inputs (35-55 s on 2 busy cores); FUZZ_INPUTS and FUZZ_SEED run more, or another
 stream, on demand: `FUZZ_SEED=7 FUZZ_INPUTS=50000 pytest -s tests/test_fuzz_e2e.py`. A failure names
 the seed and the input's number; `tests.fuzzinputs.requests_for(seed, n, now_s)` gives it back.
 """
