@@ -45,6 +45,7 @@ from gpuwatch.notify.received import ReceivedAlerts
 from gpuwatch.notify.silences import Silences
 from gpuwatch.promtext.writer import format_text
 from gpuwatch.query import Engine
+from gpuwatch.query.recent import RecentSamples, WithRecent
 from gpuwatch.rules.load import Group, RuleFileError
 from gpuwatch.rules.manager import RuleManager, RuleStore, configured_groups
 from gpuwatch.rules.roundcache import RoundCache
@@ -53,6 +54,9 @@ from gpuwatch.store import Store
 log = logging.getLogger("gpuwatch")
 
 LOG_INTERVAL_S = 1.0  # one job for every tailed file: a thread wake-up costs CPU on small VMs
+# How long gpuwatch's own figures are held in memory for the rules (query/recent.py): longer than the
+# self-monitoring rules' 10-minute ranges, so they fire while a full disk keeps the figures unwritten.
+SELF_FIGURES_HELD_MS = 15 * 60 * 1000
 
 SELF_METRICS: tuple[MetricInfo, ...] = (
     MetricInfo("gpuwatch_build_info", "gauge", "gpuwatch version; always 1.", "", ("version",)),
@@ -118,6 +122,8 @@ class Runtime:
     first_token: str | None = None  # the machine token made on this first start, to show once
     run_gpus: RunGpus | None = None  # joins runs with the process table (gpuwatch_run_gpu_info)
     run_energy: RunEnergy = field(default_factory=RunEnergy)
+    # gpuwatch's own figures as sampled, which the rules read even while the store cannot write them
+    own_figures: RecentSamples = field(default_factory=lambda: RecentSamples(SELF_FIGURES_HELD_MS))
     _latest: dict[str, Batch] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _stop: threading.Event = field(default_factory=threading.Event)
@@ -132,7 +138,9 @@ class Runtime:
         if self.gpu is not None:
             samples.extend(self.gpu.collect(now_ms).samples)
             samples.extend(self.gpu.usage_samples())
-        samples.extend(self._self_samples())
+        own = self._self_samples()
+        self.own_figures.add(now_ms, own)
+        samples.extend(own)
         batch = Batch(now_ms, samples)
         with self._lock:
             self._latest["gpu"] = batch
@@ -467,7 +475,9 @@ def build_runtime(settings: Settings, hostname: str, clock: Clock | None = None,
         jobs.add("runs", runtime.sample_runs, RUN_STATUS_INTERVAL_S)
         runtime.access = AccessFile(settings.data_dir)
         runtime.first_token = runtime.access.ensure(clock.now_ms())
-        runtime.rules = build_manager(settings, store, clock, store)
+        # The rules read the store, and gpuwatch's own latest figures from memory: on a full disk,
+        # GpuwatchStoreWriteErrors fires from the write errors counted, not from what was stored.
+        runtime.rules = build_manager(settings, store, clock, WithRecent(store, runtime.own_figures))
         jobs.add("rules", runtime.rules.run_due, runtime.rules.min_interval_s)
         runtime.silences = Silences(
             store, clock, limit=settings.max_silences, max_size_bytes=settings.max_silence_size_bytes

@@ -175,6 +175,15 @@ def _matcher_regex(pattern: str) -> Regex:
         raise QueryError(str(e)) from None
 
 
+def is_utf8(text: str) -> bool:
+    """Whether `text` is valid UTF-8: no lone surrogate (JSON's "\\udcff"), which DuckDB cannot store."""
+    try:
+        text.encode()
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def matcher_predicate(m: Matcher) -> Callable[[str], bool]:
     """Return a test of one label value (empty when absent) against `m`; raise QueryError for a bad one."""
     if m.op == "=":

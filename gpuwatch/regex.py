@@ -54,13 +54,51 @@ def _reason(error: Exception) -> str:
     return raw.decode("utf-8", "replace") if isinstance(raw, bytes) else str(raw)
 
 
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def as_utf8(text: str) -> str:
+    """`text` with each lone surrogate (JSON's "\\udcff", which a label value may hold) as U+FFFD, as
+    Go's regexp and JSON decoder read invalid UTF-8: one character for one, so positions stay put."""
+    return _SURROGATE.sub("\ufffd", text)
+
+
+class _Pattern:
+    """An RE2 pattern that also matches a text RE2 cannot encode (a lone surrogate): as Go would."""
+
+    __slots__ = ("_rx",)
+
+    def __init__(self, rx: Any) -> None:
+        self._rx = rx
+
+    def search(self, text: str) -> Match | None:
+        try:
+            return self._rx.search(text)
+        except UnicodeEncodeError:
+            return self._rx.search(as_utf8(text))
+
+    def fullmatch(self, text: str) -> Match | None:
+        try:
+            return self._rx.fullmatch(text)
+        except UnicodeEncodeError:
+            return self._rx.fullmatch(as_utf8(text))
+
+    def sub(self, repl: Callable[[Match], str], text: str) -> str:
+        try:
+            return self._rx.sub(repl, text)
+        except UnicodeEncodeError:
+            return self._rx.sub(repl, as_utf8(text))
+
+
 @functools.lru_cache(maxsize=1024)
 def compile(pattern: str) -> Regex:
     """Compile `pattern` (RE2 syntax, unanchored); raise RegexError."""
     try:
-        return re2.compile(pattern, options=_OPTIONS)
+        return _Pattern(re2.compile(pattern, options=_OPTIONS))
     except re2.error as e:
         raise RegexError(pattern, _reason(e)) from None
+    except UnicodeEncodeError:  # a lone surrogate: Go's regexp refuses invalid UTF-8 alike
+        raise RegexError(pattern, "invalid UTF-8") from None
 
 
 def compile_anchored(value: str, *, dot_all: bool = True) -> Regex:

@@ -36,7 +36,7 @@ def parse_duration(text: object, signed: bool = False) -> float:
         try:
             value = float(s)
         except ValueError:
-            return _parse_units(s)
+            value = _parse_units(s)
     else:
         value = float(text)
     if not math.isfinite(value):
@@ -59,8 +59,11 @@ def _parse_units(s: str) -> float:
 
 
 def parse_duration_ms(text: object, signed: bool = False) -> int:
-    """Return milliseconds for a duration (see `parse_duration`)."""
-    return int(round(parse_duration(text, signed) * 1000))
+    """Return milliseconds for a duration (see `parse_duration`), at most 2^62 either way."""
+    ms = parse_duration(text, signed) * 1000
+    if not MIN_TIME_MS <= ms <= MAX_TIME_MS:  # `step=1e308` would otherwise be an OverflowError
+        raise ValueError(f"duration out of range: more than {MAX_TIME_S:.0f} seconds")
+    return int(round(ms))
 
 
 def format_duration(seconds: float) -> str:

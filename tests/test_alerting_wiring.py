@@ -27,6 +27,8 @@ groups:
         expr: vector(1)
       - alert: Loud
         expr: vector(1)
+      - alert: Pushed
+        expr: training_loss > 0
       - alert: Source
         expr: vector(1)
       - alert: Target
@@ -122,3 +124,39 @@ def test_alerts_posted_by_another_prometheus_are_notified_then_resolve_by_timeou
     runtime.notifier.tick()
     payloads = [json.loads(i.payload) for i in runtime.store.queued_notifications()]
     assert [p["status"] for p in payloads] == ["firing", "resolved"]
+
+
+def test_a_posted_alert_with_a_lone_surrogate_is_routed_and_queued(
+    runtime: Runtime, client: FlaskClient, clock: FakeClock
+) -> None:
+    # With a route, its fingerprint in the dispatcher answered 500 (UnicodeEncodeError); read as
+    # Alertmanager's Go decoder reads it, U+FFFD, it is routed and queued like any other.
+    posted = [{"labels": {"alertname": "Disk\udcff", "instance": "n1"}}]
+    assert client.post("/api/v2/alerts", json=posted).status_code == 200
+    assert runtime.notifier is not None
+    runtime.notifier.tick()
+    runtime.store.flush()
+    assert queued_alertnames(runtime) == {"Disk\ufffd"}
+    assert runtime.store.counters()["write_errors"] == 0
+
+
+def test_a_rule_alert_with_a_lone_surrogate_label_is_queued(
+    runtime: Runtime, client: FlaskClient, clock: FakeClock
+) -> None:
+    # A pushed series' label ("\udcff" in its JSON) carried into a rule's alert: its fingerprint
+    # failed the rules job at every round, and the queue's group key could not be stored.
+    body = '{"run": "r", "step": 1, "metrics": {"loss": 0.5}, "labels": {"note": "\\udcff"}}'
+    assert client.post("/api/v1/push", data=body, content_type="application/json").status_code == 200
+    runtime.store.flush()
+    assert runtime.jobs.run("rules")
+    assert runtime.notifier is not None
+    runtime.notifier.tick()
+    runtime.store.flush()
+    assert "Pushed" in queued_alertnames(runtime)
+    notes = {
+        alert["labels"].get("note")
+        for item in runtime.store.queued_notifications()
+        for alert in json.loads(item.payload)["alerts"]
+    }
+    assert "\ufffd" in notes
+    assert runtime.store.counters()["write_errors"] == 0

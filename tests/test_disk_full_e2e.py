@@ -1,5 +1,6 @@
-"""A full data disk is seen and survived: `/-/health` says degraded (503) while writes fail, samples wait
-in memory and are written when space returns, and a stop while full is one line and exit 1.
+"""A full data disk is seen and survived: `/-/health` says degraded (503) and the GpuwatchStoreWriteErrors
+alert fires while writes fail, samples wait in memory and are written when space returns, and a stop
+while full is one line and exit 1.
 
 The data directory is a small tmpfs the test mounts (as root; skipped where mounting is not allowed)
 and fills with a file until the kernel says no space is left.
@@ -57,16 +58,33 @@ def _samples(server: Server) -> int:
     return int(result[0]["value"][1]) if result else 0
 
 
-def test_a_full_disk_degrades_health_recovers_and_a_stop_while_full_exits_1(
+def _alert_state(server: Server, name: str) -> str | None:
+    alerts = server.get("/api/v1/alerts").json()["data"]["alerts"]
+    return next((a["state"] for a in alerts if a["labels"]["alertname"] == name), None)
+
+
+def test_a_full_disk_degrades_health_alerts_recovers_and_a_stop_while_full_exits_1(
     serve: Callable[..., Server], small_disk: Path
 ) -> None:
-    env = clean_env(GPUWATCH_FLUSH_INTERVAL="0.5s", GPUWATCH_DEMO_GPUS="2", GPUWATCH_DEMO_SOURCES="false")
+    env = clean_env(
+        GPUWATCH_FLUSH_INTERVAL="0.5s",
+        GPUWATCH_DEMO_GPUS="2",
+        GPUWATCH_DEMO_SOURCES="false",
+        GPUWATCH_EVALUATION_INTERVAL="1s",
+    )
     server = serve("--demo", data_dir=small_disk / "data", env=env)
     wait_until(lambda: _samples(server) >= 2, 30, "no samples stored")
     filler = _fill(small_disk)
     wait_until(lambda: _health(server)[0] == 503, 60, f"health stayed ok on a full disk; log:\n{server.log}")
     _, body = _health(server)
     assert body["status"] == "degraded" and "store writes fail" in body["problem"], body
+    # The alert reads the write errors the live process counted, not what it could not store.
+    wait_until(
+        lambda: _alert_state(server, "GpuwatchStoreWriteErrors") == "firing",
+        60,
+        f"GpuwatchStoreWriteErrors did not fire on a full disk; log:\n{server.log}",
+    )
+    assert _health(server)[0] == 503, "the alert fired only once the disk had space again"
     during = _samples(server)
     filler.unlink()
     wait_until(lambda: _health(server)[0] == 200, 60, f"health did not recover; log:\n{server.log}")

@@ -130,6 +130,16 @@ def test_api_openmetrics_by_content_type_and_gzip(client: FlaskClient, store: St
     assert resp.status_code == 400 and "expected integer milliseconds" in resp.json["error"]
 
 
+def test_a_time_beyond_int64_milliseconds_refuses_its_series(client: FlaskClient, store: Store) -> None:
+    # OpenMetrics allows 1e16 seconds (its own test suite has 1.2e19); as int64 milliseconds it was an
+    # OverflowError, a 500 (found by tests/test_fuzz_e2e.py). Now an error naming the series, a 400.
+    body = b"far 1 9999999999999999\nnear 2 1700000000\n# EOF\n"
+    resp = client.post("/api/v1/import/prometheus", data=body)
+    assert resp.status_code == 400, resp.json
+    assert "series far: timestamp 10000000000000000000 ms out of range" in resp.json["error"]
+    assert ("far", ()) not in _all(store)
+
+
 def test_api_body_size_cap(client: FlaskClient, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(importapi, "MAX_BODY_BYTES", 100)
     resp = client.post("/api/v1/import/prometheus", data=b"m 1\n" * 50)

@@ -395,3 +395,41 @@ def test_a_label_with_a_lone_surrogate_is_stored_and_read_back(client: FlaskClie
     runtime.store.flush()
     (sd,) = runtime.store.select([Matcher("__name__", "=", "training_loss")], 0, 2**62)
     assert dict(sd.labels)["note"] == "\udcff"
+
+
+def test_a_lone_surrogate_in_a_label_leaves_every_read_answering(
+    client: FlaskClient, runtime: Runtime
+) -> None:
+    # Once one pushed label held "\udcff", regex selectors over it, /api/v1/series and /federate
+    # answered 500 (found by tests/test_fuzz_e2e.py).
+    body = '{"run": "r", "step": 1, "metrics": {"loss": 0.5}, "labels": {"note": "\\udcff"}}'
+    assert client.post("/api/v1/push", data=body, content_type="application/json").status_code == 200
+    runtime.store.flush()
+    for path, args in [
+        ("/api/v1/query", {"query": '{note=~".+"}'}),
+        ("/api/v1/query", {"query": 'training_loss{note!~"x"}'}),
+        ("/api/v1/series", {"match[]": '{note=~".+"}'}),
+        ("/federate", {"match[]": '{note=~".+"}'}),
+    ]:
+        r = client.get(path, query_string=args)
+        assert r.status_code == 200, (path, r.get_data(as_text=True)[:300])
+        assert "note" in r.get_data(as_text=True)
+
+
+@pytest.mark.parametrize(
+    ("path", "body"),
+    [
+        ("/api/v1/push", '{"run": "\\udcff", "step": 1, "metrics": {"loss": 1}}'),
+        ("/api/v1/runs", '{"run": "\\udcff", "action": "init"}'),
+        ("/api/v1/runs", '{"run": "r", "action": "init", "host": "\\udcff"}'),
+    ],
+)
+def test_a_run_name_the_store_cannot_hold_is_a_400_not_a_write_error(
+    client: FlaskClient, runtime: Runtime, path: str, body: str
+) -> None:
+    # A run named "\udcff" reached DuckDB, which refused it: a 503, and a store write error counted
+    # (GpuwatchStoreWriteErrors, /-/health degraded) for one bad request (tests/test_fuzz_e2e.py).
+    r = client.post(path, data=body, content_type="application/json")
+    assert r.status_code == 400 and "UTF-8" in r.get_json()["error"], r.get_json()
+    runtime.store.flush()
+    assert runtime.store.counters()["write_errors"] == 0

@@ -109,6 +109,10 @@ def test_the_api_answers_400_and_keeps_serving(client: FlaskClient, method: str)
         ("up @ 1e20", 400, "at out of range"),
         ("sum(rate(up[5m] @ 1e19))", 400, "at out of range"),
         ("up[100000000y]", 400, "range out of range"),
+        # promql-parser panicked reading a time before 1970; the panic escaped the error handler and
+        # the request was never answered (found by tests/test_fuzz_e2e.py)
+        ("up @ -1", 400, "at out of range"),
+        ("avg(up{a=~'1'} @ -1)", 400, "at out of range"),
         ("max_over_time(up[1y:1ms])", 422, "31536000000 steps, more than query_max_samples"),
         ("vector(1)[1d:1ms]", 422, "86400000 steps, more than query_max_samples"),
     ],
@@ -124,3 +128,25 @@ def test_a_tree_deeper_than_the_stack_is_an_error_not_a_crash(runtime: Runtime) 
     engine = Engine(runtime.store, max_depth=10_000)
     with pytest.raises(QueryTooLarge, match="nests too deeply"):
         engine.instant("abs(" * 600 + "vector(1)" + ")" * 600, 1_800_000_000_000)
+
+
+@pytest.mark.parametrize(
+    ("params", "error"),
+    [
+        # an OverflowError (500) once the step in milliseconds was no int64 (tests/test_fuzz_e2e.py)
+        ({"step": "1e308"}, 'invalid parameter "step"'),
+        ({"step": "9" * 400 + "y"}, 'invalid parameter "step"'),
+    ],
+)
+def test_steps_beyond_reason_are_a_400(client: FlaskClient, params: dict[str, str], error: str) -> None:
+    r = client.get("/api/v1/query_range", query_string={"query": "up", "start": "0", "end": "100", **params})
+    assert r.status_code == 400 and error in r.get_json()["error"], r.get_json()
+
+
+def test_an_at_before_1970_is_refused_without_a_parser_panic(capfd: pytest.CaptureFixture[str]) -> None:
+    # promql-parser panics reading such a time; each panic printed Rust's message to stderr, past the
+    # log throttle, so a client could flood the log (the 400 itself is tested above).
+    with pytest.raises(PromQLParseError, match="before 1970"):
+        parse("sum(up @ - 5)")
+    assert "panicked" not in capfd.readouterr().err
+    assert parse('up{a="@ -1"}').text == 'up{a="@ -1"}'  # inside a string it is only text

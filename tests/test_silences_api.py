@@ -377,3 +377,27 @@ def test_posted_alerts_over_the_label_limits_are_refused(client: FlaskClient) ->
     assert "alert 2: annotations: value of label 'summary' is longer than 4096 characters" in text
     names = [a["labels"]["alertname"] for a in client.get("/api/v2/alerts").get_json()]
     assert "Fine" in names and not {"Big", "Many", "Note"} & set(names)
+
+
+def test_a_lone_surrogate_in_a_posted_alert_or_silence_is_not_a_500(
+    client: FlaskClient, clock: FakeClock, runtime: Runtime
+) -> None:
+    # Both answered 500 (UnicodeEncodeError), found by tests/test_fuzz_e2e.py. Alertmanager's JSON
+    # decoder would have read "\udcff" as U+FFFD; the alert is taken, a silence holding one refused.
+    alert = b'[{"labels": {"alertname": "Posted", "note": "\\udcff"}}]'
+    r = client.post("/api/v2/alerts", data=alert, content_type="application/json")
+    assert r.status_code == 200, r.get_data(as_text=True)
+    assert any(a["labels"]["alertname"] == "Posted" for a in client.get("/api/v2/alerts").get_json())
+    body = silence_body(clock, {"name": "note", "value": "\udcff", "isRegex": True})
+    status, answer = post(client, body)
+    assert status == 400 and "UTF-8" in str(answer), answer
+    # Nor can the store hold one: a silence's texts are refused as not UTF-8 (was a 500 and a
+    # store write error counted, which fired GpuwatchStoreWriteErrors).
+    for body in (
+        silence_body(clock, {"name": "note", "value": "x\udcff", "isRegex": False}),
+        silence_body(clock, comment="\udcff"),
+        silence_body(clock, createdBy="\udcff"),
+    ):
+        status, answer = post(client, body)
+        assert status == 400 and "UTF-8" in str(answer), answer
+    assert runtime.store.counters()["write_errors"] == 0

@@ -17,6 +17,7 @@ import numpy as np
 
 from gpuwatch.model import DEFAULT_LABEL_LIMITS, LabelLimits, Labels
 from gpuwatch.promtext.parser import ParseIssue, parse
+from gpuwatch.units import MAX_TIME_MS, MIN_TIME_MS
 
 
 class SeriesSink(Protocol):
@@ -87,7 +88,8 @@ def group_samples(
     limits: LabelLimits = DEFAULT_LABEL_LIMITS,
 ) -> list[PreparedSeries]:
     """Group (name, labels, time or None, value) samples per series, sorted by time, a repeated time's
-    last value kept; a series over the label limits is left out and added to `errors` (one per series)."""
+    last value kept; a series over the label limits or with a time beyond +-2^62 ms is left out and
+    added to `errors` (one per series)."""
     groups: dict[tuple[str, Labels], tuple[list[int], list[float]]] = {}
     refused: set[tuple[str, Labels]] = set()
     clean: dict[Labels, Labels] = {}
@@ -105,6 +107,12 @@ def group_samples(
                 errors.append(ParseIssue(0, f"series {name}: {problem}", name))
                 continue
             entry = groups[(name, kept)] = ([], [])
+        if ts is not None and not MIN_TIME_MS <= ts <= MAX_TIME_MS:
+            # OpenMetrics allows 1e19 seconds; int64 milliseconds do not (an OverflowError, a 500)
+            del groups[(name, kept)]
+            refused.add((name, kept))
+            errors.append(ParseIssue(0, f"series {name}: timestamp {ts} ms out of range", name))
+            continue
         entry[0].append(now_ms if ts is None else ts)
         entry[1].append(value)
     series = []

@@ -34,6 +34,7 @@ from gpuwatch.model import (
     Labels,
     MetricInfo,
     Sample,
+    is_utf8,
     make_labels,
 )
 from gpuwatch.promtext.parser import ParseResult
@@ -298,8 +299,8 @@ def _training_point(item: Any, index: int | None, now_ms: int, limits: LabelLimi
     if unknown:
         raise PushError(f"{where}: unknown field {unknown[0]!r}")
     run = item.get("run")
-    if not isinstance(run, str) or not run or len(run) > MAX_NAME:
-        raise PushError(f"{where}.run: expected a non-empty string of at most {MAX_NAME} characters")
+    if not isinstance(run, str) or not run or len(run) > MAX_NAME or not is_utf8(run):
+        raise PushError(f"{where}.run: expected a non-empty UTF-8 string of at most {MAX_NAME} characters")
     metrics = item.get("metrics", {})
     if not isinstance(metrics, dict):
         raise PushError(f"{where}.metrics: expected an object of name: number")

@@ -18,6 +18,7 @@ from gpuwatch.model import (
     Sample,
     SeriesData,
     is_stale,
+    is_utf8,
     stable_labels,
 )
 
@@ -48,8 +49,8 @@ def parse_run_request(body: Any, now_ms: int) -> RunUpdate:  # noqa: C901 - one 
     if unknown:
         raise PushError(f"body: unknown field {unknown[0]!r}")
     run = body.get("run")
-    if not isinstance(run, str) or not run or len(run) > MAX_NAME:
-        raise PushError(f"run: expected a non-empty string of at most {MAX_NAME} characters")
+    if not isinstance(run, str) or not run or len(run) > MAX_NAME or not is_utf8(run):
+        raise PushError(f"run: expected a non-empty UTF-8 string of at most {MAX_NAME} characters")
     action = body.get("action")
     if action not in ("init", "finish"):
         raise PushError(f"action: expected 'init' or 'finish', got {action!r}")
@@ -75,8 +76,8 @@ def parse_run_request(body: Any, now_ms: int) -> RunUpdate:  # noqa: C901 - one 
         except ValueError:
             raise PushError("config: NaN and Infinity cannot be stored; use strings") from None
     host = body.get("host")
-    if host is not None and (not isinstance(host, str) or len(host) > MAX_NAME):
-        raise PushError("host: expected a string")
+    if host is not None and (not isinstance(host, str) or len(host) > MAX_NAME or not is_utf8(host)):
+        raise PushError("host: expected a UTF-8 string")
     gpus = body.get("gpus")
     if gpus is not None and (not isinstance(gpus, list) or len(gpus) > 4096):
         raise PushError("gpus: expected a list (indexes or UUIDs)")

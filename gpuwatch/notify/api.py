@@ -38,7 +38,7 @@ def fingerprint(labels: Mapping[str, str]) -> str:
     h = _FNV_OFFSET
     for name in sorted(labels):
         for part in (name, labels[name]):
-            for b in part.encode():
+            for b in part.encode("utf-8", "surrogatepass"):  # a lone surrogate from JSON: no crash
                 h = ((h ^ b) * _FNV_PRIME) & 0xFFFFFFFFFFFFFFFF
             h = ((h ^ _SEPARATOR) * _FNV_PRIME) & 0xFFFFFFFFFFFFFFFF
     return f"{h:016x}"

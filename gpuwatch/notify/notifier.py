@@ -27,7 +27,7 @@ from urllib.parse import quote
 
 from gpuwatch.clock import Clock
 from gpuwatch.errors import StoreError
-from gpuwatch.model import Labels, MetricInfo, Sample, make_labels, stable_labels
+from gpuwatch.model import Labels, MetricInfo, Sample, is_utf8, make_labels, stable_labels
 from gpuwatch.notify.alert import NotifyAlert, webhook_payload
 from gpuwatch.notify.alerting import AlertingConfig
 from gpuwatch.notify.config import Integration, NotifyConfig
@@ -35,6 +35,7 @@ from gpuwatch.notify.delivery import DeliveryError, backoff_s
 from gpuwatch.notify.dispatcher import Dispatcher, MutedBy, Notification, no_silences
 from gpuwatch.notify.forward import Forwarder
 from gpuwatch.notify.receivers import send as send_integration
+from gpuwatch.regex import as_utf8
 from gpuwatch.rules.evaluate import FIRING, INACTIVE, Alert
 from gpuwatch.rules.load import Rule
 from gpuwatch.store.notify import Delivery, NewNotification, NotifyEntry, QueuedNotification
@@ -96,6 +97,14 @@ class PostedAlert(Protocol):
     def ends_at_ms(self) -> int: ...
     @property
     def generator_url(self) -> str: ...
+
+
+def _as_utf8(pairs: Labels) -> Labels:
+    """`pairs` with each lone surrogate in a value (JSON's "\\udcff" in a pushed label) as U+FFFD, as
+    Alertmanager, the receivers and the queue's table take text: UTF-8."""
+    if all(is_utf8(v) for _, v in pairs):
+        return pairs
+    return tuple((k, as_utf8(v)) for k, v in pairs)
 
 
 class Notifier:
@@ -174,8 +183,8 @@ class Notifier:
                 ends = a.resolved_at_ms if a.resolved_at_ms is not None else now_ms + 4 * delta_ms
                 out.append(
                     NotifyAlert(
-                        a.labels,
-                        a.annotations,
+                        _as_utf8(a.labels),
+                        _as_utf8(a.annotations),
                         a.fired_at_ms if a.fired_at_ms is not None else a.active_at_ms,
                         ends,
                         f"{self._external_url}/api/v1/query?query={quote(rule.expr, safe='')}",

@@ -19,6 +19,7 @@ from gpuwatch.clock import Clock
 from gpuwatch.model import DEFAULT_LABEL_LIMITS, LabelLimits
 from gpuwatch.notify.api import AmAlert, fingerprint
 from gpuwatch.notify.silences import SilenceError, parse_time
+from gpuwatch.regex import as_utf8
 from gpuwatch.units import GO_ZERO_TIME
 
 RESOLVE_TIMEOUT_MS = 5 * 60 * 1000  # Alertmanager's global.resolve_timeout default
@@ -32,7 +33,9 @@ _NAME_REST = _NAME_FIRST | set("0123456789")
 def _label_set(value: Any, what: str) -> dict[str, str]:
     if not isinstance(value, dict) or not all(isinstance(v, str) for v in value.values()):
         raise ValueError(f"{what} must be an object of strings")
-    out = {str(k): v for k, v in value.items() if v != ""}
+    # Alertmanager's Go decoder reads a lone surrogate ("\udcff") as U+FFFD; so does this, before the
+    # value reaches a fingerprint, a group key or the store.
+    out = {str(k): as_utf8(v) for k, v in value.items() if v != ""}
     for name in out:
         if not name or name[0] not in _NAME_FIRST or not set(name) <= _NAME_REST:
             raise ValueError(f'invalid {what.rstrip("s")} set: invalid name "{name}"')
@@ -66,6 +69,7 @@ def _parse(item: Any, now_ms: int, timeout_ms: int, limits: LabelLimits) -> AmAl
     url = item.get("generatorURL") or ""
     if not isinstance(url, str):
         raise ValueError("generatorURL must be a string")
+    url = as_utf8(url)
     starts, ends = _time(item.get("startsAt")), _time(item.get("endsAt"))
     if starts is None:
         starts = ends if ends is not None else now_ms

@@ -24,7 +24,7 @@ from typing import Any, Protocol
 from gpuwatch import regex
 from gpuwatch.clock import Clock
 from gpuwatch.errors import GpuwatchError, StoreError
-from gpuwatch.model import SilenceRecord
+from gpuwatch.model import SilenceRecord, is_utf8
 from gpuwatch.notify.matchers import LABEL_NAME, LabelMatcher, MatcherError, matches_all
 from gpuwatch.units import format_rfc3339_millis, parse_rfc3339_ms
 
@@ -149,6 +149,8 @@ def _field(body: Mapping[str, Any], key: str, kind: type, where: str = "") -> An
     value = body[key]
     if not isinstance(value, kind) or (kind is not bool and isinstance(value, bool)):
         raise SilenceError(f"{where}{key} in body must be of type {kind.__name__.replace('str', 'string')}")
+    if isinstance(value, str) and not is_utf8(value):  # JSON's "\udcff", which the store cannot hold
+        raise SilenceError(f"{where}{key} in body must be valid UTF-8")
     return value
 
 
@@ -173,7 +175,7 @@ def parse_postable(body: Any) -> Silence:
         except SilenceError as e:
             raise SilenceError(f"silence invalid: invalid label matcher {i}: {e}") from None
     sid = body.get("id") or ""
-    if not isinstance(sid, str):
+    if not isinstance(sid, str) or not is_utf8(sid):
         raise SilenceError("id in body must be of type string")
     return Silence(
         id=sid,

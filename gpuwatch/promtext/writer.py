@@ -21,6 +21,15 @@ def format_value(value: float) -> str:
     return repr(float(value))
 
 
+def encode_text(text: str) -> bytes:
+    """`text` as UTF-8, a lone surrogate (JSON's "\\udcff", kept in a label value) as U+FFFD: the text
+    format is UTF-8, and one such value must not fail the whole exposition."""
+    try:
+        return text.encode()
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "surrogatepass").decode("utf-8", "replace").encode()
+
+
 def _escape_label(value: str) -> str:
     return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
 

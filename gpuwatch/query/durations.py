@@ -266,6 +266,15 @@ def _strip_strings(text: str) -> str:
     return re.sub(r'"(?:[^"\\]|\\.)*"|\'(?:[^\'\\]|\\.)*\'|`[^`]*`', '""', text)
 
 
+_NEGATIVE_AT = re.compile(r"@\s*-")
+
+
+def has_negative_at(text: str) -> bool:
+    """Whether `text` has an `@` time before 1970 (`up @ -1`) outside strings: promql-parser panics
+    reading one, and each panic prints Rust's message to stderr, past gpuwatch's log throttle."""
+    return _NEGATIVE_AT.search(_strip_strings(text)) is not None
+
+
 def unsupported_modifier(text: str) -> str | None:
     """Name the range modifier (`anchored`, `smoothed`) `text` uses outside strings, if any."""
     m = _MODIFIER_KEYWORDS.search(_strip_strings(text))

@@ -12,7 +12,7 @@ from typing import Any
 import promql_parser as pp
 
 from gpuwatch.model import Matcher
-from gpuwatch.query.durations import check_modifier_use, rewrite, unsupported_modifier
+from gpuwatch.query.durations import check_modifier_use, has_negative_at, rewrite, unsupported_modifier
 from gpuwatch.query.errors import PromQLParseError, Unsupported
 from gpuwatch.query.limits import MAX_DEPTH, MAX_LENGTH, check_text, walk
 
@@ -184,6 +184,8 @@ def parse(
     if not text.strip():
         raise PromQLParseError("empty query")
     check_text(text, max_length=max_length, max_depth=max_depth)
+    if has_negative_at(text):
+        raise PromQLParseError("parse error: at out of range (before 1970)")
     try:
         return _parse_as_written(text)
     except PromQLParseError as first:
@@ -210,17 +212,26 @@ def _parse_as_written(text: str) -> ParsedQuery:
     return ParsedQuery(text=text, expr=expr, invalid_utf8=_invalid_utf8_literals(text))
 
 
+def _check_time(node: Any, name: str) -> None:
+    """Raise PromQLParseError when promql-parser cannot hand over `node`'s time `name`."""
+    try:
+        value = getattr(node, name, None)
+        if isinstance(value, pp.AtModifier):
+            value.at  # noqa: B018 - reading it is the check
+    except (ValueError, OverflowError) as e:
+        raise PromQLParseError(f"parse error: {name} out of range: {e}") from None
+    except BaseException as e:  # a Rust panic: promql-parser's `@ -1` (before 1970)
+        if isinstance(e, (KeyboardInterrupt, SystemExit)):
+            raise
+        raise PromQLParseError(f"parse error: {name} out of range (before 1970 or too far out)") from None
+
+
 def check_supported(expr: Any) -> None:
     """Raise Unsupported when `expr` uses a feature gpuwatch does not evaluate, PromQLParseError when
     a time or duration in it is beyond what promql-parser can hand over (`up @ 1e20`, `x[1e9y]`)."""
     for node in walk(expr):
         for name in _TIMES:
-            try:
-                value = getattr(node, name, None)
-                if isinstance(value, pp.AtModifier):
-                    value = value.at
-            except (ValueError, OverflowError) as e:
-                raise PromQLParseError(f"parse error: {name} out of range: {e}") from None
+            _check_time(node, name)
         if isinstance(node, pp.Call):
             name = node.func.name
             if name in NATIVE_HISTOGRAM_FUNCTIONS:

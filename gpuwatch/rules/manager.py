@@ -345,7 +345,12 @@ class RuleManager:
         self._flush()
 
     def _flush(self) -> None:
-        self._store.flush()
+        try:
+            self._store.flush()
+        except StoreError as e:
+            # A full disk: what rules appended waits in the writer's buffer, and the round goes on
+            # (GpuwatchStoreWriteErrors is among its rules); reads through the cache still see it.
+            log.warning("rules: the store could not write what rules recorded; evaluating on: %s", e)
         if self._cache is not None:
             self._cache.publish()
         self._unflushed.clear()

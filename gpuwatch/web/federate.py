@@ -26,7 +26,7 @@ from flask.typing import ResponseReturnValue
 
 from gpuwatch.errors import GpuwatchError
 from gpuwatch.model import Labels, Matcher, is_stale
-from gpuwatch.promtext.writer import CONTENT_TYPE, format_federate
+from gpuwatch.promtext.writer import CONTENT_TYPE, encode_text, format_federate
 from gpuwatch.query.parse import selector_matchers
 from gpuwatch.web.queryapi import BadData, request_params
 from gpuwatch.web.runtime import runtime
@@ -88,7 +88,7 @@ def federate() -> ResponseReturnValue:
                 continue
             labels = node_instance(s.labels, hostname)
             rows.setdefault((s.name, labels), (s.name, labels, int(s.timestamps_ms[-1]), value))
-    body = format_federate(rows.values()).encode()
+    body = encode_text(format_federate(rows.values()))
     response = Response(body, content_type=CONTENT_TYPE)
     if len(body) >= _GZIP_MIN_BYTES and request.accept_encodings["gzip"]:
         response.set_data(gzip.compress(body, compresslevel=1))

@@ -7,7 +7,7 @@ from flask import Blueprint, Response, jsonify
 from flask.typing import ResponseReturnValue
 
 from gpuwatch import __version__
-from gpuwatch.promtext.writer import CONTENT_TYPE
+from gpuwatch.promtext.writer import CONTENT_TYPE, encode_text
 from gpuwatch.web.runtime import runtime
 
 bp = Blueprint("ops", __name__)
@@ -49,4 +49,4 @@ def settings() -> ResponseReturnValue:
 
 @bp.get("/metrics")
 def metrics() -> Response:
-    return Response(runtime().exposition(), mimetype=None, content_type=CONTENT_TYPE)
+    return Response(encode_text(runtime().exposition()), mimetype=None, content_type=CONTENT_TYPE)
