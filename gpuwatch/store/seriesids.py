@@ -10,6 +10,7 @@ numpy take; an import's columns by one C-level `map` over its (name, labels) key
 from __future__ import annotations
 
 import weakref
+from operator import itemgetter
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -100,18 +101,41 @@ class SeriesIds:
     def _of_keys(self, keys: list[tuple[str, Labels]]) -> list[int]:
         """The ids of (name, labels) keys in `make_labels` form, made for those not seen yet."""
         found = list(map(self._ids.get, keys))
-        if None in found:
-            for k in [k for k, sid in enumerate(found) if sid is None]:
-                sid = self._ids.get(keys[k])  # a key twice among the new ones gets one id
-                found[k] = self._make(*keys[k]) if sid is None else sid
+        if None not in found:
+            return found  # type: ignore[return-value]
+        missing = [k for k, sid in enumerate(found) if sid is None]
+        new = dict.fromkeys([keys[k] for k in missing])  # a key twice among them gets one id
+        first = self._next_id
+        self._next_id += len(new)
+        made = dict(zip(new, range(first, self._next_id), strict=True))
+        self._ids.update(made)
+        self.new.extend(map(Entry, made.values(), map(itemgetter(0), made), map(itemgetter(1), made)))
+        for k in missing:
+            found[k] = made[keys[k]]
         return found  # type: ignore[return-value]
 
     def of_columns(self, columns: SeriesColumns, limits: SeriesLimits, now_s: float) -> np.ndarray:
         """Each series' id (int32), its labels taken as they are (`SeriesColumns` promises their
         form); raise SeriesLimitExceeded, making none, if the new ones are more than `limits` allow."""
-        keys = list(zip(columns.names, columns.labels, strict=True))
-        limits.admit(len(keys) - sum(map(self._ids.__contains__, keys)), self.recent, now_s)
-        return np.array(self._of_keys(keys), np.int32)
+        names, labels = columns.names, columns.labels
+        keys = list(zip(names, labels, strict=True))
+        found = list(map(self._ids.get, keys))
+        if None not in found:
+            return np.array(found, np.int32)
+        missing = [k for k, sid in enumerate(found) if sid is None]
+        limits.admit(len(missing), self.recent, now_s)
+        if len(missing) < len(keys):
+            names, labels, keys = ([x[k] for k in missing] for x in (names, labels, keys))
+        first = self._next_id
+        self._next_id += len(keys)
+        made = range(first, self._next_id)
+        self._ids.update(zip(keys, made, strict=True))
+        self.new.extend(map(Entry, made, names, labels))
+        if len(missing) == len(found):  # every series new (a big import of new series)
+            return np.arange(first, self._next_id, dtype=np.int32)
+        sids = np.array([-1 if sid is None else sid for sid in found], np.int32)
+        sids[missing] = made
+        return sids
 
     def admit(self, keys: Iterable[tuple[str, Labels]], limits: SeriesLimits, now_s: float) -> None:
         """Count the series among `keys` that are new against `limits` (and in `recent`), or raise

@@ -17,7 +17,7 @@ import queue
 import threading
 from collections.abc import Callable, Iterable
 from concurrent.futures import Future
-from operator import itemgetter
+from operator import attrgetter, itemgetter
 from typing import Any
 
 import duckdb
@@ -49,6 +49,7 @@ _BULK_MIN = 1024  # append_series calls at least this long skip the head and bec
 _MAX_PENDING = 20_000_000  # samples kept for retry while the database refuses writes
 _STOP = object()
 _VALUE = itemgetter(2)  # a Sample's value
+_SERIES_ID, _NAME, _LABELS = attrgetter("series_id"), attrgetter("name"), attrgetter("labels")  # an Entry's
 _MERGE_BLOCK = 1 << 18  # merging closed windows decodes and re-encodes about this many samples at a time
 
 
@@ -332,9 +333,9 @@ class Writer:
                     cur,
                     "series",
                     {
-                        "series_id": np.fromiter((e.series_id for e in new), np.int32, len(new)),
-                        "name": np.array([e.name for e in new], dtype=object),
-                        "labels": np.array([_labels_json(e.labels) for e in new], dtype=object),
+                        "series_id": np.fromiter(map(_SERIES_ID, new), np.int32, len(new)),
+                        "name": np.array(list(map(_NAME, new)), dtype=object),
+                        "labels": np.array(_labels_json(list(map(_LABELS, new))), dtype=object),
                     },
                 )
             if head is not None:
@@ -542,12 +543,12 @@ def _insert_chunks(cur: duckdb.DuckDBPyConnection, rows: list[ChunkRow]) -> None
     )
 
 
-def _labels_json(labels: Labels) -> str:
-    """A series' labels as the JSON text the series table keeps (orjson: 7x json.dumps)."""
+def _labels_json(labels: list[Labels]) -> list[str]:
+    """Series' labels as the JSON texts the series table keeps (orjson in C-level maps: 7x json.dumps)."""
     try:
-        return orjson.dumps(labels).decode()
+        return list(map(bytes.decode, map(orjson.dumps, labels)))
     except TypeError:  # a lone surrogate (JSON's "\udcff" in a push): json escapes what orjson refuses
-        return json.dumps(labels)
+        return [json.dumps(found) for found in labels]
 
 
 def _rollback(cur: duckdb.DuckDBPyConnection) -> None:
