@@ -13,7 +13,8 @@ sets it (`cli/gctune.py`):
   once by a real `Target` (fetch, parse, labels, staleness), its batches appended and flushed.
 Then N more new series into the same store (flat per series, or not?). Each N runs in a process of
 its own. Prints series/s by the wall clock and by the process's CPU time (all threads: on a shared
-machine the steadier figure), and the RSS growth per series while the store is open.
+machine the steadier figure), and the RSS growth per series while the store is open, also after a
+full collection and glibc's malloc_trim (what is held, not the allocator's keep of the garbage).
 
 `--marker` also appends one sample of a marker series every 20 ms from another thread (the store on
 the system clock, flushing every 0.25 s) and prints the longest a marker waited to be written while
@@ -25,6 +26,9 @@ from __future__ import annotations
 
 import argparse
 import cProfile
+import ctypes
+import dataclasses
+import gc
 import http.server
 import pstats
 import subprocess
@@ -56,6 +60,14 @@ def rss_mb() -> float:
             if line.startswith("VmRSS:"):
                 return int(line.split()[1]) / 1024
     return 0.0
+
+
+def trimmed_rss_mb() -> float:
+    """RSS after a full collection and glibc's malloc_trim: what the process holds, not what its
+    allocator kept of the garbage."""
+    gc.collect()
+    ctypes.CDLL("libc.so.6").malloc_trim(0)
+    return rss_mb()
 
 
 class Page(http.server.BaseHTTPRequestHandler):
@@ -158,6 +170,10 @@ def child(n: int, labels: int, via: str, marker: bool, profile: bool) -> None:
                 60,
                 60,
             )
+            if "series_limits" in TargetSpec.__dataclass_fields__:  # (not in builds before them)
+                from gpuwatch.model import NO_SERIES_LIMITS
+
+                spec = dataclasses.replace(spec, series_limits=NO_SERIES_LIMITS)
             # serve's fetch caps a page at 32 MB; a million of these lines are 88 MB
             target = Target(spec, HttpFetcher(clock, max_body_bytes=1 << 30), clock)
 
@@ -182,6 +198,7 @@ def child(n: int, labels: int, via: str, marker: bool, profile: bool) -> None:
                 prof.disable()
             if k == 0:
                 grown = rss_mb() - before
+                held = trimmed_rss_mb() - before
             if markers is not None:
                 time.sleep(0.5)  # let the markers of the import's last moments be flushed
                 print(
@@ -195,7 +212,8 @@ def child(n: int, labels: int, via: str, marker: bool, profile: bool) -> None:
         f"{n:>8} series via {via}, {labels} labels: {took[0]:6.2f} s = {n / took[0]:>9,.0f} series/s "
         f"(CPU {cpu[0]:.2f} s = {n / cpu[0]:,.0f}/s); next {n}: {took[1]:6.2f} s = {n / took[1]:>9,.0f}/s "
         f"(CPU {cpu[1]:.2f} s); "
-        f"RSS +{grown:.0f} MB ({grown * 1024 * 1024 / n:,.0f} B/series)",
+        f"RSS +{grown:.0f} MB ({grown * 1024 * 1024 / n:,.0f} B/series; "
+        f"{held * 1024 * 1024 / n:,.0f} after gc and malloc_trim)",
         flush=True,
     )
     if prof:
