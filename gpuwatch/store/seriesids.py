@@ -10,8 +10,8 @@ numpy take; an import's columns by one C-level `map` over its (name, labels) key
 from __future__ import annotations
 
 import weakref
-from operator import itemgetter
 from collections.abc import Iterable, Sequence
+from operator import itemgetter
 from typing import Any
 
 import numpy as np
@@ -19,6 +19,7 @@ import numpy as np
 from gpuwatch.model import Labels, MinuteCounts, Sample, SeriesColumns, SeriesLimits, SeriesTable, make_labels
 from gpuwatch.store.catalog import Entry
 
+_KEY_NAME, _KEY_LABELS = itemgetter(0), itemgetter(1)
 _MAX_LABEL_OBJECTS = 200_000  # label tuples remembered by identity (sources that make new ones each time)
 
 
@@ -98,21 +99,30 @@ class SeriesIds:
             sids = ids[numbers]
         return sids
 
-    def _of_keys(self, keys: list[tuple[str, Labels]]) -> list[int]:
-        """The ids of (name, labels) keys in `make_labels` form, made for those not seen yet."""
+    def _of_keys(self, keys: list[tuple[str, Labels]]) -> np.ndarray:
+        """The ids (int32) of (name, labels) keys in `make_labels` form, made for those not seen yet."""
         found = list(map(self._ids.get, keys))
         if None not in found:
-            return found  # type: ignore[return-value]
+            return np.array(found, np.int32)
         missing = [k for k, sid in enumerate(found) if sid is None]
-        new = dict.fromkeys([keys[k] for k in missing])  # a key twice among them gets one id
+        new = keys if len(missing) == len(keys) else [keys[k] for k in missing]
+        unique = list(dict.fromkeys(new))  # a key twice among them gets one id
+        made = self._make_many(unique, list(map(_KEY_NAME, unique)), list(map(_KEY_LABELS, unique)))
+        fill = made if len(unique) == len(new) else list(map(self._ids.__getitem__, new))
+        if len(missing) == len(keys):
+            return np.array(fill, np.int32)
+        sids = np.array([-1 if sid is None else sid for sid in found], np.int32)
+        sids[missing] = fill
+        return sids
+
+    def _make_many(self, keys: list[tuple[str, Labels]], names: list[str], labels: list[Labels]) -> range:
+        """Make ids for new keys (all distinct), in C-level passes; return them."""
         first = self._next_id
-        self._next_id += len(new)
-        made = dict(zip(new, range(first, self._next_id), strict=True))
-        self._ids.update(made)
-        self.new.extend(map(Entry, made.values(), map(itemgetter(0), made), map(itemgetter(1), made)))
-        for k in missing:
-            found[k] = made[keys[k]]
-        return found  # type: ignore[return-value]
+        self._next_id += len(keys)
+        made = range(first, self._next_id)
+        self._ids.update(zip(keys, made, strict=True))
+        self.new.extend(map(Entry, made, names, labels))
+        return made
 
     def of_columns(self, columns: SeriesColumns, limits: SeriesLimits, now_s: float) -> np.ndarray:
         """Each series' id (int32), its labels taken as they are (`SeriesColumns` promises their
@@ -125,14 +135,11 @@ class SeriesIds:
         missing = [k for k, sid in enumerate(found) if sid is None]
         limits.admit(len(missing), self.recent, now_s)
         if len(missing) < len(keys):
-            names, labels, keys = ([x[k] for k in missing] for x in (names, labels, keys))
-        first = self._next_id
-        self._next_id += len(keys)
-        made = range(first, self._next_id)
-        self._ids.update(zip(keys, made, strict=True))
-        self.new.extend(map(Entry, made, names, labels))
+            keys = [keys[k] for k in missing]
+            names, labels = list(map(_KEY_NAME, keys)), list(map(_KEY_LABELS, keys))
+        made = self._make_many(keys, names, labels)
         if len(missing) == len(found):  # every series new (a big import of new series)
-            return np.arange(first, self._next_id, dtype=np.int32)
+            return np.arange(made.start, made.stop, dtype=np.int32)
         sids = np.array([-1 if sid is None else sid for sid in found], np.int32)
         sids[missing] = made
         return sids
