@@ -473,11 +473,15 @@ def _without_overwritten(
     import overwrote would otherwise come back as the newer write once compacted into a chunk."""
     if not ids.size:
         return ids, t_ms, values, seqs
+    # Only bulk chunks are newer than the head (at most 4,096 and an import's since the last
+    # compaction), so they are read whole and matched here: `series_id IN (SELECT DISTINCT series_id
+    # FROM head)` hashed 2 M ids past DuckDB's 64 MB cap, and compaction failed at every try.
     newer = cur.execute(
-        "SELECT series_id, seq, n, ts, vs FROM chunks WHERE seq > ? "
-        "AND series_id IN (SELECT DISTINCT series_id FROM head)",
-        [int(seqs.min())],
+        "SELECT series_id, seq, n, ts, vs FROM chunks WHERE seq > ?", [int(seqs.min())]
     ).fetchall()
+    if newer:
+        in_head = np.isin(np.array([r[0] for r in newer], np.int64), ids).tolist()
+        newer = [r for r, keep in zip(newer, in_head, strict=True) if keep]
     if not newer:
         return ids, t_ms, values, seqs
     ns = np.array([r[2] for r in newer], np.int64)
