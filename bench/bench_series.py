@@ -1,38 +1,55 @@
-"""New series per second through import: N new series of one sample each, into a real store.
+"""New series per second through import or scrape: N new series of one sample each, into a real store.
 
-Usage: python bench/bench_series.py [--series 20000 100000] [--labels 6] [--profile]
+Usage: python bench/bench_series.py [--series 100000 300000 1000000] [--via import|scrape] [--labels 6]
+       [--marker] [--root DIR] [--profile]
 
-Builds a Prometheus text body of N series `bench_new_series{pod="...",...}` (one sample each, a
-timestamp), then times `gpuwatch.collect.importer.import_text` into a fresh DuckDB store in a temporary
-directory: parse + group, the writer's series ids, and the flush (series rows, head rows). Prints
-series/s and the process's RSS growth per series after the store is closed and again while open.
+Builds a Prometheus text body of N series `bench_new_series{pod="...",node="...",l0..}` and times it
+into a fresh DuckDB store in a temporary directory, with the garbage collector set as `gpuwatch serve`
+sets it (`cli/gctune.py`):
+- `--via import`: the body with a timestamp on each line, through `importer.import_text` (parse,
+  group, the writer's series ids and one transaction), as `POST /api/v1/import/prometheus` does;
+- `--via scrape`: the body without timestamps, as prometheus_client writes a page (formatted here: a
+  registry of a million children takes minutes to build), served over HTTP on 127.0.0.1 and scraped
+  once by a real `Target` (fetch, parse, labels, staleness), its batches appended and flushed.
+Then N more new series into the same store (flat per series, or not?). Each N runs in a process of
+its own. Prints series/s by the wall clock and by the process's CPU time (all threads: on a shared
+machine the steadier figure), and the RSS growth per series while the store is open, also after a
+full collection and glibc's malloc_trim (what is held, not the allocator's keep of the garbage).
+
+`--marker` also appends one sample of a marker series every 20 ms from another thread (the store on
+the system clock, flushing every 0.25 s) and prints the longest a marker waited to be written while
+the N series went in: how long the writer was held. `--root DIR` imports gpuwatch from another tree
+(a build to compare with, in turns); `--profile` prints the calling thread's cProfile.
 """
 
 from __future__ import annotations
 
 import argparse
 import cProfile
+import ctypes
+import dataclasses
+import gc
+import http.server
 import pstats
-import resource
+import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
-from gpuwatch.clock import FakeClock  # noqa: E402
-from gpuwatch.collect.importer import import_text  # noqa: E402
-from gpuwatch.store import Store  # noqa: E402
-
 T0_MS = 1_800_000_000_000
+MARKER_EVERY_S = 0.02
 
 
-def body(n: int, labels: int, offset: int = 0) -> str:
+def body(n: int, labels: int, offset: int = 0, timestamps: bool = True) -> str:
     extra = ",".join(f'l{j}="value-{j}"' for j in range(labels - 2))
-    return "".join(
-        f'bench_new_series{{pod="pod-{offset + i:07d}",node="node-{(offset + i) % 97}",{extra}}} 1 {T0_MS}\n'
+    stamp = f" {T0_MS}" if timestamps else ""
+    head = "# HELP bench_new_series A new series.\n# TYPE bench_new_series gauge\n"
+    return head + "".join(
+        f'bench_new_series{{pod="pod-{offset + i:07d}",node="node-{(offset + i) % 97}",{extra}}} 1{stamp}\n'
         for i in range(n)
     )
 
@@ -42,45 +59,185 @@ def rss_mb() -> float:
         for line in f:
             if line.startswith("VmRSS:"):
                 return int(line.split()[1]) / 1024
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    return 0.0
 
 
-def run(n: int, labels: int, profile: bool) -> None:
-    text = body(n, labels)
+def trimmed_rss_mb() -> float:
+    """RSS after a full collection and glibc's malloc_trim: what the process holds, not what its
+    allocator kept of the garbage."""
+    gc.collect()
+    ctypes.CDLL("libc.so.6").malloc_trim(0)
+    return rss_mb()
+
+
+class Page(http.server.BaseHTTPRequestHandler):
+    """Serves `server.page` (bytes) as prometheus_client serves a registry."""
+
+    def do_GET(self) -> None:
+        data: bytes = self.server.page  # type: ignore[attr-defined]
+        self.send_response(200)
+        self.send_header("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+class Markers:
+    """Appends a marker sample every 20 ms and notes when each was appended and each flush ended."""
+
+    def __init__(self, store: Any, clock: Any) -> None:
+        from gpuwatch.model import Batch, Sample, stable_labels
+
+        self._store, self._clock = store, clock
+        self._sample, self._batch = Sample, Batch
+        self._labels = stable_labels({"bench": "marker"})
+        self.appended: list[float] = []
+        self.flushes: list[float] = []
+        self._stop = threading.Event()
+        self._threads = [threading.Thread(target=self._append), threading.Thread(target=self._poll)]
+        for t in self._threads:
+            t.start()
+
+    def _append(self) -> None:
+        i = 0
+        while not self._stop.wait(MARKER_EVERY_S):
+            now_ms = self._clock.now_ms()
+            self._store.append(self._batch(now_ms, [self._sample("bench_marker", self._labels, float(i))]))
+            self.appended.append(now_ms)
+            i += 1
+
+    def _poll(self) -> None:
+        last = None
+        while not self._stop.wait(0.005):
+            done = self._store.counters()["last_flush_ms"]
+            if done != last:
+                self.flushes.append(done)
+                last = done
+
+    def longest_wait_s(self, lo_ms: float, hi_ms: float) -> float:
+        """The longest a marker appended in [lo_ms, hi_ms] waited for the flush that wrote it."""
+        worst = 0.0
+        for a in self.appended:
+            if lo_ms <= a <= hi_ms:
+                done = next((f for f in self.flushes if f is not None and f >= a), None)
+                worst = max(worst, ((done if done is not None else self._clock.now_ms()) - a) / 1000)
+        return worst
+
+    def stop(self) -> None:
+        self._stop.set()
+        for t in self._threads:
+            t.join()
+
+
+def child(n: int, labels: int, via: str, marker: bool, profile: bool) -> None:
+    from gpuwatch.cli.gctune import tune_for_serving
+    from gpuwatch.clock import FakeClock, SystemClock
+    from gpuwatch.collect.importer import import_text
+    from gpuwatch.store import Store
+
+    clock: Any = SystemClock() if marker else FakeClock(T0_MS / 1000)
+    prof = cProfile.Profile() if profile else None
     with tempfile.TemporaryDirectory() as tmp:
-        store = Store.open(Path(tmp), clock=FakeClock(T0_MS / 1000), flush_interval_s=3600)
+        store = Store.open(Path(tmp), clock=clock, flush_interval_s=0.25 if marker else 3600)
+        tune_for_serving()
+        if via == "import":
+            texts = [body(n, labels), body(n, labels, offset=n)]
+
+            def once(k: int) -> None:
+                result = import_text(store, texts[k], now_ms=T0_MS)
+                assert result.series == n and not result.errors, result
+
+        else:
+            from gpuwatch.collect.fetch import HttpFetcher
+            from gpuwatch.collect.scrape import Target
+            from gpuwatch.collect.targetspec import TargetSpec
+            from gpuwatch.model import make_labels
+
+            pages = [body(n, labels, timestamps=False).encode(), body(n, labels, n, False).encode()]
+            server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Page)
+            threading.Thread(target=server.serve_forever, daemon=True).start()
+            address = f"127.0.0.1:{server.server_address[1]}"
+            spec = TargetSpec(
+                "bench",
+                address,
+                "http",
+                "/metrics",
+                (),
+                make_labels({"job": "bench", "instance": address}),
+                60,
+                60,
+            )
+            if "series_limits" in TargetSpec.__dataclass_fields__:  # (not in builds before them)
+                from gpuwatch.model import NO_SERIES_LIMITS
+
+                spec = dataclasses.replace(spec, series_limits=NO_SERIES_LIMITS)
+            # serve's fetch caps a page at 32 MB; a million of these lines are 88 MB
+            target = Target(spec, HttpFetcher(clock, max_body_bytes=1 << 30), clock)
+
+            def once(k: int) -> None:
+                server.page = pages[k]  # type: ignore[attr-defined]
+                for batch in target.scrape():
+                    store.append(batch)
+                store.flush()
+                assert target.health == "up", target.last_error
+
+        markers = Markers(store, clock) if marker else None
         before = rss_mb()
-        prof = cProfile.Profile() if profile else None
-        t = time.perf_counter()
-        if prof:
-            prof.enable()
-        result = import_text(store, text, now_ms=T0_MS)
-        if prof:
-            prof.disable()
-        took = time.perf_counter() - t
-        grown = rss_mb() - before
-        # a second import of as many new series into the same store: flat per series, or not?
-        t = time.perf_counter()
-        import_text(store, body(n, labels, offset=n), now_ms=T0_MS)
-        took2 = time.perf_counter() - t
+        took, cpu = [], []
+        for k in range(2):
+            if prof and k == 0:
+                prof.enable()
+            t0, c0, start = time.perf_counter(), time.process_time(), clock.now_ms()
+            once(k)
+            took.append(time.perf_counter() - t0)
+            cpu.append(time.process_time() - c0)
+            if prof and k == 0:
+                prof.disable()
+            if k == 0:
+                grown = rss_mb() - before
+                held = trimmed_rss_mb() - before
+            if markers is not None:
+                time.sleep(0.5)  # let the markers of the import's last moments be flushed
+                print(
+                    f"    marker: longest wait {markers.longest_wait_s(start, clock.now_ms()):.2f} s",
+                    flush=True,
+                )
+        if markers is not None:
+            markers.stop()
         store.close()
-    assert result.series == n, result
     print(
-        f"{n:>8} series, {labels} labels: {took:6.2f} s = {n / took:>9,.0f} series/s; "
-        f"next {n}: {took2:6.2f} s = {n / took2:>9,.0f}/s; RSS +{grown:.0f} MB ({grown * 1024 * 1024 / n:,.0f} B/series)"
+        f"{n:>8} series via {via}, {labels} labels: {took[0]:6.2f} s = {n / took[0]:>9,.0f} series/s "
+        f"(CPU {cpu[0]:.2f} s = {n / cpu[0]:,.0f}/s); next {n}: {took[1]:6.2f} s = {n / took[1]:>9,.0f}/s "
+        f"(CPU {cpu[1]:.2f} s); "
+        f"RSS +{grown:.0f} MB ({grown * 1024 * 1024 / n:,.0f} B/series; "
+        f"{held * 1024 * 1024 / n:,.0f} after gc and malloc_trim)",
+        flush=True,
     )
     if prof:
-        pstats.Stats(prof).sort_stats("cumulative").print_stats(18)
+        pstats.Stats(prof).sort_stats("cumulative").print_stats(25)
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--series", type=int, nargs="+", default=[20_000, 100_000])
+    p = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    p.add_argument("--series", type=int, nargs="+", default=[100_000, 300_000, 1_000_000])
     p.add_argument("--labels", type=int, default=6)
+    p.add_argument("--via", choices=["import", "scrape"], default="import")
+    p.add_argument("--marker", action="store_true")
+    p.add_argument("--root", type=Path, default=ROOT, help="the gpuwatch tree to measure")
     p.add_argument("--profile", action="store_true")
+    p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args()
+    if args.child:
+        sys.path.insert(0, str(args.root.resolve()))
+        child(args.series[0], args.labels, args.via, args.marker, args.profile)
+        return
     for n in args.series:
-        run(n, args.labels, args.profile)
+        flags = ["--labels", str(args.labels), "--via", args.via, "--root", str(args.root)]
+        flags += ["--marker"] * args.marker + ["--profile"] * args.profile
+        subprocess.run([sys.executable, __file__, "--child", "--series", str(n), *flags], check=True)
 
 
 if __name__ == "__main__":

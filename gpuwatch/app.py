@@ -406,6 +406,7 @@ def scrape_pool(
         clock=clock,
         base_dir=settings.config_file.parent if settings.config_file is not None else None,
         label_limits=settings.label_limits,
+        series_limits=settings.series_limits,
     )
 
 

@@ -14,7 +14,7 @@ import yaml
 from gpuwatch.collect.logconfig import LogFileConfig, parse_log_files
 from gpuwatch.collect.scrapeconfig import ScrapeConfig, parse_scrape_configs, parse_scrape_urls
 from gpuwatch.errors import ConfigError
-from gpuwatch.model import LabelLimits
+from gpuwatch.model import LabelLimits, SeriesLimits
 from gpuwatch.notify.alerting import AlertingConfig, parse_alerting
 from gpuwatch.notify.config import NotifyConfig, parse_notify
 from gpuwatch.rules.config import BuiltinRules, parse_builtin_rules, parse_language
@@ -268,6 +268,20 @@ OPTIONS: tuple[Option, ...] = (
         "Longest label value on every write path (0: no limit).",
     ),
     Option(
+        "max_new_series_per_request",
+        _parse_int(0, 10**9),
+        1_000_000,
+        "Most new series one push or import may make (refused whole: 413) and one scrape may bring "
+        "(the scrape fails, `up` 0) (0: no limit).",
+    ),
+    Option(
+        "max_new_series_per_minute",
+        _parse_int(0, 10**9),
+        1_000_000,
+        "Most new series pushes and imports may make in a minute, and each scrape target bring "
+        "(over it: 429, or the scrape fails) (0: no limit).",
+    ),
+    Option(
         "chunk_cache_mb",
         _parse_int(0, 1_000_000),
         128,
@@ -466,6 +480,8 @@ class Settings:
     label_limit: int = 64
     label_name_length_limit: int = 1024
     label_value_length_limit: int = 4096
+    max_new_series_per_request: int = 1_000_000
+    max_new_series_per_minute: int = 1_000_000
     proc_root: Path = Path("/proc")
     expect_gpus: bool = False
     auth: str = "on"
@@ -485,6 +501,11 @@ class Settings:
     def label_limits(self) -> LabelLimits:
         """The limits every write path checks labels against."""
         return LabelLimits(self.label_limit, self.label_name_length_limit, self.label_value_length_limit)
+
+    @property
+    def series_limits(self) -> SeriesLimits:
+        """The limits on new series every push, import and scrape is held to."""
+        return SeriesLimits(self.max_new_series_per_request, self.max_new_series_per_minute)
 
     def public(self) -> dict[str, Any]:
         """Return the settings as JSON-friendly values (for /-/settings)."""

@@ -25,6 +25,16 @@ class StoreInUse(StoreError):
     """Another running gpuwatch owns the data directory."""
 
 
+class SeriesLimitExceeded(GpuwatchError):
+    """A push, import or scrape would make more new series than `max_new_series_per_request` or
+    `max_new_series_per_minute` allow; nothing of it was written. 413 for a request over the first
+    (it never fits), 429 for one over the second (it may, later)."""
+
+    def __init__(self, message: str, http_status: int = 429) -> None:
+        super().__init__(message)
+        self.http_status = http_status
+
+
 class QueryError(GpuwatchError):
     """A query could not be parsed or evaluated."""
 

@@ -2,16 +2,18 @@
 
 from __future__ import annotations
 
+import collections
 import math
 import struct
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from itertools import chain
 from typing import Any, NamedTuple
 
 import numpy as np
 
 from gpuwatch import regex
-from gpuwatch.errors import QueryError
+from gpuwatch.errors import QueryError, SeriesLimitExceeded
 from gpuwatch.regex import Regex
 
 # A label set: (name, value) pairs sorted by name; never contains "__name__".
@@ -36,6 +38,12 @@ class LabelLimits:
     labels: int = 64
     name_length: int = 1024
     value_length: int = 4096
+    _shortest: int = field(init=False, repr=False, compare=False, default=0)  # the shorter length limit
+
+    def __post_init__(self) -> None:
+        object.__setattr__(
+            self, "_shortest", min(x for x in (self.name_length, self.value_length, 1 << 62) if x)
+        )
 
     def problem(self, labels: Iterable[tuple[str, str]]) -> str | None:
         """Return what is over a limit in `labels` (metric name included as `__name__`), or None."""
@@ -50,8 +58,72 @@ class LabelLimits:
             return f"more than {self.labels} labels (label_limit)"
         return None
 
+    def series_problem(self, name: str, labels: Labels) -> str | None:
+        """`problem` of the series `name{labels}`; most series are answered by one C-level pass over
+        their strings (a scrape of new series checks every one)."""
+        if not self.labels or len(labels) < self.labels:
+            short = self._shortest
+            if len(name) <= short and max(map(len, chain.from_iterable(labels)), default=0) <= short:
+                return None
+        return self.problem((("__name__", name), *labels))
+
 
 DEFAULT_LABEL_LIMITS = LabelLimits()
+
+
+@dataclass(frozen=True)
+class SeriesLimits:
+    """How many new series one request (a push, an import, a scrape) may bring, and how many a minute:
+    the settings `max_new_series_per_request` and `max_new_series_per_minute`. 0 means no limit."""
+
+    per_request: int = 1_000_000
+    per_minute: int = 1_000_000
+
+    def problem(self, new: int, in_last_minute: int) -> tuple[str, int] | None:
+        """Why `new` more series (after `in_last_minute` in the last 60 s) are refused, with the HTTP
+        status that says so (413: never, 429: not now), or None."""
+        if self.per_request and new > self.per_request:
+            text = f"{new} new series at once, more than max_new_series_per_request ({self.per_request})"
+            return text, 413
+        if self.per_minute and new and new + in_last_minute > self.per_minute:
+            text = (
+                f"{new} new series after {in_last_minute} in the last minute, more than "
+                f"max_new_series_per_minute ({self.per_minute}); try again later"
+            )
+            return text, 429
+        return None
+
+    def admit(self, new: int, window: MinuteCounts, now_s: float) -> None:
+        """Count `new` series in `window`, or raise SeriesLimitExceeded (and count nothing)."""
+        problem = self.problem(new, window.total(now_s))
+        if problem is not None:
+            raise SeriesLimitExceeded(*problem)
+        window.add(now_s, new)
+
+
+DEFAULT_SERIES_LIMITS = SeriesLimits()
+NO_SERIES_LIMITS = SeriesLimits(0, 0)
+
+
+class MinuteCounts:
+    """A sum over the last 60 s of a clock's monotonic seconds (the new series a minute brought).
+    Not locked: its owner uses it from one thread."""
+
+    def __init__(self) -> None:
+        self._recent: collections.deque[tuple[float, int]] = collections.deque()
+        self._total = 0
+
+    def total(self, now_s: float) -> int:
+        """The sum of what was added in the 60 s before `now_s`."""
+        recent = self._recent
+        while recent and recent[0][0] <= now_s - 60:
+            self._total -= recent.popleft()[1]
+        return self._total
+
+    def add(self, now_s: float, n: int) -> None:
+        if n:
+            self._recent.append((now_s, n))
+            self._total += n
 
 
 def make_labels(labels: Mapping[str, str]) -> Labels:
@@ -109,6 +181,8 @@ class SeriesTable:
     its own number -> series id array per table (by the table's identity, weakly), so a batch costs it
     one numpy take instead of a label lookup per sample. Series are only ever appended; a source that
     wants to forget series starts a new table. The same (name, labels) may appear under two numbers.
+    Labels are in `make_labels` form (sorted, no `__name__`, no empty value): the store takes them as
+    they are.
     """
 
     __slots__ = ("__weakref__", "labels", "names")
@@ -154,6 +228,40 @@ class TableSamples(Sequence[Sample]):
         names, labels = self.table.names, self.table.labels
         for k, v in zip(self.numbers.tolist(), self.values.tolist(), strict=True):
             yield Sample(names[k], labels[k], v)
+
+
+class SeriesColumns:
+    """Many series and their samples as columns (an import): series k is `names[k]{labels[k]}`, its
+    samples `t_ms[starts[k]:starts[k + 1]]` and `values[...]`, times ascending and distinct.
+
+    Labels are in `make_labels` form (sorted, no `__name__`, no empty value) and no series appears
+    twice: the store takes them as they are. Nobody changes the arrays after it is made.
+    """
+
+    __slots__ = ("labels", "names", "starts", "t_ms", "values")
+
+    def __init__(
+        self, names: list[str], labels: list[Labels], starts: np.ndarray, t_ms: np.ndarray, values: np.ndarray
+    ) -> None:
+        if len(names) != len(labels) or starts.size != len(names) + 1 or t_ms.shape != values.shape:
+            raise ValueError("names, labels, starts (one more), t_ms and values (as long) do not match")
+        self.names = names
+        self.labels = labels
+        self.starts = starts
+        self.t_ms = t_ms
+        self.values = values
+
+    def __len__(self) -> int:
+        return len(self.names)
+
+    @property
+    def samples(self) -> int:
+        return int(self.t_ms.size)
+
+    def series(self, k: int) -> tuple[np.ndarray, np.ndarray]:
+        """Series k's timestamps and values (views)."""
+        lo, hi = int(self.starts[k]), int(self.starts[k + 1])
+        return self.t_ms[lo:hi], self.values[lo:hi]
 
 
 class Matcher(NamedTuple):

@@ -10,10 +10,13 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 from flask.testing import FlaskClient
+from hypothesis import given
+from hypothesis import strategies as st
 
 from gpuwatch.clock import FakeClock
-from gpuwatch.collect.importer import import_text, prepare
-from gpuwatch.model import LabelLimits, Matcher
+from gpuwatch.collect.importer import group_columns, import_text, prepare
+from gpuwatch.errors import SeriesLimitExceeded
+from gpuwatch.model import LabelLimits, Matcher, SeriesLimits
 from gpuwatch.store import Store
 from gpuwatch.web import importapi
 
@@ -28,17 +31,22 @@ GOOD = (
 
 
 @pytest.fixture
-def store() -> Iterator[Store]:
-    s = Store.open(None, clock=FakeClock(NOW_MS / 1000))
+def clock() -> FakeClock:
+    return FakeClock(NOW_MS / 1000)
+
+
+@pytest.fixture
+def store(clock: FakeClock) -> Iterator[Store]:
+    s = Store.open(None, clock=clock)
     yield s
     s.close()
 
 
 @pytest.fixture
-def runtime(store: Store) -> SimpleNamespace:
+def runtime(store: Store, clock: FakeClock) -> SimpleNamespace:
     """What the import API reads of a runtime: the store and the clock (conftest's `client` serves it)."""
-    settings = SimpleNamespace(label_limits=LabelLimits())
-    return SimpleNamespace(store=store, clock=FakeClock(NOW_MS / 1000), settings=settings, access=None)
+    settings = SimpleNamespace(label_limits=LabelLimits(), series_limits=SeriesLimits())
+    return SimpleNamespace(store=store, clock=clock, settings=settings, access=None)
 
 
 def _all(store: Store) -> dict[tuple[str, tuple], list[tuple[int, float]]]:
@@ -173,3 +181,79 @@ def test_series_over_the_label_limits_are_refused_as_push_refuses_them(
     assert _all(store) == {}, "all or nothing"
     r = client.post("/api/v1/import/prometheus?partial=true", data=body)
     assert r.status_code == 200 and list(_all(store)) == [("ok", ())]
+
+
+def _new_series(first: int, n: int) -> str:
+    return "".join(f'fresh{{pod="p{i}"}} {i} 1000\n' for i in range(first, first + n))
+
+
+def test_an_import_with_more_new_series_than_allowed_is_413_naming_the_setting_and_writes_nothing(
+    client: FlaskClient, store: Store, runtime: SimpleNamespace
+) -> None:
+    runtime.settings.series_limits = SeriesLimits(per_request=3, per_minute=0)
+    r = client.post("/api/v1/import/prometheus", data=_new_series(0, 4))
+    assert r.status_code == 413
+    assert "max_new_series_per_request (3)" in r.get_json()["error"]
+    assert _all(store) == {}, "all or nothing"
+    assert client.post("/api/v1/import/prometheus", data=_new_series(0, 3)).status_code == 200
+    # series already stored are not new: 3 known + 3 new passes
+    assert client.post("/api/v1/import/prometheus", data=_new_series(0, 6)).status_code == 200
+    assert len(_all(store)) == 6
+
+
+def test_new_series_beyond_the_minute_s_allowance_are_429_until_the_minute_has_passed(
+    client: FlaskClient, store: Store, runtime: SimpleNamespace, clock: FakeClock
+) -> None:
+    runtime.settings.series_limits = SeriesLimits(per_request=0, per_minute=5)
+    assert client.post("/api/v1/import/prometheus", data=_new_series(0, 3)).status_code == 200
+    clock.advance(30)
+    r = client.post("/api/v1/import/prometheus", data=_new_series(3, 3))
+    assert r.status_code == 429
+    assert "max_new_series_per_minute (5)" in r.get_json()["error"]
+    assert len(_all(store)) == 3
+    clock.advance(31)  # the first import's series are more than a minute old
+    assert client.post("/api/v1/import/prometheus", data=_new_series(3, 3)).status_code == 200
+    assert len(_all(store)) == 6
+
+
+def test_import_text_raises_series_limit_exceeded_and_writes_nothing(store: Store) -> None:
+    with pytest.raises(SeriesLimitExceeded, match="max_new_series_per_request"):
+        import_text(store, _new_series(0, 5), now_ms=NOW_MS, series_limits=SeriesLimits(4, 0))
+    assert _all(store) == {}
+
+
+def test_an_import_of_long_and_short_series_is_written_whole(store: Store) -> None:
+    long_series = "".join(f"long {i} {1000 + i}\n" for i in range(3000))
+    result = import_text(store, long_series + _new_series(0, 10), now_ms=NOW_MS)
+    assert (result.samples, result.series) == (3010, 11)
+    got = _all(store)
+    assert len(got) == 11 and got[("long", ())][:2] == [(1000, 0.0), (1001, 1.0)]
+    assert len(got[("long", ())]) == 3000
+
+
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from(["a", "b"]),
+            st.sampled_from([(), (("x", "1"),), (("x", ""),), (("x", "2"), ("y", ""))]),
+            st.one_of(st.none(), st.integers(0, 5)),
+            st.integers(0, 100).map(float),
+        ),
+        max_size=40,
+    )
+)
+def test_grouped_columns_match_grouping_sample_by_sample(
+    samples: list[tuple[str, tuple[tuple[str, str], ...], int | None, float]],
+) -> None:
+    expected: dict[tuple[str, tuple[tuple[str, str], ...]], dict[int, float]] = {}
+    for name, labels, t, v in samples:  # the last line of a repeated time wins; empty labels dropped
+        key = (name, tuple(p for p in labels if p[1]))
+        expected.setdefault(key, {})[7 if t is None else t] = v
+    columns = group_columns(samples, [], now_ms=7)
+    got = {}
+    for k, key in enumerate(zip(columns.names, columns.labels, strict=True)):
+        t, v = columns.series(k)
+        assert (np.diff(t) > 0).all()
+        got[key] = dict(zip(t.tolist(), v.tolist(), strict=True))
+    assert got == expected
+    assert list(got) == list(expected), "series in order of first appearance"

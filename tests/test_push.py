@@ -28,6 +28,7 @@ from gpuwatch.collect.runs import SeenThrottle
 from gpuwatch.config import load
 from gpuwatch.demo.nvml import FakeNvml
 from gpuwatch.model import Matcher, SeriesData, is_stale
+from gpuwatch.web import create_app
 
 
 @pytest.fixture
@@ -433,3 +434,60 @@ def test_a_run_name_the_store_cannot_hold_is_a_400_not_a_write_error(
     assert r.status_code == 400 and "UTF-8" in r.get_json()["error"], r.get_json()
     runtime.store.flush()
     assert runtime.store.counters()["write_errors"] == 0
+
+
+# -- new series limits ------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def limited(tmp_path: Path, clock: FakeClock, request: pytest.FixtureRequest) -> Iterator[FlaskClient]:
+    per_request, per_minute = request.param
+    settings = load(
+        None,
+        {},
+        {
+            "data_dir": str(tmp_path / "data"),
+            "demo": True,
+            "max_new_series_per_request": per_request,
+            "max_new_series_per_minute": per_minute,
+        },
+    )
+    nvml = FakeNvml(gpu_count=1, clock=clock, blocking_event_wait=False)
+    rt = build_runtime(settings, "node-1", clock=clock, nvml=nvml)
+    app = create_app(rt)
+    app.config["TESTING"] = True
+    yield app.test_client()
+    rt.close()
+
+
+def _page(*pods: int) -> bytes:
+    return "".join(f'up_pods{{pod="p{i}"}} 1\n' for i in pods).encode()
+
+
+@pytest.mark.parametrize("limited", [(3, 0)], indirect=True)
+def test_a_push_with_more_new_series_than_allowed_is_413_and_leaves_the_group_as_it_was(
+    limited: FlaskClient,
+) -> None:
+    assert limited.put("/metrics/job/j", data=_page(0, 1)).status_code == 200  # + push_time_seconds: 3
+    resp = limited.put("/metrics/job/j", data=_page(0, 1, 2, 3, 4, 5))
+    assert resp.status_code == 413
+    assert "max_new_series_per_request (3)" in resp.get_json()["error"]
+    rt = limited.application.extensions["gpuwatch"]
+    stored = series(rt, "up_pods")
+    assert sorted(dict(s.labels)["pod"] for s in stored) == ["p0", "p1"]
+    assert sorted(dict(s.labels)["pod"] for s in rt.pushes.current() if s.name == "up_pods") == ["p0", "p1"]
+    resp = limited.post("/api/v1/push", json={"run": "r", "metrics": {"a": 1, "b": 2, "c": 3, "d": 4}})
+    assert resp.status_code == 413 and "max_new_series_per_request" in resp.get_json()["error"]
+    assert rt.store.select([Matcher("run", "=", "r")], 0, 2**62) == []
+
+
+@pytest.mark.parametrize("limited", [(0, 5)], indirect=True)
+def test_pushes_beyond_the_minute_s_new_series_are_429_until_it_has_passed(
+    limited: FlaskClient, clock: FakeClock
+) -> None:
+    assert limited.put("/metrics/job/a", data=_page(0, 1)).status_code == 200  # 3 new
+    assert limited.put("/metrics/job/a", data=_page(0, 1)).status_code == 200  # none new
+    resp = limited.put("/metrics/job/b", data=_page(0, 1))  # 3 more
+    assert resp.status_code == 429 and "max_new_series_per_minute (5)" in resp.get_json()["error"]
+    clock.advance(61)
+    assert limited.put("/metrics/job/b", data=_page(0, 1)).status_code == 200

@@ -20,7 +20,7 @@ from gpuwatch.collect.targetspec import TargetSpec
 from gpuwatch.config import load
 from gpuwatch.demo.nvml import FakeNvml
 from gpuwatch.errors import ScrapeError
-from gpuwatch.model import Batch, LabelLimits, Labels, is_stale
+from gpuwatch.model import Batch, LabelLimits, Labels, SeriesLimits, is_stale
 
 
 class FakeFetch:
@@ -210,6 +210,58 @@ def test_label_limits_fail_the_scrape(clock: FakeClock, body: bytes, error: str)
     del batches[:]
     pool.scrape_all()
     assert by_key(batches)[("up", t)] == 1, "the next clean page is taken again"
+
+
+def _pods(*pods: int) -> bytes:
+    return "".join(f'pod_up{{pod="p{i}"}} 1\n' for i in pods).encode()
+
+
+def test_a_scrape_bringing_more_new_series_than_allowed_fails_and_counts_them_again(clock: FakeClock) -> None:
+    fetch = FakeFetch()
+    fetch.bodies["h:1"] = _pods(0, 1)
+    jobs = [{"job_name": "j", "static_configs": [{"targets": ["h:1"]}]}]
+    pool, batches = pool_for(jobs, fetch, clock, series_limits=SeriesLimits(per_request=3, per_minute=0))
+    pool.scrape_all()
+    t = L(job="j", instance="h:1")
+    assert by_key(batches)[("up", t)] == 1
+    fetch.bodies["h:1"] = _pods(0, 1, 2, 3, 4, 5)  # 4 new
+    for attempt in range(2):  # refused twice: the refused series are not remembered as known
+        clock.advance(15)
+        del batches[:]
+        pool.scrape_all()
+        got = by_key(batches)
+        assert got[("up", t)] == 0 and ("pod_up", (*t, ("pod", "p5"))) not in got
+        if attempt == 0:
+            assert is_stale(got[("pod_up", (*t, ("pod", "p0")))]), "a failed scrape ends the target's series"
+        (state,) = pool.states()
+        assert state["health"] == "down"
+        assert state["lastError"] == (
+            "new series limit exceeded: 4 new series at once, more than max_new_series_per_request (3)"
+        )
+    fetch.bodies["h:1"] = _pods(0, 1, 2, 3, 4)  # 3 new
+    clock.advance(15)
+    del batches[:]
+    pool.scrape_all()
+    assert by_key(batches)[("up", t)] == 1
+
+
+def test_a_target_bringing_more_new_series_a_minute_than_allowed_fails_until_the_minute_passed(
+    clock: FakeClock,
+) -> None:
+    fetch = FakeFetch()
+    jobs = [{"job_name": "j", "static_configs": [{"targets": ["h:1"]}]}]
+    pool, batches = pool_for(jobs, fetch, clock, series_limits=SeriesLimits(per_request=0, per_minute=5))
+    t = L(job="j", instance="h:1")
+    ups = []
+    for page in (_pods(0, 1, 2), _pods(3, 4), _pods(5, 6), _pods(5, 6)):  # churning pod labels
+        fetch.bodies["h:1"] = page
+        del batches[:]
+        pool.scrape_all()
+        ups.append(by_key(batches)[("up", t)])
+        clock.advance(20)
+    assert ups == [1, 1, 0, 1], "the third page's 2 would make 7 in a minute; a minute after the first, 4"
+    (state,) = pool.states()
+    assert state["health"] == "up"
 
 
 def test_staleness_for_a_vanished_series_and_a_target_going_down(clock: FakeClock) -> None:

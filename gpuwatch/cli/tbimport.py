@@ -16,7 +16,7 @@ from typing import Any
 
 import requests
 
-from gpuwatch.collect.importer import Prepared, SeriesSink, group_samples, write
+from gpuwatch.collect.importer import Prepared, SeriesSink, group_columns, write
 from gpuwatch.collect.tensorboard import EVENT_FILE_MARK, TbImport, read_for_import, run_updates
 from gpuwatch.collect.tfevents import load_codec
 from gpuwatch.errors import GpuwatchError
@@ -61,8 +61,8 @@ def prepare_events(name: str, *, now_ms: int, limits: LabelLimits) -> EventImpor
     if read.files == 0:
         raise GpuwatchError(f"{name}: no TensorBoard event files (names containing {EVENT_FILE_MARK!r})")
     errors: list[Any] = []
-    series = group_samples(read.points, errors, now_ms=now_ms, limits=limits)
-    return EventImport(name, read, Prepared(series, errors, read.records))
+    columns = group_columns(read.points, errors, now_ms=now_ms, limits=limits)
+    return EventImport(name, read, Prepared(columns, errors, read.records))
 
 
 def summary(ev: EventImport, samples: int, series: int) -> str:

@@ -9,23 +9,32 @@ import only adds samples; it never deletes or rewrites what is already stored.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+from itertools import chain
+from operator import itemgetter
 from typing import Protocol
 
 import numpy as np
 
-from gpuwatch.model import DEFAULT_LABEL_LIMITS, LabelLimits, Labels
+from gpuwatch.model import (
+    DEFAULT_LABEL_LIMITS,
+    NO_SERIES_LIMITS,
+    LabelLimits,
+    Labels,
+    SeriesColumns,
+    SeriesLimits,
+)
 from gpuwatch.promtext.parser import ParseIssue, parse
 from gpuwatch.units import MAX_TIME_MS, MIN_TIME_MS
+
+_NAME, _LABELS, _TIME, _VALUE = (itemgetter(i) for i in range(4))
 
 
 class SeriesSink(Protocol):
     """What the importer needs from the store."""
 
-    def append_many(self, series: Sequence[tuple[str, Labels, np.ndarray, np.ndarray]]) -> None: ...
-
-    def flush(self) -> None: ...
+    def write_columns(self, columns: SeriesColumns, limits: SeriesLimits = NO_SERIES_LIMITS) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -40,15 +49,20 @@ class PreparedSeries:
 
 @dataclass(frozen=True)
 class Prepared:
-    """A parsed body: the series to write and the invalid lines."""
+    """A parsed body: the series to write (as columns) and the invalid lines."""
 
-    series: list[PreparedSeries]
+    columns: SeriesColumns
     errors: list[ParseIssue]
     lines: int
 
     @property
     def samples(self) -> int:
-        return sum(len(s.timestamps_ms) for s in self.series)
+        return self.columns.samples
+
+    @property
+    def series(self) -> list[PreparedSeries]:
+        """The series one by one (built on each call)."""
+        return split(self.columns)
 
 
 @dataclass(frozen=True)
@@ -76,69 +90,141 @@ def prepare(
     over the label limits is an error (one per series) and is left out."""
     result = parse(data, openmetrics=openmetrics, default_timestamp_ms=now_ms)
     errors = list(result.errors)
-    series = group_samples(result.samples, errors, now_ms=now_ms, limits=limits)
-    return Prepared(series, errors, result.lines)
+    columns = group_columns(result.samples, errors, now_ms=now_ms, limits=limits)
+    return Prepared(columns, errors, result.lines)
+
+
+def group_columns(
+    samples: Sequence[tuple[str, Labels, int | None, float]],
+    errors: list[ParseIssue],
+    *,
+    now_ms: int,
+    limits: LabelLimits = DEFAULT_LABEL_LIMITS,
+) -> SeriesColumns:
+    """Group (name, labels, time or None, value) samples per series, in order of first appearance,
+    sorted by time, a repeated time's last value kept; a label with an empty value is dropped; a series
+    over the label limits is left out and added to `errors` (one per series).
+
+    Columnar: the work per sample is done by C loops (`map`, `zip`, dict building) and numpy; Python
+    loops run only over distinct label pairs, and over series when some label is empty or a limit is hit.
+    """
+    n = len(samples)
+    names: list[str] = list(map(_NAME, samples))
+    labels: list[Labels] = list(map(_LABELS, samples))
+    times = list(map(_TIME, samples))
+    if None in times:
+        times = [now_ms if t is None else t for t in times]
+    if times and (min(times) < MIN_TIME_MS or max(times) > MAX_TIME_MS):
+        # OpenMetrics allows 1e19 seconds; int64 milliseconds do not (an OverflowError, a 500)
+        kept = _within_time_range(samples, times, errors)
+        return group_columns(kept, errors, now_ms=now_ms, limits=limits)
+    t = np.array(times, np.int64)
+    v = np.fromiter(map(_VALUE, samples), np.float64, n)
+    # Label sets by identity first (a parser hands out one tuple per label text), then their pairs.
+    distinct = dict(zip(map(id, labels), labels, strict=True))
+    pairs = set(chain.from_iterable(distinct.values()))
+    pair_names, pair_values = list(map(_NAME, pairs)), list(map(_LABELS, pairs))
+    if "" in pair_values:  # as in Prometheus, `a=""` is no label `a`
+        cleaned = {
+            key: tuple(p for p in found if p[1] != "")
+            for key, found in distinct.items()
+            if any(not value for _, value in found)
+        }
+        labels = [cleaned.get(id(found), found) for found in labels]
+    keys = list(zip(names, labels, strict=True))
+    first = dict.fromkeys(keys)
+    if len(first) == n:  # every sample its own series (an import of new series): nothing to sort
+        starts = np.arange(n + 1, dtype=np.int64)
+    else:
+        position = dict(zip(first, range(len(first)), strict=False))
+        group = np.fromiter(map(position.__getitem__, keys), np.int64, n)
+        order = np.lexsort((t, group))  # stable: a repeated time keeps its lines' order
+        group, t, v = group[order], t[order], v[order]
+        keep = np.ones(n, dtype=bool)
+        keep[:-1] = (group[1:] != group[:-1]) | (t[1:] != t[:-1])  # the last line of a repeated time
+        group, t, v = group[keep], t[keep], v[keep]
+        starts = np.searchsorted(group, np.arange(len(first) + 1)).astype(np.int64)
+        names, labels = list(map(_NAME, first)), list(map(_LABELS, first))
+    longest = (max(map(len, pair_names), default=0), max(map(len, pair_values), default=0))
+    refused = _over_limits(names, labels, longest, errors, limits)
+    if refused:
+        keep_series = np.ones(len(names), dtype=bool)
+        keep_series[refused] = False
+        counts = np.diff(starts)
+        per_sample = np.repeat(keep_series, counts)
+        t, v = t[per_sample], v[per_sample]
+        starts = np.concatenate(([0], np.cumsum(counts[keep_series]))).astype(np.int64)
+        names = [x for x, kept in zip(names, keep_series.tolist(), strict=True) if kept]
+        labels = [x for x, kept in zip(labels, keep_series.tolist(), strict=True) if kept]
+    return SeriesColumns(names, labels, starts, t, v)
+
+
+def _within_time_range(
+    samples: Sequence[tuple[str, Labels, int | None, float]], times: list[int], errors: list[ParseIssue]
+) -> list[tuple[str, Labels, int | None, float]]:
+    """The samples of every series with no time beyond +-2^62 ms; each other series is left out and
+    added to `errors` (once)."""
+    refused: dict[tuple[str, Labels], int] = {}
+    for (name, labels, _, _), ts in zip(samples, times, strict=True):
+        if not MIN_TIME_MS <= ts <= MAX_TIME_MS and (name, labels) not in refused:
+            refused[(name, labels)] = ts
+            errors.append(ParseIssue(0, f"series {name}: timestamp {ts} ms out of range", name))
+    return [s for s in samples if (s[0], s[1]) not in refused]
+
+
+def _over_limits(
+    names: list[str],
+    labels: list[Labels],
+    longest: tuple[int, int],
+    errors: list[ParseIssue],
+    limits: LabelLimits,
+) -> list[int]:
+    """The indexes of the series over the label limits, each reported in `errors`. Checked on the
+    longest label name and value and the most labels first; series by series only when one is over."""
+    name_len, value_len = limits.name_length, limits.value_length
+    suspect = bool(limits.labels and labels and max(map(len, labels)) + 1 > limits.labels)
+    suspect = suspect or bool(value_len and names and max(map(len, set(names))) > value_len)
+    suspect = (
+        suspect or bool(name_len and longest[0] > name_len) or bool(value_len and longest[1] > value_len)
+    )
+    if not suspect:
+        return []
+    refused = []
+    for k, (name, found) in enumerate(zip(names, labels, strict=True)):
+        problem = limits.problem((("__name__", name), *found))
+        if problem is not None:
+            refused.append(k)
+            errors.append(ParseIssue(0, f"series {name}: {problem}", name))
+    return refused
+
+
+def split(columns: SeriesColumns) -> list[PreparedSeries]:
+    """The series of `columns` one by one."""
+    return [
+        PreparedSeries(name, found, *columns.series(k))
+        for k, (name, found) in enumerate(zip(columns.names, columns.labels, strict=True))
+    ]
 
 
 def group_samples(
-    samples: Iterable[tuple[str, Labels, int | None, float]],
+    samples: Sequence[tuple[str, Labels, int | None, float]],
     errors: list[ParseIssue],
     *,
     now_ms: int,
     limits: LabelLimits = DEFAULT_LABEL_LIMITS,
 ) -> list[PreparedSeries]:
-    """Group (name, labels, time or None, value) samples per series, sorted by time, a repeated time's
-    last value kept; a series over the label limits or with a time beyond +-2^62 ms is left out and
-    added to `errors` (one per series)."""
-    groups: dict[tuple[str, Labels], tuple[list[int], list[float]]] = {}
-    refused: set[tuple[str, Labels]] = set()
-    clean: dict[Labels, Labels] = {}
-    for name, labels, ts, value in samples:
-        kept = clean.get(labels)
-        if kept is None:
-            kept = clean[labels] = tuple(p for p in labels if p[1] != "")
-        entry = groups.get((name, kept))
-        if entry is None:
-            if (name, kept) in refused:
-                continue
-            problem = limits.problem((("__name__", name), *kept))
-            if problem is not None:
-                refused.add((name, kept))
-                errors.append(ParseIssue(0, f"series {name}: {problem}", name))
-                continue
-            entry = groups[(name, kept)] = ([], [])
-        if ts is not None and not MIN_TIME_MS <= ts <= MAX_TIME_MS:
-            # OpenMetrics allows 1e19 seconds; int64 milliseconds do not (an OverflowError, a 500)
-            del groups[(name, kept)]
-            refused.add((name, kept))
-            errors.append(ParseIssue(0, f"series {name}: timestamp {ts} ms out of range", name))
-            continue
-        entry[0].append(now_ms if ts is None else ts)
-        entry[1].append(value)
-    series = []
-    for (name, labels), (ts_list, value_list) in groups.items():
-        if len(ts_list) == 1:  # most series of a big import of new series: nothing to sort
-            one_t, one_v = np.array(ts_list, np.int64), np.array(value_list, np.float64)
-            series.append(PreparedSeries(name, labels, one_t, one_v))
-            continue
-        t = np.asarray(ts_list, dtype=np.int64)
-        v = np.asarray(value_list, dtype=np.float64)
-        order = np.argsort(t, kind="stable")
-        t, v = t[order], v[order]
-        keep = np.ones(len(t), dtype=bool)
-        keep[:-1] = t[1:] != t[:-1]  # a repeated timestamp: keep the last line's value
-        series.append(PreparedSeries(name, labels, t[keep], v[keep]))
-    return series
+    """`group_columns`, as one `PreparedSeries` per series."""
+    return split(group_columns(samples, errors, now_ms=now_ms, limits=limits))
 
 
-def write(store: SeriesSink, prepared: Prepared) -> ImportResult:
-    """Append every prepared series to `store` (one request to its writer) and flush; return what was
-    written."""
-    kept = [s for s in prepared.series if len(s.timestamps_ms)]
-    store.append_many([(s.name, s.labels, s.timestamps_ms, s.values) for s in kept])
-    store.flush()
-    oldest = min((int(s.timestamps_ms[0]) for s in kept), default=None)
-    return ImportResult(prepared.samples, len(prepared.series), list(prepared.errors), oldest)
+def write(store: SeriesSink, prepared: Prepared, limits: SeriesLimits = NO_SERIES_LIMITS) -> ImportResult:
+    """Write every prepared series to `store`, all or nothing (one request to its writer, one
+    transaction), and wait for it; raise SeriesLimitExceeded if it would make more new series than
+    `limits` allow. Return what was written."""
+    columns = prepared.columns
+    store.write_columns(columns, limits)
+    oldest = int(columns.t_ms.min()) if columns.samples else None
+    return ImportResult(prepared.samples, len(columns), list(prepared.errors), oldest)
 
 
 def import_text(
@@ -149,12 +235,15 @@ def import_text(
     openmetrics: bool | None = None,
     partial: bool = False,
     limits: LabelLimits = DEFAULT_LABEL_LIMITS,
+    series_limits: SeriesLimits = NO_SERIES_LIMITS,
 ) -> ImportResult:
-    """Parse and import one body; with errors and not `partial`, write nothing and return the errors."""
+    """Parse and import one body; with errors and not `partial`, write nothing and return the errors.
+    Raise SeriesLimitExceeded (nothing written) if it would make more new series than `series_limits`
+    allow."""
     prepared = prepare(data, now_ms=now_ms, openmetrics=openmetrics, limits=limits)
     if prepared.errors and not partial:
         return ImportResult(0, 0, list(prepared.errors))
-    return write(store, prepared)
+    return write(store, prepared, series_limits)
 
 
 def describe_errors(errors: list[ParseIssue], limit: int = 20) -> str:

@@ -27,7 +27,14 @@ from gpuwatch.collect.scrape import Target
 from gpuwatch.collect.scrapeconfig import ScrapeConfig, StaticGroup, targets_group
 from gpuwatch.collect.targetspec import TargetSpec, target_specs
 from gpuwatch.errors import ConfigError
-from gpuwatch.model import DEFAULT_LABEL_LIMITS, Batch, LabelLimits, Labels
+from gpuwatch.model import (
+    DEFAULT_LABEL_LIMITS,
+    DEFAULT_SERIES_LIMITS,
+    Batch,
+    LabelLimits,
+    Labels,
+    SeriesLimits,
+)
 
 log = logging.getLogger("gpuwatch.scrape")
 
@@ -72,9 +79,11 @@ class ScrapePool:
         fetch: Fetch | None = None,
         base_dir: Path | None = None,
         label_limits: LabelLimits = DEFAULT_LABEL_LIMITS,
+        series_limits: SeriesLimits = DEFAULT_SERIES_LIMITS,
     ) -> None:
         self.configs = tuple(configs)
         self.label_limits = label_limits
+        self.series_limits = series_limits
         self.default_interval_s = default_interval_s
         self._sink = sink
         self._clock = clock
@@ -127,7 +136,12 @@ class ScrapePool:
         for config in self.configs:
             specs.extend(
                 target_specs(
-                    config, self._groups(config), self.default_interval_s, dropped, self.label_limits
+                    config,
+                    self._groups(config),
+                    self.default_interval_s,
+                    dropped,
+                    self.label_limits,
+                    self.series_limits,
                 )
             )
         self.dropped = dropped

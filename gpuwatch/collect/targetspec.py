@@ -10,8 +10,10 @@ from gpuwatch.collect.relabel import relabel
 from gpuwatch.collect.scrapeconfig import Auth, Relabel, ScrapeConfig, StaticGroup, Tls
 from gpuwatch.model import (
     DEFAULT_LABEL_LIMITS,
+    DEFAULT_SERIES_LIMITS,
     LabelLimits,
     Labels,
+    SeriesLimits,
     make_labels,
 )
 from gpuwatch.units import format_duration
@@ -33,6 +35,7 @@ class TargetSpec:
     honor_timestamps: bool = True
     sample_limit: int = 0
     label_limits: LabelLimits = DEFAULT_LABEL_LIMITS
+    series_limits: SeriesLimits = DEFAULT_SERIES_LIMITS  # new series per scrape and per minute
     relabel: tuple[Relabel, ...] = ()
     auth: Auth | None = None
     tls: Tls = Tls()
@@ -55,6 +58,7 @@ def target_specs(
     default_interval_s: float,
     dropped: list[dict[str, str]] | None = None,
     label_limits: LabelLimits = DEFAULT_LABEL_LIMITS,
+    series_limits: SeriesLimits = DEFAULT_SERIES_LIMITS,
 ) -> list[TargetSpec]:
     """Expand a job's target groups into specs, applying `relabel_configs` as Prometheus does.
 
@@ -103,6 +107,7 @@ def target_specs(
                     honor_timestamps=config.honor_timestamps,
                     sample_limit=config.sample_limit,
                     label_limits=label_limits,
+                    series_limits=series_limits,
                     relabel=config.metric_relabel_configs,
                     auth=config.auth,
                     tls=config.tls,

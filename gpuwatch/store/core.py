@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import logging
 import threading
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
@@ -21,7 +21,7 @@ import numpy as np
 
 from gpuwatch.clock import Clock
 from gpuwatch.errors import StoreError, one_line
-from gpuwatch.model import Batch, Labels, Matcher, SeriesData
+from gpuwatch.model import NO_SERIES_LIMITS, Batch, Labels, Matcher, SeriesColumns, SeriesData, SeriesLimits
 from gpuwatch.store import logs as logs_table
 from gpuwatch.store import schema
 from gpuwatch.store.catalog import Catalog, Entry, Snapshot, match
@@ -210,6 +210,18 @@ class Store(SideTables):
             self.flush()
         self._writer.queue.put(("many", items))
 
+    def write_columns(self, columns: SeriesColumns, limits: SeriesLimits = NO_SERIES_LIMITS) -> None:
+        """Write many series (an import) in one transaction, all or nothing, and wait for it; raise
+        SeriesLimitExceeded (nothing written) if their new series are more than `limits` allow."""
+        writer = self._need_writer()
+        self._ask(lambda: writer.write_columns(columns, limits))
+
+    def admit_series(self, keys: Iterable[tuple[str, Labels]], limits: SeriesLimits) -> None:
+        """Count the new series among `keys` (a push's, before it is appended) against `limits` and
+        the last minute's, or raise SeriesLimitExceeded; waits for the writer, which need not flush."""
+        writer = self._need_writer()
+        self._ask(lambda: writer.admit(keys, limits), kind="now")
+
     def flush(self) -> None:
         """Block until everything appended so far is written; raise StoreError if it could not be."""
         self._ask(lambda: None)
@@ -235,12 +247,12 @@ class Store(SideTables):
             raise StoreError("the store is open read-only")
         return self._writer
 
-    def _ask(self, fn: Any) -> Any:
+    def _ask(self, fn: Any, kind: str = "call") -> Any:
         if self._closed:
             raise StoreError("the store is closed")
         writer = self._need_writer()
         fut: Future[Any] = Future()
-        writer.queue.put(("call", fn, fut))
+        writer.queue.put((kind, fn, fut))
         return fut.result()
 
     # -- reading --------------------------------------------------------------------------------------

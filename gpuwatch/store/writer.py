@@ -15,9 +15,9 @@ import json
 import logging
 import queue
 import threading
-import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from concurrent.futures import Future
+from operator import attrgetter, itemgetter
 from typing import Any
 
 import duckdb
@@ -26,8 +26,8 @@ import orjson
 
 from gpuwatch.clock import Clock
 from gpuwatch.errors import StoreError, one_line
-from gpuwatch.model import Batch, Labels, SeriesTable, TableSamples, make_labels
-from gpuwatch.store.catalog import Catalog, Entry
+from gpuwatch.model import Batch, Labels, SeriesColumns, SeriesLimits, TableSamples
+from gpuwatch.store.catalog import Catalog
 from gpuwatch.store.chunkcache import Generation
 from gpuwatch.store.chunking import (
     WINDOW_MS,
@@ -41,13 +41,15 @@ from gpuwatch.store.chunking import (
 from gpuwatch.store.codec import decode_chunks
 from gpuwatch.store.headindex import HeadIndex
 from gpuwatch.store.latest import Latest
+from gpuwatch.store.seriesids import SeriesIds
 
 log = logging.getLogger(__name__)
 
 _BULK_MIN = 1024  # append_series calls at least this long skip the head and become chunks directly
 _MAX_PENDING = 20_000_000  # samples kept for retry while the database refuses writes
 _STOP = object()
-_MAX_LABEL_OBJECTS = 200_000  # label tuples remembered by identity (sources that make new ones each time)
+_VALUE = itemgetter(2)  # a Sample's value
+_SERIES_ID, _NAME, _LABELS = attrgetter("series_id"), attrgetter("name"), attrgetter("labels")  # an Entry's
 _MERGE_BLOCK = 1 << 18  # merging closed windows decodes and re-encodes about this many samples at a time
 
 
@@ -99,13 +101,10 @@ class Writer:
         self.batches: collections.deque[Batch] = collections.deque()
         self._thread = threading.Thread(target=self._run, name="gpuwatch-store-writer", daemon=True)
         cur = self._cur
-        self._ids: dict[tuple[str, Labels], int] = {}
-        self._by_labels_obj: dict[int, Any] = {}  # id(labels) -> see _add_batch
-        # a source's SeriesTable -> its numbers' series ids (see _add_table_batch)
-        self._table_ids: weakref.WeakKeyDictionary[SeriesTable, np.ndarray] = weakref.WeakKeyDictionary()
-        for e in catalog.snapshot().by_id.values():
-            self._ids[(e.name, e.labels)] = e.series_id
-        self._next_id = _scalar(cur, "SELECT coalesce(max(series_id), 0) + 1 FROM series")
+        self._ids = SeriesIds(
+            catalog.snapshot().by_id.values(),
+            _scalar(cur, "SELECT coalesce(max(series_id), 0) + 1 FROM series"),
+        )
         self._seq = _scalar(
             cur,
             "SELECT coalesce(greatest((SELECT max(seq) FROM head), (SELECT max(seq) FROM chunks)), 0) + 1",
@@ -117,7 +116,6 @@ class Writer:
         # Called in this thread after a compaction or retention pass rewrote chunks (with its cursor):
         # the store rebuilds the chunk index here, so that the next query does not wait for it.
         self.after_rewrite: Callable[[duckdb.DuckDBPyConnection], None] | None = None
-        self._new: list[Entry] = []
         self._pending: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
         self._pending_chunks: list[ChunkRow] = []
         self._pending_rows = 0
@@ -182,16 +180,19 @@ class Writer:
             self._add_many(item[1])
         elif kind == "call":
             self._call(item[1], item[2])
+        elif kind == "now":  # a question for the writer that writes nothing: no flush first
+            self._call(item[1], item[2], flush_first=False)
         elif kind is _STOP:
             self._call(self._finish, item[1])
             return True
         return False
 
-    def _call(self, fn: Callable[[], Any], fut: Future[Any]) -> None:
+    def _call(self, fn: Callable[[], Any], fut: Future[Any], *, flush_first: bool = True) -> None:
         if not fut.set_running_or_notify_cancel():
             return
         try:
-            self.flush()
+            if flush_first:
+                self.flush()
             fut.set_result(fn())
         except (duckdb.Error, OSError) as exc:
             self._count_error("write", exc)
@@ -229,86 +230,22 @@ class Writer:
 
     # -- buffering ----------------------------------------------------------------------------------
 
-    def _series_id(self, name: str, labels: Labels) -> int:
-        key = (name, labels)
-        sid = self._ids.get(key)
-        if sid is None:
-            clean = (name, make_labels(dict(labels)))
-            sid = self._ids.get(clean)
-            if sid is None:
-                sid = self._next_id
-                self._next_id += 1
-                self._new.append(Entry.make(sid, *clean))
-                self._ids[clean] = sid
-            self._ids[key] = sid
-        return sid
-
     def _add_batch(self, batch: Batch) -> None:
-        """Buffer a batch. Sources hand in the same label tuple objects batch after batch (a scrape
-        target's cache, a GPU's labels), so a series id is found by the tuple's identity and the name,
-        hashing no label set; a tuple seen for the first time goes through `_series_id`."""
-        if isinstance(batch.samples, TableSamples):
-            self._add_table_batch(batch.timestamp_ms, batch.samples)
+        samples = batch.samples
+        if not samples:
             return
-        n = len(batch.samples)
-        if not n:
-            return
-        by_obj = self._by_labels_obj
-        if len(by_obj) > _MAX_LABEL_OBJECTS:
-            by_obj.clear()
-        get = by_obj.get
-        ids: list[int] = []
-        values: list[float] = []
-        id_append, value_append = ids.append, values.append
-        for name, labels, value in batch.samples:
-            # An entry holds the tuple itself, so no other object can have its id while it is here:
-            # (labels, name, id) for a tuple seen with one name (a scraped series), or
-            # (labels, {name: id}) for one shared by many names (a GPU's labels).
-            entry = get(id(labels))
-            if entry is not None and len(entry) == 3 and entry[1] == name:
-                sid = entry[2]
-            elif entry is not None and len(entry) == 2:
-                sid = entry[1].get(name)
-                if sid is None:
-                    sid = entry[1][name] = self._series_id(name, labels)
-            else:
-                sid = self._series_id(name, labels)
-                if entry is None:
-                    by_obj[id(labels)] = (labels, name, sid)
-                else:
-                    by_obj[id(labels)] = (labels, {entry[1]: entry[2], name: sid})
-            id_append(sid)
-            value_append(value)
-        self._buffer(
-            np.array(ids, np.int32), np.full(n, batch.timestamp_ms, np.int64), np.array(values, np.float64)
-        )
-
-    def _add_table_batch(self, timestamp_ms: int, samples: TableSamples) -> None:
-        """Buffer samples given as numbers into a source's `SeriesTable`: this writer keeps a number ->
-        series id array per table (-1 until a sample of it arrives), so a batch is one numpy take."""
-        numbers = samples.numbers
-        if not numbers.size:
-            return
-        table = samples.table
-        ids = self._table_ids.get(table)
-        if ids is None or ids.size < len(table):
-            grown = np.full(max(64, 2 * len(table)), -1, np.int32)
-            if ids is not None:
-                grown[: ids.size] = ids
-            ids = self._table_ids[table] = grown
-        sids = ids[numbers]
-        if sids.min() < 0:  # series this writer has not seen under these numbers yet
-            names, labels = table.names, table.labels
-            for k in np.unique(numbers[sids < 0]).tolist():
-                ids[k] = self._series_id(names[k], labels[k])
-            sids = ids[numbers]
-        self._buffer(sids, np.full(numbers.size, timestamp_ms, np.int64), samples.values)
+        if isinstance(samples, TableSamples):
+            ids, values = self._ids.of_table(samples.table, samples.numbers), samples.values
+        else:
+            ids = self._ids.of_samples(samples)
+            values = np.fromiter(map(_VALUE, samples), np.float64, ids.size)
+        self._buffer(ids, np.full(ids.size, batch.timestamp_ms, np.int64), values)
 
     def _add_series(self, name: str, labels: Labels, t_ms: np.ndarray, values: np.ndarray) -> None:
         n = t_ms.size
         if not n:
             return
-        sid = self._series_id(name, labels)
+        sid = self._ids.of(name, labels)
         if n < _BULK_MIN:
             self._buffer(np.full(n, sid, np.int32), t_ms, values)
             return
@@ -324,13 +261,36 @@ class Writer:
         values: list[float] = []
         for name, labels, t, v in items:
             if t.size == 1:
-                ids.append(self._series_id(name, labels))
+                ids.append(self._ids.of(name, labels))
                 times.append(int(t[0]))
                 values.append(float(v[0]))
             else:
                 self._add_series(name, labels, t, v)
         if ids:
             self._buffer(np.array(ids, np.int32), np.array(times, np.int64), np.array(values, np.float64))
+
+    def admit(self, keys: Iterable[tuple[str, Labels]], limits: SeriesLimits) -> None:
+        """Count the new series among `keys` (a push's) against `limits`, or raise SeriesLimitExceeded."""
+        self._ids.admit(keys, limits, self._clock.monotonic())
+
+    def write_columns(self, columns: SeriesColumns, limits: SeriesLimits) -> None:
+        """Buffer an import's series and flush them in one transaction, all or nothing; raise
+        SeriesLimitExceeded (nothing buffered) if its new series are more than `limits` allow."""
+        sids = self._ids.of_columns(columns, limits, self._clock.monotonic())
+        counts = np.diff(columns.starts)
+        short = counts < _BULK_MIN
+        if short.all():  # (most imports: one block of head rows)
+            self._buffer(np.repeat(sids, counts), columns.t_ms, columns.values)
+        else:
+            per_sample = np.repeat(short, counts)
+            self._buffer(
+                np.repeat(sids[short], counts[short]), columns.t_ms[per_sample], columns.values[per_sample]
+            )
+            for k in np.flatnonzero(~short).tolist():
+                t_ms, values = columns.series(k)
+                self._pending_chunks.extend(encode_series(int(sids[k]), t_ms, values, self._next_seq(1)))
+                self._pending_rows += t_ms.size
+        self.flush()
 
     def _buffer(self, ids: np.ndarray, t_ms: np.ndarray, values: np.ndarray) -> None:
         self._pending.append((ids, t_ms, values))
@@ -352,7 +312,8 @@ class Writer:
     def flush(self) -> None:
         """Write everything buffered in one transaction; on failure keep it for the next try."""
         self._last_flush = self._clock.monotonic()
-        if not (self._pending_rows or self._new):
+        new = self._ids.new
+        if not (self._pending_rows or new):
             return
         cur = self._cur
         head = None
@@ -367,15 +328,14 @@ class Writer:
             self.head_index.add(ids, t_ms)  # before the rows can be seen (headindex.py)
         cur.execute("BEGIN TRANSACTION")
         try:
-            if self._new:  # one columnar insert: executemany takes ~0.1 ms a row
-                new = self._new
+            if new:  # one columnar insert: executemany takes ~0.1 ms a row
                 _insert(
                     cur,
                     "series",
                     {
-                        "series_id": np.fromiter((e.series_id for e in new), np.int32, len(new)),
-                        "name": np.array([e.name for e in new], dtype=object),
-                        "labels": np.array([_labels_json(e.labels) for e in new], dtype=object),
+                        "series_id": np.fromiter(map(_SERIES_ID, new), np.int32, len(new)),
+                        "name": np.array(list(map(_NAME, new)), dtype=object),
+                        "labels": np.array(_labels_json(list(map(_LABELS, new))), dtype=object),
                     },
                 )
             if head is not None:
@@ -394,8 +354,8 @@ class Writer:
         elif self._pending_chunks:
             self.latest.note(self._pending_chunks, np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0))
         self._chunks_since_compact += len(self._pending_chunks)
-        self._catalog.add(self._new)
-        self._new, self._pending, self._pending_chunks, self._pending_rows = [], [], [], 0
+        self._catalog.add(new)
+        self._ids.new, self._pending, self._pending_chunks, self._pending_rows = [], [], [], 0
         self.last_flush_ms = self._clock.now_ms()
         self.failing = ""
 
@@ -499,10 +459,7 @@ class Writer:
             raise
         self._head_rows -= head_old
         gone = set(orphans)
-        self._ids = {k: v for k, v in self._ids.items() if v not in gone}
-        if gone:
-            self._by_labels_obj.clear()
-            self._table_ids.clear()
+        self._ids.forget(gone)
         self._catalog.remove(gone)
         self.latest.drop_before(cutoff_ms)
         return deleted + head_old
@@ -516,11 +473,15 @@ def _without_overwritten(
     import overwrote would otherwise come back as the newer write once compacted into a chunk."""
     if not ids.size:
         return ids, t_ms, values, seqs
+    # Only bulk chunks are newer than the head (at most 4,096 and an import's since the last
+    # compaction), so they are read whole and matched here: `series_id IN (SELECT DISTINCT series_id
+    # FROM head)` hashed 2 M ids past DuckDB's 64 MB cap, and compaction failed at every try.
     newer = cur.execute(
-        "SELECT series_id, seq, n, ts, vs FROM chunks WHERE seq > ? "
-        "AND series_id IN (SELECT DISTINCT series_id FROM head)",
-        [int(seqs.min())],
+        "SELECT series_id, seq, n, ts, vs FROM chunks WHERE seq > ?", [int(seqs.min())]
     ).fetchall()
+    if newer:
+        in_head = np.isin(np.array([r[0] for r in newer], np.int64), ids).tolist()
+        newer = [r for r, keep in zip(newer, in_head, strict=True) if keep]
     if not newer:
         return ids, t_ms, values, seqs
     ns = np.array([r[2] for r in newer], np.int64)
@@ -586,12 +547,12 @@ def _insert_chunks(cur: duckdb.DuckDBPyConnection, rows: list[ChunkRow]) -> None
     )
 
 
-def _labels_json(labels: Labels) -> str:
-    """A series' labels as the JSON text the series table keeps (orjson: 7x json.dumps)."""
+def _labels_json(labels: list[Labels]) -> list[str]:
+    """Series' labels as the JSON texts the series table keeps (orjson in C-level maps: 7x json.dumps)."""
     try:
-        return orjson.dumps(labels).decode()
+        return list(map(bytes.decode, map(orjson.dumps, labels)))
     except TypeError:  # a lone surrogate (JSON's "\udcff" in a push): json escapes what orjson refuses
-        return json.dumps(labels)
+        return [json.dumps(found) for found in labels]
 
 
 def _rollback(cur: duckdb.DuckDBPyConnection) -> None:

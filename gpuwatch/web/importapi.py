@@ -3,7 +3,9 @@
 The body may be gzip-compressed (`Content-Encoding: gzip`). `Content-Type:
 application/openmetrics-text` (or `?format=openmetrics`) forces OpenMetrics, `text/plain` (or
 `?format=text`) the text format; otherwise a final `# EOF` decides. With any invalid line the answer
-is 400 with the first 20 errors and nothing is written, unless `?partial=1`. Dependencies come from
+is 400 with the first 20 errors and nothing is written, unless `?partial=1`. An import that would make
+more new series than `max_new_series_per_request` (413) or `max_new_series_per_minute` (429) allow is
+refused whole, the answer naming the setting. Dependencies come from
 `runtime()`: `store` and `clock`.
 """
 
@@ -16,7 +18,7 @@ from flask import Blueprint, jsonify, request
 from flask.typing import ResponseReturnValue
 
 from gpuwatch.collect.importer import describe_errors, import_text
-from gpuwatch.errors import StoreError
+from gpuwatch.errors import SeriesLimitExceeded, StoreError
 from gpuwatch.promtext.parser import is_openmetrics_content_type
 from gpuwatch.web.runtime import runtime
 
@@ -80,7 +82,10 @@ def import_prometheus() -> ResponseReturnValue:
             openmetrics=_format(),
             partial=partial,
             limits=rt.settings.label_limits,
+            series_limits=rt.settings.series_limits,
         )
+    except SeriesLimitExceeded as exc:
+        return _error("bad_data", str(exc), exc.http_status)
     except StoreError as exc:
         return _error("unavailable", str(exc), 503)
     errors = [{"line": e.line_no, "error": e.message} for e in result.errors[:MAX_ERRORS]]

@@ -6,7 +6,9 @@
 - `GET /api/v1/runs`: runs with progress and ETA; `POST /api/v1/runs`: the SDK's init and finish.
 
 Bodies are untrusted: at most 8 MiB (413), and anything malformed gets a 400 JSON error naming the
-problem. Dependencies come from `runtime()`: `store`, `clock`, `pushes`.
+problem. A push that would make more new series than `max_new_series_per_request` (413) or
+`max_new_series_per_minute` (429) allow is refused whole, naming the setting; its group is unchanged.
+Dependencies come from `runtime()`: `store`, `clock`, `pushes`.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from flask.typing import ResponseReturnValue
 from gpuwatch.collect.push import PushError, families_from, parse_grouping_key, parse_training
 from gpuwatch.collect.runenergy import RunEnergy
 from gpuwatch.collect.runs import SeenThrottle, list_runs, parse_run_request
-from gpuwatch.errors import StoreError
+from gpuwatch.errors import SeriesLimitExceeded, StoreError
 from gpuwatch.model import Batch, RunUpdate, Sample
 from gpuwatch.promtext.parser import Parser, is_openmetrics_content_type
 from gpuwatch.web.runtime import runtime
@@ -87,11 +89,17 @@ def pushgateway(grouping: str) -> ResponseReturnValue:
                 return _error("the protobuf push format is not supported; push the text format", 415)
             result = Parser().parse(_body(), openmetrics=is_openmetrics_content_type(content_type))
             families = families_from(result, key, rt.settings.label_limits)
+            keys = [series for family in families.values() for series in family]
+            rt.store.admit_series([*keys, ("push_time_seconds", key)], rt.settings.series_limits)
             samples = rt.pushes.push(key, families, now_ms, replace_all=request.method == "PUT")
     except _TooLarge:
         return _too_large()
     except PushError as exc:
         return _error(str(exc))
+    except SeriesLimitExceeded as exc:
+        return _error(str(exc), exc.http_status)
+    except StoreError as exc:
+        return _error(str(exc), 503, "unavailable")
     if samples:
         rt.store.append(Batch(now_ms, samples))
     return Response(status=200)
@@ -104,10 +112,17 @@ def push_json() -> ResponseReturnValue:
     try:
         body = _json_body()
         points = parse_training(body, rt.clock.now_ms(), rt.settings.label_limits)
+        rt.store.admit_series(
+            {(s.name, s.labels) for p in points for s in p.samples}, rt.settings.series_limits
+        )
     except _TooLarge:
         return _too_large()
     except PushError as exc:
         return _error(str(exc))
+    except SeriesLimitExceeded as exc:
+        return _error(str(exc), exc.http_status)
+    except StoreError as exc:
+        return _error(str(exc), 503, "unavailable")
     by_time: dict[int, list[Sample]] = defaultdict(list)
     latest: dict[str, tuple[int, float | None]] = {}
     for p in points:

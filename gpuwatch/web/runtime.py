@@ -16,7 +16,7 @@ from gpuwatch.access import AccessFile
 from gpuwatch.clock import Clock
 from gpuwatch.collect.push import PushGroups
 from gpuwatch.jobs import JobRegistry
-from gpuwatch.model import LabelLimits, Labels, MetricInfo
+from gpuwatch.model import LabelLimits, Labels, MetricInfo, SeriesLimits
 from gpuwatch.notify.config import NotifyConfig
 from gpuwatch.notify.notifier import Notifier
 from gpuwatch.notify.received import ReceivedAlerts
@@ -40,6 +40,8 @@ class WebSettings(EngineSettings, AccessSettings, Protocol):
     def notify(self) -> NotifyConfig: ...
     @property
     def label_limits(self) -> LabelLimits: ...
+    @property
+    def series_limits(self) -> SeriesLimits: ...
     @property
     def proc_root(self) -> Path: ...  # the host's /proc (the serving GPUs' listeners)
     @property
