@@ -181,6 +181,7 @@ def test_figures_are_pure_functions_of_query_rows(demo_server, page) -> None:  #
       const marks = gw.eventList([
         {metric: {__name__: 'gpuwatch_xid_errors_total', xid: '<b>79</b>'}, values: [[120, '1'], [130, '1']]},
         {metric: {__name__: 'gpuwatch_clock_throttled', reason: 'sw_thermal'}, values: [[100, '0'], [110, '1'], [120, '0']]},
+        {metric: {__name__: 'gpuwatch_clock_throttled', reason: 'sw_power_cap'}, values: [[100, '0'], [130, '1']]},
       ], evp, {step: 10, qstart: 100000});
       const colors = {accent: 'g', warn: 'y', crit: 'r', grid: '#ccc', fg: '#000', muted: '#999'};
       const tm = gw.figures.timeseries(rows.slice(0, 1), Object.assign({}, p, {kind: 'timeseries', thresholds: {warn: 4}}),
@@ -210,6 +211,7 @@ def test_figures_are_pure_functions_of_query_rows(demo_server, page) -> None:  #
     assert got["marks"] == [
         [110000, "throttle", "gpuwatch_clock_throttled sw_thermal"],
         [120000, "xid", "gpuwatch_xid_errors_total <b>79</b>"],  # appeared after the range start
+        [130000, "power_cap", "gpuwatch_clock_throttled sw_power_cap"],  # listed, not marked (below)
     ]
     assert got["lineTimes"] == got["at"] and [c for *_, c in got["lines"]] == ["y", "r"]
     assert all(vertical for _, vertical, _ in got["lines"]) and got["thresholds"] == 1

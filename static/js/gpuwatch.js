@@ -346,7 +346,7 @@
       font: { color: c.fg, size: 11 },
       showlegend: false,
       hovermode: 'closest',
-      xaxis: { type: 'date', gridcolor: c.grid, linecolor: c.grid, zeroline: false },
+      xaxis: { type: 'date', gridcolor: c.grid, linecolor: c.grid, zeroline: false, automargin: true },
       yaxis: { gridcolor: c.grid, linecolor: c.grid, zeroline: false, automargin: true }
     };
   }
@@ -396,8 +396,8 @@
     });
     layout.showlegend = data.length > 1 && data.length <= 8 && (panel.width || 6) >= 6;
     if (layout.showlegend) layout.legend = { orientation: 'h', y: -0.18, font: { size: 10 } };
-    if (opts.marks && opts.marks.length) {
-      var m = gw.markLayers(opts.marks, c);
+    var m = opts.marks && opts.marks.length ? gw.markLayers(opts.marks, c) : null;
+    if (m && m.trace.x.length) {
       layout.shapes = layout.shapes.concat(m.shapes);
       layout.yaxis2 = m.yaxis2;
       data.push(m.trace);
@@ -409,7 +409,7 @@
     var n = (metric || {}).__name__ || '';
     if (/xid/i.test(n)) return 'xid';
     if (/ECC/.test(n)) return 'ecc';
-    if (/throttl/.test(n)) return 'throttle';
+    if (/throttl/.test(n)) return metric.reason === 'sw_power_cap' ? 'power_cap' : 'throttle';
     if (n === 'ALERTS') return 'alert';
     return 'other';
   }
@@ -431,12 +431,15 @@
     });
     return out.sort(function (a, b) { return a.t - b.t; });
   };
+  // The events marked on time charts, by kind, and their colours. Not a GPU held at its power limit
+  // (sw_power_cap, which a busy GPU meets all day: the events chart still shows it).
   var MARK_COLOR = { xid: 'crit', ecc: 'crit', throttle: 'warn', alert: 'accent', other: 'muted' };
   /** Events drawn on a time chart: a dashed vertical line each (shapes on the chart's x axis, full
-   * height) and a hoverable marker at the top of each line naming the event (on a hidden y axis). */
+   * height) and a hoverable marker at the top of each line naming the event (on a hidden y axis).
+   * Events of a kind not in MARK_COLOR are left out. */
   gw.markLayers = function (marks, c) {
     var shapes = [], x = [], y = [], text = [], color = [];
-    marks.forEach(function (m) {
+    marks.filter(function (m) { return Object.prototype.hasOwnProperty.call(MARK_COLOR, m.kind); }).forEach(function (m) {
       var col = c[MARK_COLOR[m.kind] || 'muted'], t = gw.localTime(m.t);
       shapes.push({ type: 'line', xref: 'x', x0: t, x1: t, yref: 'paper', y0: 0, y1: 1, layer: 'below',
         line: { color: col, width: 1, dash: 'dash' } });
