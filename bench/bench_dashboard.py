@@ -86,8 +86,8 @@ def data_requests(
     raw: dict[str, list[float]] | None = None,
 ) -> dict[str, dict[str, float]]:
     """p50/p95 of each page's /api/ requests over `loads` loads (the first with the server's caches
-    cold); `raw` collects every request's time by "page range", and "page range settled" the time
-    from navigation until every panel has drawn."""
+    cold); `raw` collects every request's time by "page range" (and "page range first load"), and
+    "page range settled" the time from navigation until every panel has drawn."""
     out: dict[str, dict[str, float]] = {}
     ctx = browser.new_context(viewport={"width": 1280, "height": 800})
     page = ctx.new_page()
@@ -95,7 +95,7 @@ def data_requests(
         for name, path in pages(range_, only).items():
             times: list[float] = []
             slow: list[tuple[float, str]] = []
-            for _ in range(loads):
+            for k in range(loads):
                 t0 = time.perf_counter()
                 page.goto(base + path)
                 page.wait_for_function(SETTLED, timeout=60_000, polling=10)
@@ -104,6 +104,8 @@ def data_requests(
                 got = page.evaluate(API_TIMES)
                 if raw is not None:
                     raw.setdefault(f"{name} {range_}", []).extend(t for t, _ in got)
+                    if k == 0:  # the server's caches cold (each page's first load, if it is loaded first)
+                        raw.setdefault(f"{name} {range_} first load", []).extend(t for t, _ in got)
                 times += [t for t, _ in got]
                 slow += [(t, u) for t, u in got]
             if verbose:
@@ -231,7 +233,11 @@ def side_by_side(args: argparse.Namespace, data: Path, tmp: Path) -> dict[str, A
                 try:
                     time.sleep(2)  # the server's start-up work settles
                     print(f"round {r + 1} {tree} {time.strftime('%H:%M:%S', time.gmtime())} UTC", flush=True)
+                    server = psutil.Process(proc.pid)
+                    c0 = cpu_s(server)
                     data_requests(browser, base, args.loads, False, only, ranges, raw[str(tree)])
+                    # gpuwatch's CPU over the round's loads: the work, less exposed to the machine's noise
+                    raw[str(tree)].setdefault("server CPU a round", []).append((cpu_s(server) - c0) * 1000)
                 finally:
                     proc.terminate()
                     proc.wait(60)

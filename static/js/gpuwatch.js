@@ -346,7 +346,7 @@
       font: { color: c.fg, size: 11 },
       showlegend: false,
       hovermode: 'closest',
-      xaxis: { type: 'date', gridcolor: c.grid, linecolor: c.grid, zeroline: false, automargin: true },
+      xaxis: { type: 'date', gridcolor: c.grid, linecolor: c.grid, zeroline: false },
       yaxis: { gridcolor: c.grid, linecolor: c.grid, zeroline: false, automargin: true }
     };
   }
@@ -474,6 +474,7 @@
       z.push(row); y.push(gw.esc(gw.seriesName(s.metric, panel.legend)));
     });
     layout.yaxis = { type: 'category', automargin: true, autorange: 'reversed', tickfont: { size: 10 } };
+    layout.xaxis.automargin = true;  // its two-line date ticks need more than the 32 px margin below
     if (opts.start !== undefined) layout.xaxis.range = [gw.localTime(opts.start), gw.localTime(opts.end)];
     layout.height = Math.max(panel.height || 240, 40 + 14 * y.length);
     var zmin = panel.min === null || panel.min === undefined ? undefined : panel.min;
