@@ -474,7 +474,7 @@
       z.push(row); y.push(gw.esc(gw.seriesName(s.metric, panel.legend)));
     });
     layout.yaxis = { type: 'category', automargin: true, autorange: 'reversed', tickfont: { size: 10 } };
-    layout.xaxis.automargin = true;  // its two-line date ticks need more than the 32 px margin below
+    layout.margin.b = 44;  // its two-line date ticks (no legend below it makes room for them)
     if (opts.start !== undefined) layout.xaxis.range = [gw.localTime(opts.start), gw.localTime(opts.end)];
     layout.height = Math.max(panel.height || 240, 40 + 14 * y.length);
     var zmin = panel.min === null || panel.min === undefined ? undefined : panel.min;
