@@ -209,18 +209,18 @@ def test_figures_are_pure_functions_of_query_rows(demo_server, page) -> None:  #
     # events as marks on a time chart: a dashed line each on the chart's own x axis, full height
     # (paper y), with a hoverable marker on a hidden axis; names escaped for Plotly
     assert got["marks"] == [
-        [110000, "throttle", "gpuwatch_clock_throttled sw_thermal"],
         [120000, "xid", "gpuwatch_xid_errors_total <b>79</b>"],  # appeared after the range start
+        [110000, "throttle", "gpuwatch_clock_throttled sw_thermal"],
         [130000, "power_cap", "gpuwatch_clock_throttled sw_power_cap"],  # listed, not marked (below)
     ]
-    assert got["lineTimes"] == got["at"] and [c for *_, c in got["lines"]] == ["y", "r"]
+    assert got["lineTimes"] == got["at"][::-1] and [c for *_, c in got["lines"]] == ["r", "y"]
     assert all(vertical for _, vertical, _ in got["lines"]) and got["thresholds"] == 1
     assert got["trace"] == {
         "axis": "y2",
-        "text": ["gpuwatch_clock_throttled sw_thermal", "gpuwatch_xid_errors_total &lt;b&gt;79&lt;/b&gt;"],
+        "text": ["gpuwatch_xid_errors_total &lt;b&gt;79&lt;/b&gt;", "gpuwatch_clock_throttled sw_thermal"],
         "y": [1, 1],
         "legend": False,
-        "colors": ["y", "r"],
+        "colors": ["r", "y"],
     }
     assert got["axis2"]["overlaying"] == "y" and got["axis2"]["visible"] is False
     assert got["plain"] == 1  # no marks given: no extra trace

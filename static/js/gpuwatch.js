@@ -415,7 +415,8 @@
   }
   /** The events of a range-query answer: [{t (ms), name, kind, value}] where a series rises
    * (counters) or leaves 0 (gauges); with `panel.counter`, only series that appear non-zero after
-   * the range's start (opts.qstart) count, not those already there. Sorted by time. */
+   * the range's start (opts.qstart) count, not those already there. Series by series, each in time
+   * order (the events chart's rows come in the order of their series). */
   gw.eventList = function (result, panel, opts) {
     opts = opts || {};
     var stepMs = (opts.step || 60) * 1000, first = opts.qstart, out = [];
@@ -429,7 +430,7 @@
         prev = v; prevT = t;
       });
     });
-    return out.sort(function (a, b) { return a.t - b.t; });
+    return out;
   };
   // The events marked on time charts, by kind, and their colours. Not a GPU held at its power limit
   // (sw_power_cap, which a busy GPU meets all day: the events chart still shows it).
