@@ -424,7 +424,13 @@ def build_runtime(settings: Settings, hostname: str, clock: Clock | None = None,
         if nvml is None:
             # The demo's simulated vLLM and SGLang listen in this process (demo/sources.py): its pid is
             # the one the inference GPUs report, so the serving-GPU lookup (port -> pid) finds them.
-            nvml = make_nvml(settings, clock, hostname, incidents, serving_pid=os.getpid() if settings.demo_sources else None)
+            nvml = make_nvml(
+                settings,
+                clock,
+                hostname,
+                incidents,
+                serving_pid=os.getpid() if settings.demo_sources else None,
+            )
         proc_root = settings.proc_root
         if settings.demo and hasattr(nvml, "write_proc_root"):
             # Simulated processes get simulated /proc entries, so users and containers show too.

@@ -261,7 +261,10 @@ def test_gpu_charts_mark_the_events_on_their_time_axis(demo_server, page) -> Non
         f'DCGM_FI_DEV_POWER_USAGE{{Hostname="{host}",gpu="0",UUID="GPU-marks"}} 300\n'
         f'gpuwatch_xid_errors_total{{Hostname="{host}",gpu="0",UUID="GPU-marks",xid="79"}} 1\n'
     )
-    assert requests.put(f"{demo_server.url}/metrics/job/marks", data=body, timeout=10).status_code in (200, 202)
+    assert requests.put(f"{demo_server.url}/metrics/job/marks", data=body, timeout=10).status_code in (
+        200,
+        202,
+    )
     page.goto(f"{demo_server.url}/gpus/{host}/0?{LIVE}")
     states = wait_panels(page)
     assert states["util"] == states["power"] == states["events"] == "data", states

@@ -48,7 +48,8 @@ from gpuwatch.store.alerthistory import StoredTransition
 from gpuwatch.store.alerts import StoredAlert
 
 log = logging.getLogger("gpuwatch.rules")
-HISTORY_LENGTH = 2000  # the transitions the alerts page can list (in memory, read back from the store at start)
+# The transitions the alerts page can list (in memory, read back from the store at start).
+HISTORY_LENGTH = 2000
 
 
 @dataclass(frozen=True)
@@ -351,7 +352,8 @@ class RuleManager:
             return
         with self._lock:
             self._history.extend(
-                HistoryEntry(r.group, r.rule, Transition(r.labels, r.before, r.after, r.at_ms)) for r in stored
+                HistoryEntry(r.group, r.rule, Transition(r.labels, r.before, r.after, r.at_ms))
+                for r in stored
             )
 
     def _remember(self, entries: list[HistoryEntry]) -> None:
