@@ -519,6 +519,7 @@
       x.push(gw.localTime(e.t)); y.push(gw.esc(e.name)); text.push(gw.esc(gw.format(e.value, panel.unit)));
     });
     layout.yaxis = { type: 'category', automargin: true, gridcolor: c.grid };
+    layout.margin.b = 44;  // two-line date ticks, as the heatmap's
     if (opts.start !== undefined) layout.xaxis.range = [gw.localTime(opts.start), gw.localTime(opts.end)];
     return { data: [{ type: 'scatter', mode: 'markers', x: x, y: y, text: text, marker: { symbol: 'diamond', size: 9, color: c.crit },
       hovertemplate: '%{y}<br>%{x}<br>%{text}<extra></extra>' }], layout: layout, count: x.length };
