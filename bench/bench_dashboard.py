@@ -13,6 +13,11 @@ the cluster page refreshing every second.
 4. Soak: the cluster page over 1 h refreshing every second for `--soak` seconds: gpuwatch's CPU
    above its idle (no page: half as long before and after), the browser's main thread busy (CDP TaskDuration) and JS
    heap growth after a forced GC. Targets: <= 3 % of a core, <= 25 %, <= 10 MB.
+
+Two builds side by side (`--trees OLD,NEW --rounds 6 --pages cluster --ranges 24h`): the data is imported
+once; each round starts `gpuwatch serve` from each source tree in turn (the order alternating), each on a
+fresh copy of the data (its caches cold), and loads the pages `--loads` times; the figures are pooled
+per tree, with NEW/OLD ratios. Only data requests are measured.
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ import argparse
 import json
 import os
 import platform
+import shutil
 import socket
 import statistics
 import subprocess
@@ -59,28 +65,47 @@ def pct(xs: list[float], q: float) -> float:
     return xs[min(len(xs) - 1, round(q * (len(xs) - 1)))] if xs else float("nan")
 
 
-def pages(range_: str) -> dict[str, str]:
+def pages(range_: str, only: set[str] | None = None) -> dict[str, str]:
     r = f"from=now-{range_}&to=now&refresh=off"
-    return {
+    all_pages = {
         "cluster": f"/?{r}",
         "gpu": f"/gpus/node00/1?{r}",
         "explore": f"/explore?expr={quote('avg by (Hostname) (DCGM_FI_DEV_GPU_UTIL)')}&{r}",
         "timeline": f"/timeline?{r}",
     }
+    return {k: v for k, v in all_pages.items() if only is None or k in only}
 
 
-def data_requests(browser: Any, base: str, loads: int, verbose: bool = False) -> dict[str, dict[str, float]]:
+def data_requests(
+    browser: Any,
+    base: str,
+    loads: int,
+    verbose: bool = False,
+    only: set[str] | None = None,
+    ranges: tuple[str, ...] = ("24h", "7d"),
+    raw: dict[str, list[float]] | None = None,
+) -> dict[str, dict[str, float]]:
+    """p50/p95 of each page's /api/ requests over `loads` loads (the first with the server's caches
+    cold); `raw` collects every request's time by "page range" (and "page range first load"), and
+    "page range settled" the time from navigation until every panel has drawn."""
     out: dict[str, dict[str, float]] = {}
     ctx = browser.new_context(viewport={"width": 1280, "height": 800})
     page = ctx.new_page()
-    for range_ in ("24h", "7d"):
-        for name, path in pages(range_).items():
+    for range_ in ranges:
+        for name, path in pages(range_, only).items():
             times: list[float] = []
             slow: list[tuple[float, str]] = []
-            for _ in range(loads):
+            for k in range(loads):
+                t0 = time.perf_counter()
                 page.goto(base + path)
-                page.wait_for_function(SETTLED, timeout=60_000)
+                page.wait_for_function(SETTLED, timeout=60_000, polling=10)
+                if raw is not None:
+                    raw.setdefault(f"{name} {range_} settled", []).append((time.perf_counter() - t0) * 1000)
                 got = page.evaluate(API_TIMES)
+                if raw is not None:
+                    raw.setdefault(f"{name} {range_}", []).extend(t for t, _ in got)
+                    if k == 0:  # the server's caches cold (each page's first load, if it is loaded first)
+                        raw.setdefault(f"{name} {range_} first load", []).extend(t for t, _ in got)
                 times += [t for t, _ in got]
                 slow += [(t, u) for t, u in got]
             if verbose:
@@ -167,6 +192,70 @@ def soak(browser: Any, base: str, server: psutil.Process, seconds: float) -> dic
     return res
 
 
+def start_server(tree: Path, data: Path, log: Path) -> tuple[subprocess.Popen[bytes], str]:
+    """`gpuwatch serve` from the source tree `tree` on `data` (no GPUs of its own); wait until it answers."""
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GPUWATCH_")}
+    env["GPUWATCH_RETENTION"] = "3650d"
+    env["PYTHONPATH"] = str(tree)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "gpuwatch.cli.main", "serve", "--host", "127.0.0.1", "--port", str(port),
+         "--data-dir", str(data)],
+        stdout=log.open("w"), stderr=subprocess.STDOUT, env=env, cwd=tree,
+    )  # fmt: skip
+    base = f"http://127.0.0.1:{port}"
+    for _ in range(480):
+        try:
+            if requests.get(base + "/-/health", timeout=2).ok:
+                break
+        except requests.ConnectionError:
+            pass
+        time.sleep(0.25)
+    return proc, base
+
+
+def side_by_side(args: argparse.Namespace, data: Path, tmp: Path) -> dict[str, Any]:
+    """Each round: every tree in turn (order alternating), a fresh copy of `data`, `--loads` loads."""
+    from playwright.sync_api import sync_playwright
+
+    trees = [Path(t).resolve() for t in args.trees.split(",")]
+    only = set(args.pages.split(",")) if args.pages else None
+    ranges = tuple(args.ranges.split(","))
+    raw: dict[str, dict[str, list[float]]] = {str(t): {} for t in trees}
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path="/usr/bin/chromium", args=ARGS)
+        for r in range(args.rounds):
+            for tree in trees if r % 2 == 0 else trees[::-1]:
+                copy = tmp / f"copy-{r}"
+                shutil.rmtree(copy, ignore_errors=True)
+                shutil.copytree(data, copy)
+                proc, base = start_server(tree, copy, tmp / f"serve-{r}.log")
+                try:
+                    time.sleep(2)  # the server's start-up work settles
+                    print(f"round {r + 1} {tree} {time.strftime('%H:%M:%S', time.gmtime())} UTC", flush=True)
+                    server = psutil.Process(proc.pid)
+                    c0 = cpu_s(server)
+                    data_requests(browser, base, args.loads, False, only, ranges, raw[str(tree)])
+                    # gpuwatch's CPU over the round's loads: the work, less exposed to the machine's noise
+                    raw[str(tree)].setdefault("server CPU a round", []).append((cpu_s(server) - c0) * 1000)
+                finally:
+                    proc.terminate()
+                    proc.wait(60)
+        browser.close()
+    out: dict[str, Any] = {}
+    for key in raw[str(trees[0])]:
+        row = {}
+        for t in trees:
+            xs = raw[str(t)][key]
+            row[str(t)] = {"n": len(xs), "p50": pct(xs, 0.5), "p95": pct(xs, 0.95), "max": max(xs)}
+        a, b = row[str(trees[0])], row[str(trees[-1])]
+        print(f"  {key:28s} " + "  ".join(f"{t.name}: p50 {row[str(t)]['p50']:6.1f} p95 {row[str(t)]['p95']:6.1f} "
+              f"max {row[str(t)]['max']:6.1f} ms (n={row[str(t)]['n']})" for t in trees)
+              + f"  ratio p50 {b['p50'] / a['p50']:.2f} p95 {b['p95'] / a['p95']:.2f}", flush=True)  # fmt: skip
+        out[key] = row
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--gpus", type=int, default=64)
@@ -177,6 +266,10 @@ def main() -> None:
     ap.add_argument("--json", help="write the figures here")
     ap.add_argument("--verbose", action="store_true", help="print each page's three slowest requests")
     ap.add_argument("--parts", default="requests,first,soak", help="which measurements (comma-separated)")
+    ap.add_argument("--trees", help="OLD,NEW: two source trees measured side by side (module docstring)")
+    ap.add_argument("--rounds", type=int, default=6, help="with --trees: rounds, each tree once a round")
+    ap.add_argument("--pages", default="", help="with --trees: pages to load (cluster,gpu,explore,timeline)")
+    ap.add_argument("--ranges", default="24h,7d", help="with --trees: ranges to load")
     args = ap.parse_args()
     from playwright.sync_api import sync_playwright
 
@@ -188,6 +281,11 @@ def main() -> None:
             f"imported {n:,} samples ({args.gpus} GPUs, {args.days:g} days) in {time.time() - t0:.0f} s",
             flush=True,
         )
+        if args.trees:
+            found = side_by_side(args, data, Path(tmp))
+            if args.json:
+                Path(args.json).write_text(json.dumps(found, indent=2))
+            return
         port = free_port()
         env = {k: v for k, v in os.environ.items() if not k.startswith("GPUWATCH_")}
         env["GPUWATCH_RETENTION"] = "3650d"

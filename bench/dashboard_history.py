@@ -1,9 +1,10 @@
 """History for the dashboard's screenshots and benchmarks, ending now.
 
 `record_local(data_dir, hostname, hours)`: what `gpuwatch serve --demo` would have stored over the last
-`hours` (every field of the simulated GPUs, host figures, rule evaluations and their ALERTS), recorded
+`hours` (every field of the simulated GPUs with their incidents and XIDs, host figures, the simulated
+vLLM and SGLang scraped as jobs demo-vllm and demo-sglang, rule evaluations and their ALERTS), recorded
 by a runtime on a fake clock, so a demo started afterwards on the same data dir and host name carries
-on the same series.
+on the same series (the engines' `instance` is their own ephemeral port there).
 
 `import_nodes(data_dir, gpus, days)`: bench/querydata.py's dcgm-exporter GPUs (8 per node, node00,
 node01, ...) and vLLM histograms, shifted to end now, written straight into the store.
@@ -11,16 +12,25 @@ node01, ...) and vLLM histograms, shifted to end now, written straight into the 
 
 from __future__ import annotations
 
+import random
 import sys
 import time
 from pathlib import Path
+
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import querydata
 
 from gpuwatch.app import build_runtime
 from gpuwatch.clock import FakeClock, SystemClock
+from gpuwatch.collect.fetch import FetchResult
+from gpuwatch.collect.scrapeconfig import ScrapeConfig, StaticGroup
+from gpuwatch.collect.scrapepool import ScrapePool
+from gpuwatch.collect.targetspec import TargetSpec
 from gpuwatch.config import load
+from gpuwatch.demo.engines import SglangSim, VllmSim
+from gpuwatch.demo.incidents import IncidentSchedule
 from gpuwatch.demo.nvml import FakeNvml
 from gpuwatch.model import make_labels
 from gpuwatch.store import Store
@@ -33,11 +43,41 @@ def record_local(data_dir: Path, hostname: str, hours: float, gpus: int = 8, ste
     settings = load(
         None, {}, {"data_dir": str(data_dir), "demo": True, "demo_gpus": gpus, "hostname": hostname}
     )
-    nvml = FakeNvml(gpu_count=gpus, clock=clock, blocking_event_wait=False)
+    # The same UUIDs (from the host name) and incident schedule as the demo's own simulated GPUs.
+    incidents = IncidentSchedule(clock.now(), gpus)
+    nvml = FakeNvml(
+        gpu_count=gpus, clock=clock, blocking_event_wait=False, hostname=hostname, incidents=incidents
+    )
     rt = build_runtime(settings, hostname, clock=clock, nvml=nvml)
+    rng = random.Random(0)
+    engines = {
+        "demo-vllm": VllmSim(rng, clock=clock, incidents=incidents),
+        "demo-sglang": SglangSim(rng, clock=clock, incidents=incidents),
+    }
+    ports = {"demo-vllm": 1, "demo-sglang": 2}  # instance 127.0.0.1:1 and :2 (no port is bound)
+
+    def fetch(spec: TargetSpec, timeout_s: float) -> FetchResult:
+        return FetchResult(generate_latest(engines[spec.job].registry), CONTENT_TYPE_LATEST)
+
+    scrapes = ScrapePool(
+        [
+            ScrapeConfig(job_name=j, static_configs=(StaticGroup((f"127.0.0.1:{p}",)),))
+            for j, p in ports.items()
+        ],
+        default_interval_s=step_s,
+        sink=rt.store.append,
+        clock=clock,
+        fetch=fetch,
+    )
     ticks = 0
     try:
         while clock.now() < end - step_s:
+            for _ in range(int(step_s)):  # the engines move in 1 s ticks, as the demo's thread moves them
+                for engine in engines.values():
+                    engine.tick(1.0)
+            scrapes.scrape_all()
+            if rt.gpu is not None:
+                rt.gpu.wait_events(0)  # the XIDs of the incident schedule (a thread waits for them in serve)
             rt.jobs.run("sample")
             rt.jobs.run("host")
             if rt.rules is not None:

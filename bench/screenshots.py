@@ -2,9 +2,11 @@
 
     .venv/bin/python bench/screenshots.py [--out docs/screenshots] [--hours 6]
 
-Records `--hours` of the demo's GPUs on a fake clock (bench/dashboard_history.py) plus 24 GPUs of three
-imported dcgm-exporter nodes, starts `gpuwatch serve --demo` on that data dir, lets it run a little,
-then shows each page in Debian's Chromium (/usr/bin/chromium) over the last 6 hours. Pages that answer
+Records `--hours` of the demo's GPUs and simulated inference servers on a fake clock
+(bench/dashboard_history.py), starts `gpuwatch serve
+--demo` on that data dir, lets it run a little, then shows each page in Debian's Chromium
+(/usr/bin/chromium) over the last 6 hours. The store holds the demo's data only, so every page shows
+what `--demo` shows (its healthy lab with scheduled incidents), not benchmark data. Pages that answer
 404 (not built yet) are skipped.
 """
 
@@ -45,9 +47,9 @@ def pages(hours: float) -> list[tuple[str, str]]:
         ("explore", f"/explore?expr={quote('avg by (Hostname) (DCGM_FI_DEV_GPU_UTIL)')}&{r}"),
         ("timeline", f"/timeline?{r}"),
         ("training", f"/training?{r}"),
-        ("training-run", "/training/demo-llama-7b-sft?from=now-3m&to=now&refresh=off"),
+        ("training-run", "/training/demo-llama-7b-sft?refresh=off"),  # the run's whole life
         ("inference", f"/inference?{r}"),
-        ("inference-service", "/inference/demo-vllm?from=now-3m&to=now&refresh=off"),
+        ("inference-service", "/inference/demo-vllm?from=now-1h&to=now&refresh=off"),
         ("alerts", f"/alerts?{r}"),
         ("targets", f"/targets?{r}"),
         ("logs", f"/logs?{r}"),
@@ -64,7 +66,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default=str(ROOT / "docs" / "screenshots"))
     ap.add_argument("--hours", type=float, default=6.0)
-    ap.add_argument("--warmup", type=float, default=20.0, help="seconds the live demo runs before the shots")
+    # 90 s: the demo's warming-up GPU has loaded its model and left 0 % (GPUUtilizationLow pending)
+    ap.add_argument("--warmup", type=float, default=90.0, help="seconds the live demo runs before the shots")
     args = ap.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -74,10 +77,7 @@ def main() -> None:
         data = Path(tmp) / "data"
         t0 = time.time()
         ticks = dashboard_history.record_local(data, HOST, args.hours, step_s=30.0)
-        samples = dashboard_history.import_nodes(data, 24, args.hours / 24)
-        print(
-            f"history: {ticks} ticks of 8 demo GPUs, {samples:,} imported samples ({time.time() - t0:.0f} s)"
-        )
+        print(f"history: {ticks} ticks of 8 demo GPUs ({time.time() - t0:.0f} s)")
         port = free_port()
         env = {k: v for k, v in os.environ.items() if not k.startswith("GPUWATCH_")}
         env.update(GPUWATCH_HOSTNAME=HOST, GPUWATCH_FLUSH_INTERVAL="1s", GPUWATCH_HOST_INTERVAL="5s")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import socket
 import threading
 from collections.abc import Callable
@@ -374,9 +375,14 @@ class Runtime:
 
 
 def make_nvml(
-    settings: Settings, clock: Clock, hostname: str = "", incidents: IncidentSchedule | None = None
+    settings: Settings,
+    clock: Clock,
+    hostname: str = "",
+    incidents: IncidentSchedule | None = None,
+    serving_pid: int | None = None,
 ) -> Any:
-    """Return the simulated NVML in demo mode (UUIDs derived from `hostname`), else the real pynvml module."""
+    """Return the simulated NVML in demo mode (UUIDs derived from `hostname`), else the real pynvml module.
+    `serving_pid`: the pid the simulated inference GPUs' process reports (see FakeNvml)."""
     if settings.demo:
         try:
             return FakeNvml(
@@ -386,6 +392,7 @@ def make_nvml(
                 clock=clock,
                 hostname=hostname,
                 incidents=incidents,
+                serving_pid=serving_pid,
             )
         except ValueError as e:
             raise ConfigError(f"config error: demo_model: {e}") from None
@@ -424,7 +431,15 @@ def build_runtime(settings: Settings, hostname: str, clock: Clock | None = None,
         # The demo's incidents (incidents.py), shared by the simulated GPUs, servers and training run.
         incidents = IncidentSchedule(clock.now(), settings.demo_gpus) if settings.demo else None
         if nvml is None:
-            nvml = make_nvml(settings, clock, hostname, incidents)
+            # The demo's simulated vLLM and SGLang listen in this process (demo/sources.py): its pid is
+            # the one the inference GPUs report, so the serving-GPU lookup (port -> pid) finds them.
+            nvml = make_nvml(
+                settings,
+                clock,
+                hostname,
+                incidents,
+                serving_pid=os.getpid() if settings.demo_sources else None,
+            )
         proc_root = settings.proc_root
         if settings.demo and hasattr(nvml, "write_proc_root"):
             # Simulated processes get simulated /proc entries, so users and containers show too.

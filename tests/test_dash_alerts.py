@@ -17,7 +17,10 @@ from gpuwatch.config import load
 from gpuwatch.demo.nvml import FakeNvml
 from gpuwatch.model import Batch, LogLine, Sample, make_labels
 from gpuwatch.rules import manager as manager_module
+from gpuwatch.store import alerthistory
+from gpuwatch.store.alerthistory import StoredTransition
 from gpuwatch.units import format_rfc3339
+from gpuwatch.web import create_app
 from gpuwatch.web.dash.targets import group_targets
 
 GPU = {"gpu": "0", "Hostname": "n1", "UUID": "GPU-0"}
@@ -36,8 +39,7 @@ groups:
 """
 
 
-@pytest.fixture
-def runtime(tmp_path: Path, clock: FakeClock) -> Iterator[Runtime]:
+def _runtime(tmp_path: Path, clock: FakeClock) -> Runtime:
     (tmp_path / "rules.yml").write_text(RULES)
     settings = load(
         None,
@@ -49,7 +51,12 @@ def runtime(tmp_path: Path, clock: FakeClock) -> Iterator[Runtime]:
             "builtin_rules": False,
         },
     )
-    rt = build_runtime(settings, "node-1", clock=clock, nvml=FakeNvml(gpu_count=1, clock=clock))
+    return build_runtime(settings, "node-1", clock=clock, nvml=FakeNvml(gpu_count=1, clock=clock))
+
+
+@pytest.fixture
+def runtime(tmp_path: Path, clock: FakeClock) -> Iterator[Runtime]:
+    rt = _runtime(tmp_path, clock)
     yield rt
     rt.close()
 
@@ -124,6 +131,37 @@ def test_history_is_bounded(runtime: Runtime, clock: FakeClock) -> None:
         _hot(runtime, clock, 90 if i % 2 == 0 else 60)  # pending, dropped, pending, ...
         clock.advance(15)
     assert len(manager.history()) == 6 and len(manager.history(limit=2)) == 2
+
+
+def test_history_outlives_a_restart_and_is_capped_and_retained(tmp_path: Path, clock: FakeClock) -> None:
+    t0 = clock.now_ms()
+    first = _runtime(tmp_path, clock)
+    try:
+        _hot(first, clock, 90)
+        clock.advance(45)
+        _hot(first, clock, 91)
+    finally:
+        first.close()
+    clock.advance(60)
+    second = _runtime(tmp_path, clock)
+    try:
+        client = create_app(second).test_client()
+        history = client.get("/api/ui/alerts").get_json()["data"]["history"]
+        assert [(h["rule"], h["from"], h["to"], h["labels"]["gpu"]) for h in history] == [
+            ("Hot", "pending", "firing", "0"),
+            ("Hot", "inactive", "pending", "0"),
+        ]
+        assert history[1]["at"] == t0
+        rows = [StoredTransition("g", "R", (("i", str(i)),), "inactive", "pending", i) for i in range(5)]
+        second.store.save_alert_history_soon(rows).result()
+        assert len(second.store.alert_history(100)) == 7
+        cur = second.store._need_writer()._cur
+        second.store._ask(lambda: alerthistory.append(cur, rows[:1], cap=3))  # the oldest go first
+        assert [r.at_ms for r in second.store.alert_history(100)] == [3, 4, 0]
+        second.store._ask(lambda: alerthistory.delete_before(cur, 4))  # retention
+        assert [r.at_ms for r in second.store.alert_history(100)] == [4]
+    finally:
+        second.close()
 
 
 def test_targets_grouped_by_job() -> None:

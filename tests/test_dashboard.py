@@ -21,7 +21,7 @@ from gpuwatch.web import create_app
 from gpuwatch.web.dash import cluster, gpu, timeline
 from gpuwatch.web.dash.assets import CACHE_CONTROL
 from gpuwatch.web.dash.explore import locate_error
-from gpuwatch.web.dash.panel import Panel, fill
+from gpuwatch.web.dash.panel import Panel, check_unique, fill
 from gpuwatch.web.overview import GpuRow, NodeRow
 
 RULES = Path(__file__).resolve().parent.parent / "gpuwatch" / "rules" / "builtin"
@@ -99,6 +99,11 @@ def test_panel_rejects_unknown_units_kinds_and_widths() -> None:
         "hostname",
         "job",
     }
+    with pytest.raises(ValueError, match="timeseries"):
+        Panel("a", "A", "up", kind="bars", marks="e")
+    with pytest.raises(ValueError, match="not an events panel"):
+        check_unique([Panel("a", "A", "up", marks="b"), Panel("b", "B", "up")])
+    assert len(check_unique([Panel("a", "A", "up", marks="b"), Panel("b", "B", "up", kind="events")])) == 2
 
 
 def _gpu(host: str, seen_ms: int, temp: float = 50.0, gpu: str = "0") -> GpuRow:
@@ -191,6 +196,8 @@ def test_json_twins_hold_the_pages_panels_and_data(
     assert one["variables"]["host_re"] == r"node\-1"
     g = client.get("/api/ui/gpus/node-1/2").get_json()
     assert g["data"]["info"]["gpu"] == "2" and g["variables"] == {"hostname": "node-1", "gpu": "2"}
+    charts = {p["id"]: p["marks"] for p in g["panels"] if p["kind"] == "timeseries"}
+    assert charts == dict.fromkeys(("util", "memory", "membw", "temp", "power", "clocks", "pcie"), "events")
     assert client.get("/api/ui/gpus/node-1/9").get_json()["data"]["info"] is None
     assert client.get("/gpus/node-1/9").status_code == 200  # the page says it has not seen that GPU
     e = client.get("/api/ui/explore?expr=sum(up)+byy+(job)").get_json()

@@ -177,9 +177,26 @@ def test_figures_are_pure_functions_of_query_rows(demo_server, page) -> None:  #
       const b = gw.figures.bars(rows, Object.assign({}, p, {thresholds: {warn: 4, crit: 6}}), {colors: {accent: 'g', warn: 'y', crit: 'r', grid: '#ccc', fg: '#000'}});
       const e = gw.figures.events([{metric: {x: '1'}, values: [[100, '0'], [110, '0'], [120, '3'], [130, '3'], [140, '4']]}],
                                   {id: 'e', kind: 'events', unit: 'count', counter: true, legend: ''}, {step: 10, qstart: 100000});
+      const evp = {id: 'events', kind: 'events', unit: 'count', counter: true, legend: '{{__name__}} {{xid}}{{reason}}'};
+      const marks = gw.eventList([
+        {metric: {__name__: 'gpuwatch_xid_errors_total', xid: '<b>79</b>'}, values: [[120, '1'], [130, '1']]},
+        {metric: {__name__: 'gpuwatch_clock_throttled', reason: 'sw_thermal'}, values: [[100, '0'], [110, '1'], [120, '0']]},
+        {metric: {__name__: 'gpuwatch_clock_throttled', reason: 'sw_power_cap'}, values: [[100, '0'], [130, '1']]},
+      ], evp, {step: 10, qstart: 100000});
+      const colors = {accent: 'g', warn: 'y', crit: 'r', grid: '#ccc', fg: '#000', muted: '#999'};
+      const tm = gw.figures.timeseries(rows.slice(0, 1), Object.assign({}, p, {kind: 'timeseries', thresholds: {warn: 4}}),
+                                       {step: 10, marks: marks, colors: colors});
+      const lines = tm.layout.shapes.filter(s => s.yref === 'paper');
+      const trace = tm.data.find(d => d.name === 'events');
       return {hy: h.data[0].y, hz: h.data[0].z, ty: t.data[0].y, by: b.data[0].y, bc: b.data[0].marker.color, bx: b.data[0].x,
               ecount: e.count, steps: [gw.stepFor(0, 3600e3, 600), gw.stepFor(0, 7 * 86400e3, 1200), gw.stepFor(0, 30 * 86400e3, 100000)],
-              scatter: [h, t, b, e].some(f => f.data.some(d => d.type === 'scattergl'))};
+              scatter: [h, t, b, e, tm].some(f => f.data.some(d => d.type === 'scattergl')),
+              marks: marks.map(m => [m.t, m.kind, m.name]),
+              lines: lines.map(s => [s.x0, s.x0 === s.x1, s.line.color]),
+              lineTimes: lines.map(s => s.x0), at: [gw.localTime(110000), gw.localTime(120000)],
+              thresholds: tm.layout.shapes.filter(s => s.yref === 'y').length,
+              trace: {axis: trace.yaxis, text: trace.text, y: trace.y, legend: trace.showlegend, colors: trace.marker.color},
+              axis2: tm.layout.yaxis2, plain: t.data.length};
     }"""
     )
     assert got["hy"] == ["&lt;i&gt;a&lt;/i&gt;/2", "b/10"]  # sorted, escaped for Plotly
@@ -189,6 +206,24 @@ def test_figures_are_pure_functions_of_query_rows(demo_server, page) -> None:  #
     assert got["ecount"] == 2  # two rises; the series was there from the start
     assert got["steps"] == [15, 1800, 1800]  # 300 points on 600 px; at most 1,500 points
     assert got["scatter"] is False
+    # events as marks on a time chart: a dashed line each on the chart's own x axis, full height
+    # (paper y), with a hoverable marker on a hidden axis; names escaped for Plotly
+    assert got["marks"] == [
+        [120000, "xid", "gpuwatch_xid_errors_total <b>79</b>"],  # appeared after the range start
+        [110000, "throttle", "gpuwatch_clock_throttled sw_thermal"],
+        [130000, "power_cap", "gpuwatch_clock_throttled sw_power_cap"],  # listed, not marked (below)
+    ]
+    assert got["lineTimes"] == got["at"][::-1] and [c for *_, c in got["lines"]] == ["r", "y"]
+    assert all(vertical for _, vertical, _ in got["lines"]) and got["thresholds"] == 1
+    assert got["trace"] == {
+        "axis": "y2",
+        "text": ["gpuwatch_xid_errors_total &lt;b&gt;79&lt;/b&gt;", "gpuwatch_clock_throttled sw_thermal"],
+        "y": [1, 1],
+        "legend": False,
+        "colors": ["r", "y"],
+    }
+    assert got["axis2"]["overlaying"] == "y" and got["axis2"]["visible"] is False
+    assert got["plain"] == 1  # no marks given: no extra trace
 
 
 XSS = "<img src=x onerror=window.__xss=1>"
@@ -215,4 +250,34 @@ def test_label_values_stay_text(demo_server, page) -> None:  # type: ignore[no-u
     wait_panels(page)
     assert XSS in page.locator("#gpu-host").inner_text()
     assert page.evaluate("window.__xss") is None
+    assert page.console.errors == []
+
+
+def test_gpu_charts_mark_the_events_on_their_time_axis(demo_server, page) -> None:  # type: ignore[no-untyped-def]
+    """Runs last: it adds a GPU (pushed) with an XID to the shared demo server."""
+    host = "marks-node"
+    body = (
+        f'DCGM_FI_DEV_GPU_UTIL{{Hostname="{host}",gpu="0",UUID="GPU-marks"}} 40\n'
+        f'DCGM_FI_DEV_POWER_USAGE{{Hostname="{host}",gpu="0",UUID="GPU-marks"}} 300\n'
+        f'gpuwatch_xid_errors_total{{Hostname="{host}",gpu="0",UUID="GPU-marks",xid="79"}} 1\n'
+    )
+    assert requests.put(f"{demo_server.url}/metrics/job/marks", data=body, timeout=10).status_code in (
+        200,
+        202,
+    )
+    page.goto(f"{demo_server.url}/gpus/{host}/0?{LIVE}")
+    states = wait_panels(page)
+    assert states["util"] == states["power"] == states["events"] == "data", states
+    marks = """id => {
+      const el = document.querySelector('#panel-' + id + ' .gw-chart');
+      const f = el && el.gwFigure;
+      const t = f && f.data.find(d => d.name === 'events');
+      return t ? {text: t.text, lines: f.layout.shapes.filter(s => s.yref === 'paper' && s.x0 === s.x1).length} : null;
+    }"""
+    for chart in ("util", "power"):  # every chart with data shows the XID where the events chart has it
+        page.wait_for_function(f"() => ({marks})({chart!r}) !== null", timeout=20_000)
+        got = page.evaluate(marks, chart)
+        assert got == {"text": ["gpuwatch_xid_errors_total 79"], "lines": 1}, (chart, got)
+        # drawn: a marker point in the chart's SVG besides the line's
+        assert page.locator(f"#panel-{chart} .scatterlayer .trace .point").count() >= 1
     assert page.console.errors == []

@@ -191,6 +191,22 @@ def test_mixed_workload_roles(nvml: FakeNvml, clock: FakeClock) -> None:
     )
 
 
+def test_inference_gpus_report_the_serving_pid_given(clock: FakeClock, tmp_path: Path) -> None:
+    fake = FakeNvml(clock=clock, serving_pid=4242)
+    fake.nvmlInit()
+    clock.advance(60)
+    pids = {
+        i: [p.pid for p in fake.nvmlDeviceGetComputeRunningProcesses(fake.nvmlDeviceGetHandleByIndex(i))]
+        for i in range(8)
+    }
+    serving = [i for i, role in enumerate(fake.workload.roles) if role == "inference"]
+    assert serving == [1, 6] and pids[1] == pids[6] == [4242]
+    assert all(4242 not in p for i, p in pids.items() if i not in serving)
+    assert fake.nvmlSystemGetProcessName(4242) == "vllm"
+    fake.write_proc_root(tmp_path)
+    assert (tmp_path / "4242" / "comm").read_text() == "vllm\n"
+
+
 def test_idle_workload(clock: FakeClock) -> None:
     fake = FakeNvml(gpu_count=1, workload="idle", clock=clock)
     fake.nvmlInit()

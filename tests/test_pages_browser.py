@@ -87,7 +87,21 @@ def test_inference_pages(demo_server, page) -> None:  # type: ignore[no-untyped-
     assert page.locator("#tile-kv_cache").get_attribute("data-state") in ("ok", "warn", "crit")
     assert page.locator("#tile-ttft_p99 .value").inner_text() != ""
     _settled(page, "#panel-latency_heatmap")
-    assert page.locator("#serving").get_attribute("data-state") in ("found", "no-process", "no-gpu-process")
+    # The demo's vLLM listens in gpuwatch's own process, whose pid its simulated inference GPUs report:
+    # the lookup (port -> listening pid -> NVML's process table) finds them without configuration.
+    wait_until(
+        lambda: _api(demo_server, "/api/ui/inference/demo-vllm")["data"]["serving"]["state"] == "found",
+        30,
+        "the demo's serving GPUs were not found",
+    )
+    page.goto(f"{demo_server.url}/inference/demo-vllm?{LIVE}")
+    states = wait_panels(page, 20_000)
+    serving = page.locator("#serving")
+    assert serving.get_attribute("data-state") == "found"
+    assert "/1 " in serving.inner_text() and "/6 " in serving.inner_text(), serving.inner_text()
+    for pid in ("gpu_util", "gpu_memory", "gpu_power"):
+        assert states[pid] == "data", (pid, states)
+        assert chart_points(page, pid) > 0, pid
     assert page.console.errors == []
 
 

@@ -385,6 +385,7 @@ class _FailingSaves:
             store.alerts,
             store.select,
         )
+        self.save_alert_history_soon, self.alert_history = store.save_alert_history_soon, store.alert_history
 
     def save_alerts_soon(self, group_key: str, alerts: list) -> Future:  # type: ignore[type-arg]
         fut: Future = Future()  # type: ignore[type-arg]

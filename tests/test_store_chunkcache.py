@@ -342,6 +342,43 @@ def test_the_writer_rebuilds_the_index_after_a_compaction_so_the_next_read_does_
         assert len(loads) == 2
 
 
+def test_readers_that_arrive_together_build_the_index_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A page load's requests reach a cold store together: one builds the index, the others wait for it."""
+    readers = 6
+    loads: list[str] = []
+    entered: list[str] = []
+    all_in = threading.Event()
+    real_load = ChunkIndex.load.__func__  # type: ignore[attr-defined]
+    real_index = ChunkCache.index
+
+    def index(self: ChunkCache, cur: Any, generation: int) -> ChunkIndex | None:
+        entered.append(threading.current_thread().name)
+        if len(entered) == readers:
+            all_in.set()
+        return real_index(self, cur, generation)
+
+    def load(cls: type[ChunkIndex], cur: Any, generation: int) -> ChunkIndex:
+        loads.append(threading.current_thread().name)
+        if len(loads) == 1:
+            all_in.wait()  # every reader is inside `index` before the first build ends
+        return real_load(cls, cur, generation)  # type: ignore[no-any-return]
+
+    store = Store.open(None, clock=FakeClock(T0 / 1000), flush_interval_s=3600, retention_s=0)
+    with store:
+        for k in range(30):
+            store.append(Batch(T0 + k * STEP, [Sample("m", make_labels({"s": "a"}), float(k))]))
+        store.compact()
+        monkeypatch.setattr(ChunkCache, "index", index)
+        monkeypatch.setattr(ChunkIndex, "load", classmethod(load))
+        got: list[int] = []
+        threads = [threading.Thread(target=lambda: got.append(len(_read(store)))) for _ in range(readers)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert got == [30] * readers and len(loads) == 1
+
+
 def _read(store: Store) -> list[float]:
     (sd,) = store.select([NAME], T0, T0 + 40 * STEP)
     return list(sd.values.tolist())

@@ -75,10 +75,13 @@ class FakeNvml:
         hostname: str = "",
         incidents: IncidentSchedule | None = None,
         mig: dict[int, tuple[str, ...]] | None = None,
+        serving_pid: int | None = None,
     ) -> None:
         """`hostname`: mixed into the UUIDs, so two demo hosts never share one. `incidents`: the demo's
         schedule (throttling, XIDs, PCIe replays, a stalled run); None: only injected faults. `mig`: GPU
-        index -> the MIG profiles of its GPU instances, e.g. {1: ("3g.40gb", "1g.10gb")} (tests)."""
+        index -> the MIG profiles of its GPU instances, e.g. {1: ("3g.40gb", "1g.10gb")} (tests).
+        `serving_pid`: the pid the inference GPUs' process reports (the demo passes its own, as its
+        simulated vLLM and SGLang listen in it), so the serving-GPU lookup finds them; None: made up."""
         if model not in MODELS:
             raise ValueError(f"unknown GPU model {model!r}; choose one of: {', '.join(MODELS)}")
         self.spec = MODELS[model]
@@ -96,6 +99,7 @@ class FakeNvml:
             start=self.clock.now(),
             hostname=hostname,
             incidents=incidents,
+            serving_pid=serving_pid,
         )
         self.handles = [FakeHandle(i) for i in range(gpu_count)]
         self.mig: dict[int, list[FakeMigHandle]] = {}

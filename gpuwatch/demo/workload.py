@@ -192,6 +192,7 @@ class Workload:
         *,
         hostname: str = "",
         incidents: IncidentSchedule | None = None,
+        serving_pid: int | None = None,
     ) -> None:
         if workload not in WORKLOADS:
             raise ValueError(f"unknown workload {workload!r}; choose one of: {', '.join(WORKLOADS)}")
@@ -199,6 +200,7 @@ class Workload:
         self.seed = seed
         self.host = host_key(hostname)
         self.incidents = incidents
+        self.serving_pid = serving_pid
         self.start = start
         self.roles = [self._role(workload, i) for i in range(gpu_count)]
         self.throttle = [0] * gpu_count  # clock-event reason masks injected as faults
@@ -453,6 +455,9 @@ class Workload:
     # -- processes -------------------------------------------------------------------------------
 
     def pid_of(self, i: int) -> int:
+        """The pid of GPU `i`'s process: `serving_pid` for an inference GPU when given, else made up."""
+        if self.serving_pid is not None and self.roles[i] == "inference":
+            return self.serving_pid
         return 20000 + 101 * i + self.seed % 97
 
     def processes(self, i: int, now: float, generation: int) -> list[tuple[int, str, int]]:

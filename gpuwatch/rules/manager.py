@@ -3,7 +3,8 @@
 One `RuleManager` holds the loaded groups and their alerts. `run_due()` (the `rules` job) evaluates each
 group whose interval has passed. Alert state is saved in the store after every evaluation that changed
 it and read back at start, so a restart resumes pending timers and keeps firing alerts firing; the time
-gpuwatch was down counts toward `for`, as the alert was already active before.
+gpuwatch was down counts toward `for`, as the alert was already active before. Each transition is also
+queued for the store's history table, and the latest are read back at start for the alerts page.
 """
 
 from __future__ import annotations
@@ -43,10 +44,12 @@ from gpuwatch.rules.load import (
 from gpuwatch.rules.pack import apply_builtin
 from gpuwatch.rules.reads import may_read
 from gpuwatch.rules.roundcache import RoundCache
+from gpuwatch.store.alerthistory import StoredTransition
 from gpuwatch.store.alerts import StoredAlert
 
 log = logging.getLogger("gpuwatch.rules")
-HISTORY_LENGTH = 2000  # the transitions kept for the alerts page, newest last (in memory, since start)
+# The transitions the alerts page can list (in memory, read back from the store at start).
+HISTORY_LENGTH = 2000
 
 
 @dataclass(frozen=True)
@@ -69,6 +72,11 @@ class RuleStore(Protocol):
         ...
 
     def alerts(self) -> list[StoredAlert]: ...
+    def save_alert_history_soon(self, rows: Sequence[StoredTransition]) -> Future[Any]:
+        """Queue transitions for the history table; the future tells when they are stored."""
+        ...
+
+    def alert_history(self, limit: int) -> list[StoredTransition]: ...
 
 
 Query = Callable[[str, int], Result]
@@ -113,6 +121,12 @@ def _static_labels_match(rule: Rule, labels: Labels) -> bool:
     return all(have.get(k) == v for k, v in rule.labels if "{{" not in v)
 
 
+def _log_history_failure(fut: Future[Any]) -> None:
+    e = fut.exception()
+    if e is not None:
+        log.warning("rules: cannot store alert transitions: %s", e)
+
+
 class RuleManager:
     """Hold rule groups and their alert state; evaluate due groups when `run_due` is called."""
 
@@ -149,6 +163,7 @@ class RuleManager:
         self._store_owed = False  # shown to reads through the cache only (`_flush`)
         self._saving: list[tuple[GroupState, Future[Any]]] = []  # queued alert saves (`_save`)
         self.replace_groups(groups, restore=True)
+        self._restore_history()
 
     # -- loading --------------------------------------------------------------------------------------
     def replace_groups(self, groups: Sequence[Group], *, restore: bool = False) -> None:
@@ -288,8 +303,7 @@ class RuleManager:
                     g.alerts[i], changed = evaluate(rule, result, g.alerts[i], now_ms, self._external)
                     transitions.extend(changed)
                     if changed:
-                        with self._lock:
-                            self._history.extend(HistoryEntry(g.group.name, rule.name, t) for t in changed)
+                        self._remember([HistoryEntry(g.group.name, rule.name, t) for t in changed])
                     out = alert_series(g.alerts[i])
                 else:
                     out = record_samples(rule, result)
@@ -329,6 +343,34 @@ class RuleManager:
             for listener in self._listeners:
                 listener(alerts, g.interval_s, now_ms)
         return transitions
+
+    def _restore_history(self) -> None:
+        try:
+            stored = self._store.alert_history(HISTORY_LENGTH)
+        except StoreError as e:
+            log.warning("rules: cannot read the alert history: %s", e)
+            return
+        with self._lock:
+            self._history.extend(
+                HistoryEntry(r.group, r.rule, Transition(r.labels, r.before, r.after, r.at_ms))
+                for r in stored
+            )
+
+    def _remember(self, entries: list[HistoryEntry]) -> None:
+        """Keep transitions for the alerts page and queue them for the store (not waited for)."""
+        with self._lock:
+            self._history.extend(entries)
+        rows = [
+            StoredTransition(e.group, e.rule, e.transition.labels, e.transition.before, e.transition.after,
+                             e.transition.at_ms)
+            for e in entries
+        ]  # fmt: skip
+        try:
+            fut = self._store.save_alert_history_soon(rows)
+        except StoreError as e:
+            log.warning("rules: cannot store %d alert transition(s): %s", len(rows), e)
+            return
+        fut.add_done_callback(_log_history_failure)
 
     def _show(self, reader: str | None) -> None:
         """Make what recording rules appended readable by `reader` (None: any later group's rule).
@@ -450,7 +492,7 @@ class RuleManager:
             return list(self._groups)
 
     def history(self, limit: int = HISTORY_LENGTH) -> list[HistoryEntry]:
-        """Return the latest alert transitions since start, newest first (at most HISTORY_LENGTH kept)."""
+        """Return the latest alert transitions, newest first (at most HISTORY_LENGTH kept)."""
         with self._lock:
             entries = list(self._history)
         return entries[::-1][:limit]

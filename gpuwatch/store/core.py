@@ -22,6 +22,7 @@ import numpy as np
 from gpuwatch.clock import Clock
 from gpuwatch.errors import StoreError, one_line
 from gpuwatch.model import NO_SERIES_LIMITS, Batch, Labels, Matcher, SeriesColumns, SeriesData, SeriesLimits
+from gpuwatch.store import alerthistory as history_table
 from gpuwatch.store import logs as logs_table
 from gpuwatch.store import schema
 from gpuwatch.store.catalog import Catalog, Entry, Snapshot, match
@@ -238,6 +239,7 @@ class Store(SideTables):
         def apply() -> int:
             deleted = writer.apply_retention(cutoff)
             logs_table.delete_before(writer._cur, cutoff)
+            history_table.delete_before(writer._cur, cutoff)
             return deleted
 
         return int(self._ask(apply))

@@ -17,6 +17,8 @@ Tables (private to `gpuwatch.store`):
 - `alert_state(group_key, rule, labels, annotations, state, active_at_ms, value, fired_at_ms,
   resolved_at_ms, keep_firing_since_ms, last_eval_ms)`: the rule evaluator's alerts, replaced per rule
   group after each evaluation that changed them (`gpuwatch.store.alerts`).
+- `alert_history(seq, at_ms, group_name, rule, labels, before, after)`: alert transitions in the order
+  they happened, the newest 10,000 within retention (`gpuwatch.store.alerthistory`).
 - `silences(id, matchers, starts_at_ms, ends_at_ms, created_by, comment, updated_at_ms)`: silences in
   Alertmanager's model; matchers as a JSON list of [name, value, is_regex, is_equal] (`gpuwatch.store.silences`).
 - `notify_queue(id, receiver, integration, group_key, status, payload, created_ms, attempts,
@@ -161,6 +163,20 @@ MIGRATIONS: tuple[tuple[int, str], ...] = (
         """,
     ),
     (8, "ALTER TABLE runs ADD COLUMN process VARCHAR;"),
+    (
+        9,
+        """
+        CREATE TABLE alert_history (
+            seq BIGINT NOT NULL,
+            at_ms BIGINT NOT NULL,
+            group_name VARCHAR NOT NULL,
+            rule VARCHAR NOT NULL,
+            labels VARCHAR NOT NULL,
+            before VARCHAR NOT NULL,
+            after VARCHAR NOT NULL
+        );
+        """,
+    ),
 )
 
 

@@ -15,6 +15,7 @@ import duckdb
 
 from gpuwatch.errors import StoreError, one_line
 from gpuwatch.model import LogLine, LogOffset, RunRecord, RunUpdate, SilenceRecord
+from gpuwatch.store import alerthistory as history_table
 from gpuwatch.store import alerts as alerts_table
 from gpuwatch.store import logs as logs_table
 from gpuwatch.store import notify as notify_table
@@ -111,6 +112,19 @@ class SideTables:
     def alerts(self) -> list[alerts_table.StoredAlert]:
         """Return the stored alerts of every rule group."""
         return self._read_table(alerts_table.read_all)
+
+    def save_alert_history_soon(self, rows: Sequence[history_table.StoredTransition]) -> Future[Any]:
+        """Queue alert transitions for the history table without waiting; the future holds the outcome."""
+        writer = self._need_writer()
+        if self._closed:
+            raise StoreError("the store is closed")
+        fut: Future[Any] = Future()
+        writer.queue.put(("call", lambda: history_table.append(writer._cur, rows), fut))
+        return fut
+
+    def alert_history(self, limit: int) -> list[history_table.StoredTransition]:
+        """Return the newest `limit` stored alert transitions, oldest first."""
+        return self._read_table(lambda cur: history_table.read_latest(cur, limit))
 
     def save_silences(self, silences: Sequence[SilenceRecord]) -> None:
         """Write silences (new or changed) in one transaction; waits for the writer."""

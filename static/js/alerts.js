@@ -1,6 +1,6 @@
 /* Alerts: firing and pending alerts (labels and annotations as text), a silence from an alert in two
  * clicks (its labels as matchers, a comment and a duration; POST /api/v2/silences with the CSRF token),
- * silences with expire, rule groups, and the transitions since start. */
+ * silences with expire, rule groups, and the latest transitions (stored). */
 (function () {
   'use strict';
   var form = document.getElementById('silence-form');

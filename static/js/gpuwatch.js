@@ -396,7 +396,62 @@
     });
     layout.showlegend = data.length > 1 && data.length <= 8 && (panel.width || 6) >= 6;
     if (layout.showlegend) layout.legend = { orientation: 'h', y: -0.18, font: { size: 10 } };
+    var m = opts.marks && opts.marks.length ? gw.markLayers(opts.marks, c) : null;
+    if (m && m.trace.x.length) {
+      layout.shapes = layout.shapes.concat(m.shapes);
+      layout.yaxis2 = m.yaxis2;
+      data.push(m.trace);
+    }
     return { data: data, layout: layout };
+  };
+  /** The kind of event a series of an events panel stands for, by its metric name. */
+  function eventKind(metric) {
+    var n = (metric || {}).__name__ || '';
+    if (/xid/i.test(n)) return 'xid';
+    if (/ECC/.test(n)) return 'ecc';
+    if (/throttl/.test(n)) return metric.reason === 'sw_power_cap' ? 'power_cap' : 'throttle';
+    if (n === 'ALERTS') return 'alert';
+    return 'other';
+  }
+  /** The events of a range-query answer: [{t (ms), name, kind, value}] where a series rises
+   * (counters) or leaves 0 (gauges); with `panel.counter`, only series that appear non-zero after
+   * the range's start (opts.qstart) count, not those already there. Series by series, each in time
+   * order (the events chart's rows come in the order of their series). */
+  gw.eventList = function (result, panel, opts) {
+    opts = opts || {};
+    var stepMs = (opts.step || 60) * 1000, first = opts.qstart, out = [];
+    (result || []).forEach(function (s) {
+      var name = gw.seriesName(s.metric, panel.legend).replace(/\s+/g, ' ').trim(), kind = eventKind(s.metric), prev = null, prevT = null;
+      (s.values || []).forEach(function (p) {
+        var v = parseFloat(p[1]), t = p[0] * 1000;
+        if (prevT !== null && t - prevT > 1.5 * stepMs) prev = null;  // the series was gone: it reappears
+        var appeared = prev === null && v > 0 && (!panel.counter || first === undefined || t > first + 1.5 * stepMs);
+        if (appeared || (prev !== null && v > prev)) out.push({ t: t, name: name, kind: kind, value: v });
+        prev = v; prevT = t;
+      });
+    });
+    return out;
+  };
+  // The events marked on time charts, by kind, and their colours. Not a GPU held at its power limit
+  // (sw_power_cap, which a busy GPU meets all day: the events chart still shows it).
+  var MARK_COLOR = { xid: 'crit', ecc: 'crit', throttle: 'warn', alert: 'accent', other: 'muted' };
+  /** Events drawn on a time chart: a dashed vertical line each (shapes on the chart's x axis, full
+   * height) and a hoverable marker at the top of each line naming the event (on a hidden y axis).
+   * Events of a kind not in MARK_COLOR are left out. */
+  gw.markLayers = function (marks, c) {
+    var shapes = [], x = [], y = [], text = [], color = [];
+    marks.filter(function (m) { return Object.prototype.hasOwnProperty.call(MARK_COLOR, m.kind); }).forEach(function (m) {
+      var col = c[MARK_COLOR[m.kind] || 'muted'], t = gw.localTime(m.t);
+      shapes.push({ type: 'line', xref: 'x', x0: t, x1: t, yref: 'paper', y0: 0, y1: 1, layer: 'below',
+        line: { color: col, width: 1, dash: 'dash' } });
+      x.push(t); y.push(1); text.push(gw.esc(m.name)); color.push(col);
+    });
+    return {
+      shapes: shapes,
+      yaxis2: { overlaying: 'y', range: [0, 1.02], visible: false, fixedrange: true },
+      trace: { type: 'scatter', mode: 'markers', name: 'events', yaxis: 'y2', x: x, y: y, text: text, showlegend: false,
+        marker: { symbol: 'triangle-down', size: 8, color: color }, hovertemplate: '%{text}<br>%{x}<extra></extra>' }
+    };
   };
   /** One row per series over time (y = series name, x = time, colour = value). */
   figures.heatmap = function (result, panel, opts) {
@@ -420,6 +475,7 @@
       z.push(row); y.push(gw.esc(gw.seriesName(s.metric, panel.legend)));
     });
     layout.yaxis = { type: 'category', automargin: true, autorange: 'reversed', tickfont: { size: 10 } };
+    layout.margin.b = 44;  // its two-line date ticks (no legend below it makes room for them)
     if (opts.start !== undefined) layout.xaxis.range = [gw.localTime(opts.start), gw.localTime(opts.end)];
     layout.height = Math.max(panel.height || 240, 40 + 14 * y.length);
     var zmin = panel.min === null || panel.min === undefined ? undefined : panel.min;
@@ -459,20 +515,11 @@
     opts = opts || {};
     var c = opts.colors || themeColors(), layout = baseLayout(panel, opts);
     var x = [], y = [], text = [];
-    var stepMs = (opts.step || 60) * 1000, first = opts.qstart;
-    (result || []).forEach(function (s) {
-      var name = gw.esc(gw.seriesName(s.metric, panel.legend).replace(/\s+/g, ' ').trim()), prev = null, prevT = null;
-      (s.values || []).forEach(function (p) {
-        var v = parseFloat(p[1]), t = p[0] * 1000;
-        if (prevT !== null && t - prevT > 1.5 * stepMs) prev = null;  // the series was gone: it reappears
-        var appeared = prev === null && v > 0 && (!panel.counter || first === undefined || t > first + 1.5 * stepMs);
-        if (appeared || (prev !== null && v > prev)) {
-          x.push(gw.localTime(t)); y.push(name); text.push(gw.esc(gw.format(v, panel.unit)));
-        }
-        prev = v; prevT = t;
-      });
+    gw.eventList(result, panel, opts).forEach(function (e) {
+      x.push(gw.localTime(e.t)); y.push(gw.esc(e.name)); text.push(gw.esc(gw.format(e.value, panel.unit)));
     });
     layout.yaxis = { type: 'category', automargin: true, gridcolor: c.grid };
+    layout.margin.b = 44;  // two-line date ticks, as the heatmap's
     if (opts.start !== undefined) layout.xaxis.range = [gw.localTime(opts.start), gw.localTime(opts.end)];
     return { data: [{ type: 'scatter', mode: 'markers', x: x, y: y, text: text, marker: { symbol: 'diamond', size: 9, color: c.crit },
       hovertemplate: '%{y}<br>%{x}<br>%{text}<extra></extra>' }], layout: layout, count: x.length };
@@ -607,7 +654,11 @@
       c.card.dataset.query = c.expr;
       c.explore.href = gw.exploreUrl(c.expr);
       var req = ranged ? gw.queryRange(c.expr, r.start, r.end, width) : gw.query(c.expr, r.end);
-      return req.then(function (res) {
+      c.answer = req;  // charts that draw this panel's events as marks wait for it (panel.marks)
+      var src = panel.marks ? byId[panel.marks] : null;
+      var marksReq = src && src.answer ? src.answer : Promise.resolve(null);
+      return Promise.all([req, marksReq]).then(function (both) {
+        var res = both[0], marksRes = both[1] && both[1].status === 'ok' ? both[1] : null;
         var failing = null;
         if (res.status !== 'ok') {
           c.card.dataset.state = res.status;
@@ -627,9 +678,11 @@
         if (panel.kind === 'stat') return drawStat(c.body, res.result, panel);
         var opts = { uirevision: gw.rangeKey(), start: r.start, end: r.end, step: res.step, qstart: res.start, qend: res.end,
           logY: c.logBox ? c.logBox.checked : false };
+        if (marksRes) opts.marks = gw.eventList(marksRes.result, src.panel, { step: marksRes.step, qstart: marksRes.start });
         // The same answer as last time (start and end are aligned to the step, so a refresh within
         // one step usually gets the same bytes): nothing to redraw.
-        var sig = res.text + '|' + opts.uirevision + '|' + opts.logY + '|' + gw.theme() + '|' + (r.end - r.start);
+        var sig = res.text + '|' + opts.uirevision + '|' + opts.logY + '|' + gw.theme() + '|' + (r.end - r.start) +
+          '|' + (marksRes ? marksRes.text : '');
         if (c.chart && c.body.contains(c.chart) && c.sig === sig) return;
         c.sig = sig;
         var fig = figures[panel.kind](res.result, panel, opts);
@@ -647,10 +700,17 @@
         return Promise.all([gw.plot(c.chart, fig), failing]);
       });
     }
-    gw.onRefresh(function (r) { return Promise.all(items.map(function (c) { return update(c, r); })); });
+    var byId = {};
+    items.forEach(function (c) { byId[c.panel.id] = c; });
+    // Panels whose events other charts mark ask first, so that those charts can wait for their answer.
+    var sources = {};
+    items.forEach(function (c) { if (c.panel.marks) sources[c.panel.marks] = true; });
+    var ordered = items.filter(function (c) { return sources[c.panel.id]; }).concat(items.filter(function (c) { return !sources[c.panel.id]; }));
+    function updateAll(r) { return Promise.all(ordered.map(function (c) { return update(c, r); })); }
+    gw.onRefresh(updateAll);
     var cards = {};
     items.forEach(function (c) { cards[c.panel.id] = c.card; });
-    return { refresh: function () { return Promise.all(items.map(function (c) { return update(c, gw.range()); })); }, cards: cards };
+    return { refresh: function () { return updateAll(gw.range()); }, cards: cards };
   };
 
   // -- the header's controls ------------------------------------------------------------------

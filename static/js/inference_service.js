@@ -65,7 +65,7 @@
       }
       if (!any) { section.dataset.state = 'nodata'; gw.showState(el, 'nodata', gw.t('inference.no_requests')); return; }
       var c = gw.colors();
-      var layout = { uirevision: gw.rangeKey(), margin: { l: 80, r: 12, t: 8, b: 32 }, height: Math.max(260, 30 + 14 * y.length),
+      var layout = { uirevision: gw.rangeKey(), margin: { l: 80, r: 12, t: 8, b: 44 }, height: Math.max(260, 30 + 14 * y.length),
         paper_bgcolor: 'rgba(0,0,0,0)', plot_bgcolor: 'rgba(0,0,0,0)', font: { color: c.fg, size: 11 },
         xaxis: { type: 'date', gridcolor: c.grid, range: [gw.localTime(r.start), gw.localTime(r.end)] },
         yaxis: { type: 'category', automargin: true, tickfont: { size: 10 } } };

@@ -61,12 +61,12 @@ STRINGS = {
     "alerts.errors": ("Errors", "错误"),
     "alerts.history": ("Transitions", "状态变化"),
     "alerts.history_help": (
-        "The latest 2,000 transitions since gpuwatch started, newest first.",
-        "gpuwatch 启动以来最近 2000 次状态变化，最新在前。",
+        "The latest transitions (kept in the store across restarts), newest first.",
+        "最近的状态变化（保存在存储中，重启后仍在），最新在前。",
     ),
     "alerts.time": ("Time", "时间"),
     "alerts.transition": ("Change", "变化"),
-    "alerts.none_history": ("No transitions since start.", "启动以来没有状态变化。"),
+    "alerts.none_history": ("No transitions yet.", "还没有状态变化。"),
 }
 
 

@@ -1,6 +1,6 @@
 """The GPU page `/gpus/<hostname>/<gpu>`: health first (throttle reasons, ECC, last XID, remapped
-rows), then utilization, memory, temperature, power, clocks and PCIe over time with XID, ECC,
-throttle and alert events on the same axis, and the GPU's processes; JSON twin
+rows), then utilization, memory, temperature, power, clocks and PCIe over time, each chart marked with
+the XID, ECC, throttle and alert events of the events chart, and the GPU's processes; JSON twin
 `/api/ui/gpus/<hostname>/<gpu>`."""
 
 from __future__ import annotations
@@ -54,6 +54,8 @@ def _names(*names: str) -> str:
 
 
 def _p(id: str, title: str, query: str, unit: str, key: str, **kw: Any) -> Panel:
+    if kw.get("kind", "timeseries") == "timeseries":
+        kw["marks"] = "events"  # every chart shows the events panel's XIDs, ECC errors, throttling, alerts
     return Panel(id, title, query, unit, title_key=key, unsupported_if=PRESENT, failed_if=LOST, **kw)
 
 

@@ -64,6 +64,8 @@ class Panel:
     description: one-line help shown as the title's tooltip.
     min_interval: ask at most every this many seconds (0: every refresh tick; a chart asks at most
       once per step anyway), for a figure that is costly and moves slowly (energy since midnight).
+    marks: the id of an `events` panel on the same page whose events a `timeseries` chart draws as
+      vertical lines on its own time axis (that panel's answer, asked once for all of them).
     """
 
     id: str
@@ -87,6 +89,7 @@ class Panel:
     empty: str = ""
     min_interval: float = 0.0
     description: str = ""
+    marks: str = ""
 
     def __post_init__(self) -> None:
         if self.unit not in UNITS:
@@ -95,6 +98,8 @@ class Panel:
             raise ValueError(f"panel {self.id}: unknown kind {self.kind!r}")
         if not 1 <= self.width <= 12:
             raise ValueError(f"panel {self.id}: width must be 1 to 12 columns")
+        if self.marks and self.kind != "timeseries":
+            raise ValueError(f"panel {self.id}: marks are drawn on timeseries charts only")
 
     def queries(self) -> tuple[str, ...]:
         """Every PromQL the panel runs (the main query first)."""
@@ -135,11 +140,15 @@ def panels_json(panels: Iterable[Panel], translate: Mapping[str, str] | None = N
 
 
 def check_unique(panels: Iterable[Panel]) -> tuple[Panel, ...]:
-    """Return the panels as a tuple; raise ValueError when two share an id."""
-    seen: set[str] = set()
+    """Return the panels as a tuple; raise ValueError when two share an id, or when a panel's
+    `marks` names no `events` panel among them."""
+    kinds: dict[str, str] = {}
     out = tuple(panels)
     for p in out:
-        if p.id in seen:
+        if p.id in kinds:
             raise ValueError(f"two panels have the id {p.id!r}")
-        seen.add(p.id)
+        kinds[p.id] = p.kind
+    for p in out:
+        if p.marks and kinds.get(p.marks) != "events":
+            raise ValueError(f"panel {p.id}: marks {p.marks!r} is not an events panel of the page")
     return out
