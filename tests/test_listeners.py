@@ -50,25 +50,26 @@ def _fake_proc(root: Path) -> None:
 
 def test_fake_proc_tree_names_the_listeners_of_a_port(tmp_path: Path) -> None:
     _fake_proc(tmp_path)
-    assert listening_pids(tmp_path, 8000) == [10, 30]
-    assert listening_pids(tmp_path, 3000) == [40]
-    assert listening_pids(tmp_path, 9999) == []
+    assert listening_pids(tmp_path, [8000]) == [10, 30]
+    assert listening_pids(tmp_path, [3000]) == [40]
+    assert listening_pids(tmp_path, [9999]) == []
+    assert listening_pids(tmp_path, [8000, 3000, 9999]) == [10, 30, 40]  # a service's many targets at once
 
 
 def test_a_listeners_children_count_as_the_server(tmp_path: Path) -> None:
     _fake_proc(tmp_path)
     # vLLM's engine core (11) and its worker (12) under the API server (10); 13 belongs to port 3000
-    assert with_descendants(tmp_path, listening_pids(tmp_path, 8000)) == [10, 11, 12, 30]
+    assert with_descendants(tmp_path, listening_pids(tmp_path, [8000])) == [10, 11, 12, 30]
     assert with_descendants(tmp_path, []) == []
 
 
 def test_a_missing_proc_tree_finds_nothing(tmp_path: Path) -> None:
-    assert listening_pids(tmp_path / "absent", 8000) == []
+    assert listening_pids(tmp_path / "absent", [8000]) == []
 
 
 def test_malformed_lines_are_skipped() -> None:
     text = HEADER + "garbage\n" + _row(0, "0100007F:ZZZZ", "0A", 1) + _row(1, "0100007F:1F40", "0A", 7)
-    assert parse_listening_inodes(text, 8000) == {7}
+    assert parse_listening_inodes(text, [8000]) == {7}
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads Linux's /proc")
@@ -77,6 +78,6 @@ def test_a_real_listening_socket_is_found_in_the_real_proc() -> None:
         s.bind(("127.0.0.1", 0))
         s.listen()
         port = s.getsockname()[1]
-        assert os.getpid() in listening_pids(Path("/proc"), port)
+        assert os.getpid() in listening_pids(Path("/proc"), [port])
         assert os.getpid() in with_descendants(Path("/proc"), [os.getppid()])
-    assert os.getpid() not in listening_pids(Path("/proc"), port)
+    assert os.getpid() not in listening_pids(Path("/proc"), [port])

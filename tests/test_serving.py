@@ -67,6 +67,23 @@ def test_concurrent_requests_use_several_workers() -> None:
     assert slow and slow[0] != quick
 
 
+def test_a_new_client_is_answered_while_hundreds_of_connections_stay_open() -> None:
+    # 50 dashboards in browsers keep up to 6 connections each open between their refreshes.
+    with running(thread_app) as base:
+        port = int(base.rsplit(":", 1)[1])
+        held = []
+        try:
+            for _ in range(300):
+                s = socket.create_connection(("127.0.0.1", port), timeout=10)
+                held.append(s)
+                s.sendall(b"GET /busy HTTP/1.1\r\nHost: x\r\n\r\n")
+                assert s.recv(4096).startswith(b"HTTP/1.1 200"), "each kept connection was served"
+            assert requests.get(f"{base}/-/health", timeout=10).ok
+        finally:
+            for s in held:
+                s.close()
+
+
 def test_port_in_use_raises() -> None:
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))

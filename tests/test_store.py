@@ -454,6 +454,52 @@ def test_concurrent_readers_and_writer(tmp_path: Path, clock: FakeClock) -> None
     s.close()
 
 
+def test_many_readers_during_a_compaction_all_answer_within_duckdbs_memory_cap(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # 8 web workers reading 700 series each while the writer compacts a head of 243,000 rows, under a
+    # 16 MB cap (the real one is 64 MB with ~1 M head rows): reads and the compaction used to fail with
+    # "Out of Memory" (bench/README.md, "Soak"); now reads take turns and wait for the compaction.
+    from gpuwatch.store import core
+
+    monkeypatch.setattr(core, "MEMORY_LIMIT_MB", 16)
+    names = [f"m{i}" for i in range(38)]
+    labels = [make_labels({"Hostname": f"n{g // 8}", "gpu": str(g)}) for g in range(64)]
+    ticks = 100
+    store = Store.open(tmp_path, clock=FakeClock(1_800_000), flush_interval_s=3600, compact_rows=10**9)
+    for k in range(ticks):
+        store.append(Batch(k * 1000, [Sample(n, lab, float(k)) for n in names for lab in labels]))
+    store.flush()
+    compacted = threading.Event()
+    errors: list[BaseException] = []
+    reads_after = [0] * 8
+    started = threading.Barrier(9)
+
+    def reader(k: int) -> None:
+        started.wait()
+        while reads_after[k] < 2:
+            try:
+                got = store.select([Matcher(NAME, "=~", "m1.*")], 0, ticks * 1000)
+                assert len(got) == 11 * 64 and all(x.timestamps_ms.size == ticks for x in got)
+            except BaseException as exc:  # noqa: BLE001 - reported to the main thread below
+                errors.append(exc)
+                return
+            if compacted.is_set():
+                reads_after[k] += 1
+
+    threads = [threading.Thread(target=reader, args=(k,)) for k in range(8)]
+    for th in threads:
+        th.start()
+    started.wait()
+    store.compact()
+    compacted.set()
+    for th in threads:
+        th.join()
+    assert errors == []
+    assert store.stats()["write_errors"] == 0 and store.stats()["chunks"] == 38 * 64
+    store.close()
+
+
 def test_compaction_of_a_store_with_many_chunks_stays_within_duckdbs_memory_cap(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

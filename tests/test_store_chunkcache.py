@@ -18,6 +18,7 @@ from gpuwatch.model import Batch, Matcher, Sample, make_labels
 from gpuwatch.store import Store
 from gpuwatch.store.chunkcache import ChunkCache, ChunkIndex
 from gpuwatch.store.chunking import WINDOW_MS
+from gpuwatch.store.core import READERS
 from tests.storemodel import NAME, T0, ModelledStore, Op, bits, modelled_store, operations, read
 
 STEP = 600_000  # 10 minutes: a window holds 12 samples, so ops cross windows and compaction merges them
@@ -343,8 +344,9 @@ def test_the_writer_rebuilds_the_index_after_a_compaction_so_the_next_read_does_
 
 
 def test_readers_that_arrive_together_build_the_index_once(monkeypatch: pytest.MonkeyPatch) -> None:
-    """A page load's requests reach a cold store together: one builds the index, the others wait for it."""
-    readers = 6
+    """A page load's requests reach a cold store together: one builds the index, the others wait for it
+    (as many as the read gate lets into DuckDB at once)."""
+    readers = READERS
     loads: list[str] = []
     entered: list[str] = []
     all_in = threading.Event()
@@ -360,7 +362,7 @@ def test_readers_that_arrive_together_build_the_index_once(monkeypatch: pytest.M
     def load(cls: type[ChunkIndex], cur: Any, generation: int) -> ChunkIndex:
         loads.append(threading.current_thread().name)
         if len(loads) == 1:
-            all_in.wait()  # every reader is inside `index` before the first build ends
+            assert all_in.wait(10), "the readers did not arrive together"  # all inside before the build ends
         return real_load(cls, cur, generation)  # type: ignore[no-any-return]
 
     store = Store.open(None, clock=FakeClock(T0 / 1000), flush_interval_s=3600, retention_s=0)

@@ -2,7 +2,8 @@
 
 Threads: `append`/`append_series` only enqueue. The writer thread owns every write (see `writer.py`).
 Reads run on the calling thread with a cursor of its own (DuckDB connections must not be shared
-between threads, duckdb/duckdb#6248), so any number of threads may read at once. `flush`, `compact`,
+between threads, duckdb/duckdb#6248), so any number of threads may read; at most `READERS` sample
+reads run in DuckDB at once, and none while the writer compacts (`readgate.py`). `flush`, `compact`,
 `apply_retention` and `close` hand their work to the writer and wait for it.
 """
 
@@ -30,6 +31,7 @@ from gpuwatch.store.chunkcache import ChunkCache, Generation
 from gpuwatch.store.headindex import HeadIndex
 from gpuwatch.store.lock import DirLock
 from gpuwatch.store.read import CachedRead, ids_with_samples, read_samples, read_samples_cached
+from gpuwatch.store.readgate import ReadGate
 from gpuwatch.store.tables import SideTables
 from gpuwatch.store.writer import _STOP, Writer
 
@@ -42,6 +44,9 @@ _BACKPRESSURE_ITEMS = 64
 MEMORY_LIMIT_MB = 64
 _MATCHED_MAX = 256  # selectors whose matched series are remembered (Store._match)
 CHUNK_CACHE_MB = 128  # decoded chunks kept for reads (chunkcache.py); the `chunk_cache_mb` setting
+# Sample reads in DuckDB at once (readgate.py); DuckDB runs one thread a statement, so two keep both
+# cores of a small machine busy.
+READERS = 2
 
 
 class Store(SideTables):
@@ -70,6 +75,7 @@ class Store(SideTables):
         self._local = threading.local()
         self._cursors: list[duckdb.DuckDBPyConnection] = []
         self._guard = threading.Lock()
+        self._gate = writer.read_gate if writer is not None else ReadGate(READERS)
         self._closed = False
         self._dropped = 0
         self._head_index: HeadIndex | None = None if writer is None else writer.head_index
@@ -157,6 +163,7 @@ class Store(SideTables):
                     flush_interval_s=flush_interval_s,
                     compact_interval_s=compact_interval_s,
                     compact_rows=compact_rows,
+                    read_gate=ReadGate(READERS),
                 )
                 writer.start()
         except BaseException:
@@ -255,7 +262,8 @@ class Store(SideTables):
         writer = self._need_writer()
         fut: Future[Any] = Future()
         writer.queue.put((kind, fn, fut))
-        return fut.result()
+        with self._gate.paused():
+            return fut.result()
 
     # -- reading --------------------------------------------------------------------------------------
 
@@ -284,11 +292,12 @@ class Store(SideTables):
 
     def _read(self, ids: Sequence[int], start_ms: int, end_ms: int) -> CachedRead:
         cur, heads = self._cursor(), self._heads()
-        if self._chunks is not None:
-            found = read_samples_cached(cur, ids, start_ms, end_ms, heads, self._chunks)
-            if found is not None:
-                return found
-        return CachedRead(read_samples(cur, ids, start_ms, end_ms, heads), False)
+        with self._gate.reading():
+            if self._chunks is not None:
+                found = read_samples_cached(cur, ids, start_ms, end_ms, heads, self._chunks)
+                if found is not None:
+                    return found
+            return CachedRead(read_samples(cur, ids, start_ms, end_ms, heads), False)
 
     def _match(self, matchers: Sequence[Matcher]) -> list[Entry]:
         """`match` on the current snapshot, remembered while the snapshot stays (do not change it)."""
@@ -354,7 +363,8 @@ class Store(SideTables):
         lo = -(2**63) if start_ms is None else start_ms
         hi = 2**63 - 1 if end_ms is None else end_ms
         try:
-            keep = ids_with_samples(self._cursor(), [e.series_id for e in entries], lo, hi)
+            with self._gate.reading():
+                keep = ids_with_samples(self._cursor(), [e.series_id for e in entries], lo, hi)
         except duckdb.Error as exc:
             raise StoreError(f"store read failed: {one_line(exc)}") from None
         return [e for e in entries if e.series_id in keep]
@@ -444,7 +454,8 @@ class Store(SideTables):
                 fut: Future[Any] = Future()
                 self._writer.queue.put((_STOP, fut))
                 try:
-                    fut.result()
+                    with self._gate.paused():
+                        fut.result()
                 except Exception as exc:  # noqa: BLE001 - closing must finish; the error is reported below
                     problem = one_line(exc)
                 self._writer.join()

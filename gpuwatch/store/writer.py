@@ -41,6 +41,7 @@ from gpuwatch.store.chunking import (
 from gpuwatch.store.codec import decode_chunks
 from gpuwatch.store.headindex import HeadIndex
 from gpuwatch.store.latest import Latest
+from gpuwatch.store.readgate import ReadGate
 from gpuwatch.store.seriesids import SeriesIds
 
 log = logging.getLogger(__name__)
@@ -62,7 +63,11 @@ def _changes_chunks(method: Callable[..., Any]) -> Callable[..., Any]:
         flush = method.__name__ == "flush"
         if flush and not self._pending_chunks:
             return method(self, *args)
-        with self.chunk_generation.changing():
+        # Compaction and retention sort and rewrite much of the file: readers wait (readgate.py).
+        with (
+            self.read_gate.alone() if not flush else contextlib.nullcontext(),
+            self.chunk_generation.changing(),
+        ):
             result = method(self, *args)
         if not flush and self.after_rewrite is not None:  # compaction and retention, not each bulk flush
             try:
@@ -86,9 +91,11 @@ class Writer:
         flush_interval_s: float,
         compact_interval_s: float,
         compact_rows: int,
+        read_gate: ReadGate,
         flush_rows: int = 500_000,
     ) -> None:
         self._cur = con.cursor()
+        self.read_gate = read_gate  # readers wait while a compaction or retention pass runs
         self._catalog = catalog
         self._clock = clock
         self._flush_interval_s = flush_interval_s

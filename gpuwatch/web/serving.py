@@ -17,6 +17,11 @@ from werkzeug.serving import WSGIRequestHandler
 from werkzeug.serving import make_server as make_werkzeug_server
 
 THREADS = 8
+# Open connections waitress serves at once. Its default, 100, is 16 browsers' worth (a browser keeps
+# up to 6 connections to a host open): with 50 dashboards open, new connections, /-/health among
+# them, waited in the listen backlog until the client gave up (bench/README.md, "Soak"). Idle
+# connections still close after waitress's `channel_timeout` (120 s).
+CONNECTION_LIMIT = 1000
 
 
 class TlsError(Exception):
@@ -75,6 +80,8 @@ def make_server(app: Any, host: str, port: int, tls: ssl.SSLContext | None = Non
             threads=THREADS,
             ident="gpuwatch",
             asyncore_loop_timeout=5,  # waitress wakes its loop by a trigger; no need to poll each second
+            connection_limit=CONNECTION_LIMIT,
+            asyncore_use_poll=True,  # select() fails on descriptors past 1024; poll has no such limit
         )
     except OSError:  # close the trigger; the idle worker threads waitress started are daemons
         for opened in list(sockets.values()):

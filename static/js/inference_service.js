@@ -33,12 +33,17 @@
   }
 
   // The latency distribution: per-bucket request rates (cumulative buckets differenced) over time.
+  var heatKey = '', heatAsked = 0;
   function heatmap(r) {
     var el = document.getElementById('chart-heatmap');
     var section = el.closest('section');
     var expr = gw.data.heatmap_expr;
     if (!expr) { section.dataset.state = 'unsupported'; gw.showState(el, 'unsupported', gw.data.heatmap_note || ''); return; }
-    return gw.queryRange(expr, r.start, r.end, el.clientWidth || 800).then(function (res) {
+    // Once a step, as the panels ask (gpuwatch.js): a 1 s refresh would only redraw the last column.
+    var width = el.clientWidth || 800, step = gw.stepFor(r.start, r.end, width), key = gw.rangeKey() + '|' + step + '|' + gw.theme();
+    if (!r.force && key === heatKey && Date.now() - heatAsked < step * 1000) return;
+    heatKey = key; heatAsked = Date.now();
+    return gw.queryRange(expr, r.start, r.end, width).then(function (res) {
       if (res.status !== 'ok') { section.dataset.state = res.status; gw.showState(el, res.status, res.error); return; }
       var rows = res.result.map(function (s) { return { le: parseFloat(s.metric.le), values: s.values }; })
         .filter(function (x) { return !isNaN(x.le); }).sort(function (a, b) { return a.le - b.le; });
@@ -87,7 +92,11 @@
   gw.drawPanels(document.getElementById('charts'), service, vars);
   if (gpus.length) gw.drawPanels(document.getElementById('gpu-panels'), gpus, vars);
   gw.onRefresh(heatmap);
-  gw.onRefresh(function () {
+  // Tiles and the serving GPUs come from the page's JSON twin, at most every 5 s (as the cluster page's).
+  var lastTwin = Date.now();
+  gw.onRefresh(function (range) {
+    if (!range.force && Date.now() - lastTwin < 4500) return;
+    lastTwin = Date.now();
     return gw.getJson('/api/ui/inference/' + encodeURIComponent(job)).then(function (r) {
       if (r.ok && r.body.data) { drawTiles(r.body.data.tiles); drawServing(r.body.data.serving); }
     });

@@ -295,9 +295,7 @@ def serving_gpus(
     )
     if not ports:
         return {"state": "remote", "ports": [], "pids": [], "gpus": [], "matchers": None}
-    pids = with_descendants(
-        proc_root, sorted({pid for port in ports for pid in listening_pids(proc_root, port)})
-    )
+    pids = with_descendants(proc_root, listening_pids(proc_root, ports))
     if not pids:
         return {"state": "no-process", "ports": ports, "pids": [], "gpus": [], "matchers": None}
     alternatives = "|".join(str(p) for p in pids)
