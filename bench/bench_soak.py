@@ -301,7 +301,7 @@ class Page:
         if self.kind == "cluster":
             rate += 1 / 5
         elif self.kind == "gpu":
-            rate += len(self.data.get("health_queries") or {})
+            rate += 1 if self.data.get("health_query") else 0
         elif self.kind == "inference":
             rate += 1 / 5 + (
                 1 / step_for(end_ms - 3_600_000, end_ms, 800) if self.data.get("heatmap_expr") else 0
@@ -347,15 +347,19 @@ class Page:
                 self.last_twin = now
                 await fetch(self.pool, self.twin, self.rec)
         elif self.kind == "gpu":
-            health = self.data.get("health_queries") or {}
-            answers = await asyncio.gather(
-                *(fetch(self.pool, query_path(fill(q, self.vars), end_ms), self.rec) for q in health.values())
-            )
-            xid = dict(zip(health, answers, strict=True)).get("xid")
-            if has_result(xid) and float(xid["data"]["result"][0]["value"][1]) and "xid_total" in health:
+            health, xid_total = self.data.get("health_query"), self.data.get("xid_total_query")
+            if not health:
+                return
+            answer = await fetch(self.pool, query_path(fill(health, self.vars), end_ms), self.rec)
+            xid = [
+                s
+                for s in (answer or {}).get("data", {}).get("result", [])
+                if s["metric"].get("__name__") == "DCGM_FI_DEV_XID_ERRORS"
+            ]
+            if xid and float(xid[0]["value"][1]) and xid_total:
                 await fetch(
                     self.pool,
-                    query_range_path(fill(health["xid_total"], self.vars), start_ms, end_ms, 600),
+                    query_range_path(fill(xid_total, self.vars), start_ms, end_ms, 600),
                     self.rec,
                 )
         elif self.kind == "inference":  # the latency heatmap once a step, the twin every 5 s

@@ -47,6 +47,10 @@ def test_gpu_page_health_and_charts(demo_server, page) -> None:  # type: ignore[
     )
     assert all(state == "data" for _, state in health), health  # the demo GPUs report every health field
     assert page.locator("[data-health='ecc'] .value").inner_text() == "0 / 0"
+    # A container id is shown as `docker ps` shows it, the whole id on hover.
+    cell = page.locator("#panel-processes td[title]").first
+    short, full = cell.inner_text(), cell.get_attribute("title")
+    assert len(short) == 12 and len(full) == 64 and full.startswith(short)
     assert page.console.errors == []
 
 

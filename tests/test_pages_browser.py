@@ -13,6 +13,7 @@ from urllib.parse import quote
 import pytest
 import requests
 
+from gpuwatch.web.dash.panel import fill
 from tests.browser import chart_points, wait_panels
 from tests.conftest import wait_until
 
@@ -79,9 +80,24 @@ def test_inference_pages(demo_server, page) -> None:  # type: ignore[no-untyped-
     page.goto(f"{demo_server.url}/inference?{LIVE}")
     page.locator("#services-body tr[data-job='demo-vllm']").wait_for()
     assert page.locator("#services-body tr[data-job='demo-sglang']").count() == 1
+    # Those charts draw rates of counters that exist once the simulated vLLM has finished requests and
+    # been scraped twice; on a loaded machine that can come after the service itself shows up.
+    charts = ("requests", "tokens", "queue", "kv_cache", "up")
+    twin = _api(demo_server, "/api/ui/inference/demo-vllm")
+    queries = {p["id"]: fill(p["query"], twin["variables"]) for p in twin["panels"] if p["id"] in charts}
+
+    def charted(query: str) -> bool:
+        end = time.time()
+        answer = _api(
+            demo_server, "/api/v1/query_range", query=query, start=str(end - 300), end=str(end), step="5"
+        )
+        return bool(answer["data"]["result"])
+
+    for pid, query in queries.items():
+        wait_until(lambda q=query: charted(q), 45, f"the demo's vLLM has no data for its {pid} chart")
     page.goto(f"{demo_server.url}/inference/demo-vllm?{LIVE}")
     states = wait_panels(page, 20_000)
-    for pid in ("requests", "tokens", "queue", "kv_cache", "up"):
+    for pid in charts:
         assert states[pid] == "data", (pid, states)
         assert chart_points(page, pid) > 0, pid
     assert page.locator("#tile-kv_cache").get_attribute("data-state") in ("ok", "warn", "crit")

@@ -81,8 +81,9 @@ def health_url(settings: Settings) -> str:
     return f"http://{host}:{settings.port}/-/health"
 
 
-def check_health(url: str, timeout_s: float = 4.0) -> tuple[bool, str]:
-    """GET `url`; return (healthy, one line): healthy only on HTTP 200 with status ok."""
+def check_health(url: str, timeout_s: float = 25.0) -> tuple[bool, str]:
+    """GET `url`; return (healthy, one line): healthy only on HTTP 200 with status ok. The wait is
+    long because an overloaded server answers health in turn (the Dockerfile allows 30 s)."""
     try:
         with urllib.request.urlopen(url, timeout=timeout_s) as resp:
             body = resp.read()

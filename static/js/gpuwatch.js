@@ -597,6 +597,12 @@
     c.chart = null;
   }
 
+  // A container id is shown as `docker ps` shows it, 12 characters, the whole id on hover.
+  function tableCell(key, value) {
+    if (key === 'container_id' && value.length > 12) return gw.el('td', { title: value }, value.slice(0, 12));
+    return gw.el('td', null, value);
+  }
+
   function drawTable(body, result, panel) {
     var keys = {};
     result.forEach(function (s) { Object.keys(s.metric || {}).forEach(function (k) { if (k !== '__name__') keys[k] = 1; }); });
@@ -606,7 +612,7 @@
     table.appendChild(gw.el('thead', null, [thead]));
     var tb = gw.el('tbody');
     result.forEach(function (s) {
-      var tr = gw.el('tr', null, cols.map(function (k) { return gw.el('td', null, (s.metric || {})[k] || ''); }));
+      var tr = gw.el('tr', null, cols.map(function (k) { return tableCell(k, (s.metric || {})[k] || ''); }));
       tr.appendChild(gw.el('td', { class: 'num' }, gw.format(lastValue(s), panel.unit)));
       tb.appendChild(tr);
     });
