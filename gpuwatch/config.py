@@ -587,7 +587,7 @@ def load(
 
 
 def settings_table() -> str:
-    """Return the markdown table of every setting (kept in README.md)."""
+    """Return the markdown table of every setting (kept in docs/configuration.md)."""
     rows = ["| setting (YAML) | environment | flag | default | meaning |", "| --- | --- | --- | --- | --- |"]
     for o in OPTIONS:
         if o.default is None or o.default == "":

@@ -119,7 +119,7 @@ def test_unknown_demo_model_is_a_config_error(tmp_path: Path, clock: FakeClock) 
         build_runtime(settings, "h", clock=clock)
 
 
-def test_readme_has_the_gpu_metric_table() -> None:
+def test_the_docs_have_the_gpu_metric_table() -> None:
     import subprocess
     import sys
 
@@ -128,7 +128,7 @@ def test_readme_has_the_gpu_metric_table() -> None:
     table = subprocess.run(
         [sys.executable, "-m", "gpuwatch.collect.gpu_metrics"], capture_output=True, text=True, check=True
     ).stdout.strip()
-    assert table in (ROOT / "README.md").read_text(), "README's metric table is stale"
+    assert table in (ROOT / "docs" / "metrics.md").read_text(), "docs/metrics.md's metric table is stale"
 
 
 def test_health_is_degraded_while_writes_fail_and_recovers(

@@ -66,7 +66,7 @@ class BuiltinRules:
     disable: tuple[str, ...] = ()
     override: tuple[tuple[str, RuleOverride], ...] = ()
 
-    def __str__(self) -> str:  # the README's settings table shows the default as `true`
+    def __str__(self) -> str:  # docs/configuration.md's settings table shows the default as `true`
         return "true" if self.enabled else "false"
 
     def public(self) -> Any:
