@@ -131,6 +131,12 @@ class Runtime:
     _threads: list[threading.Thread] = field(default_factory=list)
     _scheduler: Any = None
 
+    @property
+    def queryable(self) -> WithRecent:
+        """What queries read: the store, with gpuwatch's own figures of the last minutes merged in from
+        memory (so they answer while the disk is full and cannot take them)."""
+        return WithRecent(self.store, self.own_figures)
+
     # -- sampling -------------------------------------------------------------------------------
     def sample(self) -> None:
         """Take one sample of every source and hand it to the store (the 'sample' job)."""
@@ -493,7 +499,7 @@ def build_runtime(settings: Settings, hostname: str, clock: Clock | None = None,
         runtime.first_token = runtime.access.ensure(clock.now_ms())
         # The rules read the store, and gpuwatch's own latest figures from memory: on a full disk,
         # GpuwatchStoreWriteErrors fires from the write errors counted, not from what was stored.
-        runtime.rules = build_manager(settings, store, clock, WithRecent(store, runtime.own_figures))
+        runtime.rules = build_manager(settings, store, clock, runtime.queryable)
         jobs.add("rules", runtime.rules.run_due, runtime.rules.min_interval_s)
         runtime.silences = Silences(
             store, clock, limit=settings.max_silences, max_size_bytes=settings.max_silence_size_bytes

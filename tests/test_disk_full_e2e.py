@@ -1,5 +1,5 @@
 """A full data disk is seen and survived: `/-/health` says degraded (503) and the GpuwatchStoreWriteErrors
-alert fires while writes fail, samples wait in memory and are written when space returns, and a stop
+alert fires (and `/api/v1/query` answers gpuwatch's own figures) while writes fail, samples wait in memory and are written when space returns, and a stop
 while full is one line and exit 1.
 
 The data directory is a small tmpfs the test mounts (as root; skipped where mounting is not allowed)
@@ -85,6 +85,9 @@ def test_a_full_disk_degrades_health_alerts_recovers_and_a_stop_while_full_exits
         f"GpuwatchStoreWriteErrors did not fire on a full disk; log:\n{server.log}",
     )
     assert _health(server)[0] == 503, "the alert fired only once the disk had space again"
+    # PromQL and the dashboard read the same figure from memory: what was stored before says 0.
+    r = server.get("/api/v1/query", params={"query": "gpuwatch_store_write_errors_total"})
+    assert float(r.json()["data"]["result"][0]["value"][1]) > 0, r.text
     during = _samples(server)
     filler.unlink()
     wait_until(lambda: _health(server)[0] == 200, 60, f"health did not recover; log:\n{server.log}")

@@ -34,6 +34,7 @@ def runtime() -> Iterator[SimpleNamespace]:
     store.flush()
     yield SimpleNamespace(
         store=store,
+        queryable=store,
         clock=clock,
         settings=load(None, {}, {"data_dir": "unused", "query_timeout": 30, "query_max_samples": 1_000_000}),
         metric_metadata=lambda: {"requests_total": [{"type": "counter", "help": "Requests.", "unit": ""}]},

@@ -91,7 +91,7 @@ def _engine(runtime: WebRuntime, params: Params) -> Engine:
     text = one(params, "lookback_delta")
     lookback_ms = duration_ms(text, "lookback_delta") if text else None
     return Engine.configured(
-        runtime.store, settings, runtime.clock.monotonic, timeout_s=timeout_s, lookback_ms=lookback_ms
+        runtime.queryable, settings, runtime.clock.monotonic, timeout_s=timeout_s, lookback_ms=lookback_ms
     )
 
 

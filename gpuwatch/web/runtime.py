@@ -21,7 +21,7 @@ from gpuwatch.notify.config import NotifyConfig
 from gpuwatch.notify.notifier import Notifier
 from gpuwatch.notify.received import ReceivedAlerts
 from gpuwatch.notify.silences import Silences
-from gpuwatch.query.source import EngineSettings
+from gpuwatch.query.source import EngineSettings, Queryable
 from gpuwatch.rules.manager import RuleManager
 from gpuwatch.web.access import AccessSettings
 
@@ -62,6 +62,11 @@ class WebRuntime(Protocol):
     def hostname(self) -> str: ...
     @property
     def store(self) -> Store: ...
+    @property
+    def queryable(self) -> Queryable:
+        """What PromQL reads: the store, with gpuwatch's own recent figures merged in from memory."""
+        ...
+
     @property
     def jobs(self) -> JobRegistry: ...
     @property

@@ -17,7 +17,7 @@ InstantQuery = Callable[[str, int], Result]
 
 def instant_query(rt: WebRuntime) -> InstantQuery:
     """Evaluate PromQL at a time with the limits the settings give (as /api/v1/query does)."""
-    engine = Engine.configured(rt.store, rt.settings, rt.clock.monotonic)
+    engine = Engine.configured(rt.queryable, rt.settings, rt.clock.monotonic)
     return engine.instant
 
 
