@@ -269,6 +269,34 @@ def _strip_strings(text: str) -> str:
 _NEGATIVE_AT = re.compile(r"@\s*-")
 
 
+# An `@` time before 1970 outside strings and comments; the number is what Prometheus reads as seconds.
+_AT_OR_SKIPPED = re.compile(
+    r'"(?:[^"\\]|\\.)*"|\'(?:[^\'\\]|\\.)*\'|`[^`]*`|#[^\n]*'
+    r"|@(\s*)-\s*((?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?)(?![\w.])"
+)
+_BEFORE_1970_BASE_MS = 1_999_999_999_937  # stand-in `@` times count up from here (2033-05-18)
+_MAX_AT_MS = 1 << 62
+
+
+def stand_in_negative_ats(text: str) -> tuple[str, dict[int, int]]:
+    """Return `text` with each `@` time before 1970 (`up @ -60`) replaced by a distinct stand-in time
+    after it, which promql-parser reads (it panics on a time before 1970), and the stand-ins' times
+    mapped to the times written, both in milliseconds. Raise PromQLParseError for one past int64 ms."""
+    ats: dict[int, int] = {}
+
+    def stand_in(m: re.Match[str]) -> str:
+        if m.group(2) is None:
+            return m.group(0)
+        written = -round(float(m.group(2)) * 1000)
+        if written < -_MAX_AT_MS:
+            raise PromQLParseError(f"parse error: timestamp out of bounds for @ modifier: -{m.group(2)}")
+        ms = _BEFORE_1970_BASE_MS + len(ats)
+        ats[ms] = written
+        return f"@{m.group(1)}{ms // 1000}.{ms % 1000:03d}"
+
+    return _AT_OR_SKIPPED.sub(stand_in, text), ats
+
+
 def has_negative_at(text: str) -> bool:
     """Whether `text` has an `@` time before 1970 (`up @ -1`) outside strings: promql-parser panics
     reading one, and each panic prints Rust's message to stderr, past gpuwatch's log throttle."""

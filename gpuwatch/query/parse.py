@@ -7,12 +7,19 @@ import itertools
 import json
 import re
 from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
 import promql_parser as pp
 
 from gpuwatch.model import Matcher
-from gpuwatch.query.durations import check_modifier_use, has_negative_at, rewrite, unsupported_modifier
+from gpuwatch.query.durations import (
+    check_modifier_use,
+    has_negative_at,
+    rewrite,
+    stand_in_negative_ats,
+    unsupported_modifier,
+)
 from gpuwatch.query.errors import PromQLParseError, Unsupported
 from gpuwatch.query.limits import MAX_DEPTH, MAX_LENGTH, check_text, walk
 
@@ -53,6 +60,7 @@ IMPLEMENTED_EXPERIMENTAL = frozenset(
 UNSUPPORTED_AGGREGATIONS = frozenset({"limitk", "limit_ratio"})
 # Node attributes holding times and durations, converted by promql-parser only when read.
 _TIMES = ("at", "offset", "range", "step")
+_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 
 
 @dataclass(frozen=True)
@@ -184,9 +192,14 @@ def parse(
     if not text.strip():
         raise PromQLParseError("empty query")
     check_text(text, max_length=max_length, max_depth=max_depth)
-    if has_negative_at(text):
-        raise PromQLParseError("parse error: at out of range (before 1970)")
+    written, ats = text, dict[int, int]()
+    if has_negative_at(text):  # promql-parser panics on these: parse stand-ins, then put them back
+        text, ats = stand_in_negative_ats(text)
+        if has_negative_at(text):
+            raise PromQLParseError("parse error: at out of range (before 1970)")
     try:
+        if ats:
+            raise PromQLParseError("")  # the tree is changed below: not the cached one
         return _parse_as_written(text)
     except PromQLParseError as first:
         modifier = unsupported_modifier(text)
@@ -194,11 +207,31 @@ def parse(
             check_modifier_use(text)
             raise Unsupported(f"the '{modifier}' range modifier") from None
         rewritten = rewrite(text, step_ms, range_ms)
-        if rewritten == text:
+        if rewritten == text and not ats:
             raise first from None
         expr = _parse_text(rewritten)
     check_supported(expr)
-    return ParsedQuery(text=text, expr=expr, invalid_utf8=_invalid_utf8_literals(text))
+    if ats:
+        _restore_negative_ats(expr, ats)
+    return ParsedQuery(text=written, expr=expr, invalid_utf8=_invalid_utf8_literals(written))
+
+
+def _restore_negative_ats(expr: Any, ats: dict[int, int]) -> None:
+    """Make each selector or subquery that reads at a stand-in time (`stand_in_negative_ats`) read at
+    the time written instead: `x @ -60 offset 5m` reads what `x @ <stand-in> offset (5m + 60s +
+    <stand-in>)` reads, since an `@` time less the offset is where a selector reads."""
+    found = 0
+    for node in walk(expr):
+        at = getattr(node, "at", None)
+        if not isinstance(at, pp.AtModifier) or at.at is None:  # not `@ start()`, `@ end()`
+            continue
+        when = at.at if at.at.tzinfo is not None else at.at.replace(tzinfo=timezone.utc)
+        at_ms = (when - _EPOCH) // timedelta(milliseconds=1)
+        if at_ms in ats:
+            node.offset = (node.offset or timedelta(0)) + timedelta(milliseconds=at_ms - ats[at_ms])
+            found += 1
+    if found != len(ats):  # a stand-in time also written as it is: refuse as before
+        raise PromQLParseError("parse error: at out of range (before 1970)")
 
 
 @functools.lru_cache(maxsize=1024)
