@@ -21,7 +21,7 @@ from gpuwatch.cli.silence import run_silence
 from gpuwatch.clock import FakeClock
 from gpuwatch.config import load
 from gpuwatch.demo.nvml import FakeNvml
-from gpuwatch.notify.api import fingerprint
+from gpuwatch.notify.alert import fingerprint
 from gpuwatch.units import format_rfc3339_millis as format_time
 from tests.conftest import free_port
 

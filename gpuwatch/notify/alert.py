@@ -17,12 +17,13 @@ _MASK = (1 << 64) - 1
 
 
 def fingerprint(labels: Labels | Mapping[str, str]) -> str:
-    """Return Alertmanager's fingerprint of a label set (FNV-1a 64 over sorted names and values), as hex."""
+    """Return Alertmanager's fingerprint of a label set (FNV-1a 64 over sorted names and values) as 16 hex
+    digits; a lone surrogate (from a posted alert's JSON) is hashed as its bytes, not refused."""
     items = sorted(labels.items() if isinstance(labels, Mapping) else labels)
     h = _FNV_OFFSET
     for name, value in items:
         for part in (name, value):
-            for b in part.encode():
+            for b in part.encode("utf-8", "surrogatepass"):
                 h = ((h ^ b) * _FNV_PRIME) & _MASK
             h = ((h ^ 0xFF) * _FNV_PRIME) & _MASK
     return f"{h:016x}"

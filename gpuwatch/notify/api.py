@@ -17,6 +17,7 @@ from urllib.parse import quote
 import yaml
 
 from gpuwatch import __version__
+from gpuwatch.notify.alert import fingerprint
 from gpuwatch.notify.config import NotifyConfig
 from gpuwatch.notify.matchers import LabelMatcher, parse_matcher
 from gpuwatch.notify.notifier import Notifier
@@ -27,21 +28,6 @@ from gpuwatch.units import format_rfc3339_millis as format_time
 
 RESEND_DELAY_S = 60.0  # Prometheus's --rules.alert.resend-delay default
 API_VERSION = "0.25.0"  # the Alertmanager release whose API v2 this follows (amtool compares minor versions)
-
-_FNV_OFFSET = 14695981039346656037
-_FNV_PRIME = 1099511628211
-_SEPARATOR = 0xFF
-
-
-def fingerprint(labels: Mapping[str, str]) -> str:
-    """Return Prometheus's label-set fingerprint (FNV-1a 64 over sorted names and values) as 16 hex digits."""
-    h = _FNV_OFFSET
-    for name in sorted(labels):
-        for part in (name, labels[name]):
-            for b in part.encode("utf-8", "surrogatepass"):  # a lone surrogate from JSON: no crash
-                h = ((h ^ b) * _FNV_PRIME) & 0xFFFFFFFFFFFFFFFF
-            h = ((h ^ _SEPARATOR) * _FNV_PRIME) & 0xFFFFFFFFFFFFFFFF
-    return f"{h:016x}"
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,8 @@ from typing import Any
 
 from gpuwatch.clock import Clock
 from gpuwatch.model import DEFAULT_LABEL_LIMITS, LabelLimits
-from gpuwatch.notify.api import AmAlert, fingerprint
+from gpuwatch.notify.alert import fingerprint
+from gpuwatch.notify.api import AmAlert
 from gpuwatch.notify.silences import SilenceError, parse_time
 from gpuwatch.regex import as_utf8
 from gpuwatch.units import GO_ZERO_TIME
