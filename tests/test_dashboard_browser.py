@@ -46,6 +46,12 @@ def test_gpu_page_health_and_charts(demo_server, page) -> None:  # type: ignore[
         "[data-health]", "els => els.map(e => [e.dataset.health, e.dataset.state])"
     )
     assert all(state == "data" for _, state in health), health  # the demo GPUs report every health field
+    # Charts of several metrics name them in words, not DCGM names.
+    names = page.evaluate(
+        """() => Object.fromEntries(['memory', 'temp', 'power'].map(id => [id, document.querySelector(
+             '#panel-' + id + ' .js-plotly-plot').data.filter(d => d.name !== 'events').map(d => d.name).sort()]))"""
+    )
+    assert names == {"memory": ["total", "used"], "temp": ["GPU", "memory"], "power": ["limit", "power"]}, names
     assert page.locator("[data-health='ecc'] .value").inner_text() == "0 / 0"
     # A container id is shown as `docker ps` shows it, the whole id on hover.
     cell = page.locator("#panel-processes td[title]").first

@@ -324,10 +324,17 @@
       __today: Math.max(1, Math.round((r.end - midnight.getTime()) / 1000)) + 's'
     };
   };
-  /** A series' name from a legend template ('{{Hostname}}/{{gpu}}'), else its labels. */
+  /** A series' name from a legend template ('{{Hostname}}/{{gpu}}'), else its labels; a metric name
+   *  with a UI string (`metric.<name>`: 'used', 'total') is shown as that. */
   gw.seriesName = function (metric, legend) {
     metric = metric || {};
-    if (legend) return legend.replace(/\{\{\s*([A-Za-z_][A-Za-z0-9_]*)\s*\}\}/g, function (m, k) { return metric[k] === undefined ? '' : metric[k]; });
+    if (legend) {
+      return legend.replace(/\{\{\s*([A-Za-z_][A-Za-z0-9_]*)\s*\}\}/g, function (m, k) {
+        var v = metric[k];
+        if (v === undefined) return '';
+        return k === '__name__' && Object.prototype.hasOwnProperty.call(strings, 'metric.' + v) ? strings['metric.' + v] : v;
+      });
+    }
     var keys = Object.keys(metric).filter(function (k) { return k !== '__name__'; });
     if (!keys.length) return metric.__name__ || 'value';
     return (metric.__name__ || '') + '{' + keys.map(function (k) { return k + '="' + metric[k] + '"'; }).join(', ') + '}';

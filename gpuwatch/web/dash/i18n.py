@@ -51,6 +51,22 @@ STRINGS: Mapping[str, tuple[str, str]] = {
     "common.ago": ("ago", "前"),
     "common.never": ("never", "从未"),
     "common.demo": ("demo: simulated GPUs", "演示：模拟 GPU"),
+    # metric names in legends (`{{__name__}}`), where a chart holds several
+    "metric.DCGM_FI_DEV_FB_USED": ("used", "已用"),
+    "metric.DCGM_FI_DEV_FB_TOTAL": ("total", "总量"),
+    "metric.DCGM_FI_DEV_GPU_TEMP": ("GPU", "GPU 核心"),
+    "metric.DCGM_FI_DEV_MEMORY_TEMP": ("memory", "显存"),
+    "metric.DCGM_FI_DEV_POWER_USAGE": ("power", "功率"),
+    "metric.DCGM_FI_DEV_ENFORCED_POWER_LIMIT": ("limit", "功率上限"),
+    "metric.DCGM_FI_DEV_SM_CLOCK": ("SM", "SM"),
+    "metric.DCGM_FI_DEV_MEM_CLOCK": ("memory", "显存"),
+    "metric.DCGM_FI_PROF_PCIE_TX_BYTES": ("TX", "发送"),
+    "metric.DCGM_FI_PROF_PCIE_RX_BYTES": ("RX", "接收"),
+    "metric.gpuwatch_xid_errors_total": ("XID", "XID"),
+    "metric.DCGM_FI_DEV_ECC_DBE_VOL_TOTAL": ("ECC double-bit", "ECC 双比特"),
+    "metric.DCGM_FI_DEV_ECC_SBE_VOL_TOTAL": ("ECC single-bit", "ECC 单比特"),
+    "metric.gpuwatch_clock_throttled": ("throttled", "降频"),
+    "metric.ALERTS": ("alert", "告警"),
 }
 
 
