@@ -51,7 +51,9 @@ def test_gpu_page_health_and_charts(demo_server, page) -> None:  # type: ignore[
         """() => Object.fromEntries(['memory', 'temp', 'power'].map(id => [id, document.querySelector(
              '#panel-' + id + ' .js-plotly-plot').data.filter(d => d.name !== 'events').map(d => d.name).sort()]))"""
     )
-    assert names == {"memory": ["total", "used"], "temp": ["GPU", "memory"], "power": ["limit", "power"]}, names
+    assert names == {"memory": ["total", "used"], "temp": ["GPU", "memory"], "power": ["limit", "power"]}, (
+        names
+    )
     assert page.locator("[data-health='ecc'] .value").inner_text() == "0 / 0"
     # A container id is shown as `docker ps` shows it, the whole id on hover.
     cell = page.locator("#panel-processes td[title]").first
