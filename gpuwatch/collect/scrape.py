@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import threading
 from datetime import datetime, timezone
-from itertools import repeat
+from itertools import chain, repeat
 from operator import itemgetter
 from typing import Any, cast
 
@@ -33,7 +33,13 @@ from gpuwatch.model import (
     TableSamples,
     make_labels,
 )
-from gpuwatch.promtext.parser import FamilyMeta, Parser, ParseResult, is_openmetrics_content_type
+from gpuwatch.promtext.parser import (
+    FamilyMeta,
+    ParsedSample,
+    Parser,
+    ParseResult,
+    is_openmetrics_content_type,
+)
 from gpuwatch.units import format_duration
 
 REPORT_NAMES = (
@@ -81,6 +87,9 @@ class Target:
         self._clock = clock
         self._parser = Parser()
         self._target_names = frozenset(k for k, _ in spec.labels)
+        # texts that a line's series text must lack for `_labels`'s first branch (see _new_numbers)
+        self._clashes = ('""', *sorted(self._target_names))
+        self._longest_target = max(map(len, chain.from_iterable(spec.labels)), default=0)
         self._new_table([])
         self._gen = 0  # number of the last scrape; a failed one counts, with no series
         self.health = "unknown"
@@ -142,14 +151,48 @@ class Target:
         final = self._labels(name, labels)
         if final is None:
             return -1
-        found = self._series.get(final)
-        if found is None:
-            problem = self.spec.label_limits.series_problem(*final)
-            if problem is not None:  # as Prometheus's label limits: the whole scrape fails
-                raise ScrapeError(f"label limits exceeded: {final[0]}: {problem}")
-            found = self._series[final] = self._table.add(*final)
+        return self._number(final)
+
+    def _number(self, final: SeriesKey, longest: int = -1) -> int:
+        """The number of the final series `final`, added if new; `longest`, where known: a length that
+        none of its strings exceeds (-1: look at them)."""
+        series, table = self._series, self._table
+        found = series.setdefault(final, len(table))
+        if found == len(table):
+            limits = self.spec.label_limits
+            if longest < 0 or not limits.is_within(longest, len(final[1])):
+                problem = limits.series_problem(*final)
+                if problem is not None:  # as Prometheus's label limits: the whole scrape fails
+                    del series[final]
+                    raise ScrapeError(f"label limits exceeded: {final[0]}: {problem}")
+            table.add(*final)
             self._made.append(final)
         return found
+
+    def _new_numbers(self, keys: list[str], samples: list[ParsedSample]) -> list[int]:
+        """The numbers of text lines not in the scrape cache, `keys[i]` the series text of `samples[i]`.
+
+        A keyed line has no escapes, so its name and label names and values stand in its key as they
+        are: where no key holds `""` (an empty value) or a target label's name and no relabelling
+        applies, each series takes `_labels`'s first branch without its checks, and one whose key is
+        within the label limits' lengths needs no look at its strings (a page of new series).
+        """
+        by_key = self._by_key
+        spec = self.spec
+        is_plain = not spec.relabel and not any(map("\n".join(keys).__contains__, self._clashes))
+        target, longest = spec.labels, self._longest_target
+        numbers: list[int] = []
+        for key, (name, labels, _, _) in zip(keys, samples, strict=True):
+            found = by_key.get(key)  # a page may name a new series twice
+            if found is None:
+                if is_plain:
+                    final = (name, tuple(sorted((*labels, *target))))
+                    found = self._number(final, max(len(key), longest))
+                else:
+                    found = self._final(name, labels)
+                by_key[key] = found
+            numbers.append(found)
+        return numbers
 
     def _lookup(self, name: str, labels: Labels) -> int:
         key = (name, labels)
@@ -175,11 +218,10 @@ class Target:
             text_keys = cast("list[str]", keys)
             index = np.fromiter(map(by_key.get, text_keys, repeat(-2)), np.intp, n)
             if n and index.min() < -1:  # lines not seen before (-2)
-                for j in np.flatnonzero(index == -2).tolist():
-                    found = by_key.get(text_keys[j])  # a page may name a new series twice
-                    if found is None:
-                        found = by_key[text_keys[j]] = self._final(*samples[j][:2])
-                    index[j] = found
+                new = np.flatnonzero(index == -2).tolist()
+                index[new] = self._new_numbers(
+                    list(map(text_keys.__getitem__, new)), list(map(samples.__getitem__, new))
+                )
             return index, np.fromiter(map(_VALUE, samples), np.float64, n)
         numbers: list[int] = []
         values: list[float] = []
