@@ -203,6 +203,11 @@ class SeriesTable:
         self.names.append(name)  # last: a reader that sees the new length sees both lists filled
         return len(self.names) - 1
 
+    def extend(self, names: list[str], labels: list[Labels]) -> None:
+        """Append series (as many names as label sets), numbered on from `len(self)`."""
+        self.labels.extend(labels)
+        self.names.extend(names)  # last, as in add
+
 
 class TableSamples(Sequence[Sample]):
     """Samples as numbers into a `SeriesTable` (`numbers`, intp) and `values` (float64), in order.

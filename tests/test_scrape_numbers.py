@@ -27,7 +27,8 @@ ALL = (-(2**62), 2**62)
 TARGET: Labels = (("instance", "h:1"), ("job", "j"))
 # Lines of a page: repeated series with other values, one twice in a page, a timestamped one, a line
 # that does not parse, one that relabelling drops (`drop_*`), an escaped label (no cache key), labels
-# that clash with the target's or are empty, and texts that only look as if they might.
+# that clash with the target's or are empty, texts that only look as if they might, and two texts of
+# one series.
 LINES = [
     "a 1",
     "a 2",
@@ -48,6 +49,8 @@ LINES = [
     'k{x="",y="1"} 13',
     'k{x="my_job"} 14',
     'instance_up{x="1"} 15',
+    'm{x="1",y="2"} 16',
+    'm{y="2",x="1"} 17',
 ]
 PAGES = st.lists(st.one_of(st.none(), st.lists(st.sampled_from(LINES), max_size=9)), min_size=1, max_size=7)
 

@@ -11,6 +11,7 @@ Fetching is separate (`fetch(spec, timeout_s) -> FetchResult`), so tests can han
 from __future__ import annotations
 
 import threading
+from collections.abc import Sequence
 from datetime import datetime, timezone
 from itertools import chain, repeat
 from operator import itemgetter
@@ -56,6 +57,7 @@ _NEVER = "0001-01-01T00:00:00Z"
 _NO_NUMBERS = np.zeros(0, np.intp)
 _NO_VALUES = np.zeros(0, np.float64)
 _VALUE = itemgetter(3)  # a parsed sample's value
+_NAME, _LABELS = itemgetter(0), itemgetter(1)  # of a parsed sample or a (name, labels) key
 _OLDEST = -(2**63)
 
 SeriesKey = tuple[str, Labels]
@@ -151,48 +153,56 @@ class Target:
         final = self._labels(name, labels)
         if final is None:
             return -1
-        return self._number(final)
-
-    def _number(self, final: SeriesKey, longest: int = -1) -> int:
-        """The number of the final series `final`, added if new; `longest`, where known: a length that
-        none of its strings exceeds (-1: look at them)."""
-        series, table = self._series, self._table
-        found = series.setdefault(final, len(table))
-        if found == len(table):
-            limits = self.spec.label_limits
-            if longest < 0 or not limits.is_within(longest, len(final[1])):
-                problem = limits.series_problem(*final)
-                if problem is not None:  # as Prometheus's label limits: the whole scrape fails
-                    del series[final]
-                    raise ScrapeError(f"label limits exceeded: {final[0]}: {problem}")
-            table.add(*final)
+        found = self._series.get(final)
+        if found is None:
+            problem = self.spec.label_limits.series_problem(*final)
+            if problem is not None:  # as Prometheus's label limits: the whole scrape fails
+                raise ScrapeError(f"label limits exceeded: {final[0]}: {problem}")
+            found = self._series[final] = self._table.add(*final)
             self._made.append(final)
         return found
 
-    def _new_numbers(self, keys: list[str], samples: list[ParsedSample]) -> list[int]:
+    def _new_numbers(self, keys: list[str], samples: list[ParsedSample]) -> Sequence[int]:
         """The numbers of text lines not in the scrape cache, `keys[i]` the series text of `samples[i]`.
 
-        A keyed line has no escapes, so its name and label names and values stand in its key as they
-        are: where no key holds `""` (an empty value) or a target label's name and no relabelling
-        applies, each series takes `_labels`'s first branch without its checks, and one whose key is
-        within the label limits' lengths needs no look at its strings (a page of new series).
+        A keyed line has no escapes: its name and label names and values stand in its key as they
+        are. So where no key holds `""` (an empty value) or a target label's name and nothing is
+        relabelled, every series takes `_labels`'s first branch, and where no key is longer than the
+        label limits' lengths, none needs its strings looked at: a page of new series is then joined
+        and numbered in C-level passes. Otherwise, or where two lines name one series or a series is
+        known, line by line.
         """
+        spec, series, table = self.spec, self._series, self._table
+        target = spec.labels
+        if (
+            not spec.relabel
+            and not any(map("\n".join(keys).__contains__, self._clashes))
+            and spec.label_limits.is_within(
+                max(max(map(len, keys)), self._longest_target),
+                len(target) + max(map(len, map(_LABELS, samples))),
+            )
+        ):
+            finals = [(name, tuple(sorted((*labels, *target)))) for name, labels, _, _ in samples]
+            start, before = len(table), len(series)
+            numbers = range(start, start + len(finals))
+            for _ in map(series.setdefault, finals, numbers):  # (a known series keeps its number)
+                pass
+            if len(series) - before == len(finals):
+                table.extend(list(map(_NAME, finals)), list(map(_LABELS, finals)))
+                self._made.extend(finals)
+                self._by_key.update(zip(keys, numbers, strict=True))
+                return numbers
+            for final in finals:  # undo, and take the lines one by one
+                if series.get(final, -1) >= start:
+                    del series[final]
         by_key = self._by_key
-        spec = self.spec
-        is_plain = not spec.relabel and not any(map("\n".join(keys).__contains__, self._clashes))
-        target, longest = spec.labels, self._longest_target
-        numbers: list[int] = []
+        found: list[int] = []
         for key, (name, labels, _, _) in zip(keys, samples, strict=True):
-            found = by_key.get(key)  # a page may name a new series twice
-            if found is None:
-                if is_plain:
-                    final = (name, tuple(sorted((*labels, *target))))
-                    found = self._number(final, max(len(key), longest))
-                else:
-                    found = self._final(name, labels)
-                by_key[key] = found
-            numbers.append(found)
-        return numbers
+            number = by_key.get(key)  # a page may name a new series twice
+            if number is None:
+                number = by_key[key] = self._final(name, labels)
+            found.append(number)
+        return found
 
     def _lookup(self, name: str, labels: Labels) -> int:
         key = (name, labels)
