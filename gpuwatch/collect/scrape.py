@@ -11,7 +11,6 @@ Fetching is separate (`fetch(spec, timeout_s) -> FetchResult`), so tests can han
 from __future__ import annotations
 
 import threading
-from collections.abc import Sequence
 from datetime import datetime, timezone
 from itertools import chain, repeat
 from operator import itemgetter
@@ -162,7 +161,7 @@ class Target:
             self._made.append(final)
         return found
 
-    def _new_numbers(self, keys: list[str], samples: list[ParsedSample]) -> Sequence[int]:
+    def _new_numbers(self, keys: list[str], samples: list[ParsedSample]) -> list[int]:
         """The numbers of text lines not in the scrape cache, `keys[i]` the series text of `samples[i]`.
 
         A keyed line has no escapes: its name and label names and values stand in its key as they
@@ -184,7 +183,7 @@ class Target:
         ):
             finals = [(name, tuple(sorted((*labels, *target)))) for name, labels, _, _ in samples]
             start, before = len(table), len(series)
-            numbers = range(start, start + len(finals))
+            numbers = list(range(start, start + len(finals)))  # (one int object per series)
             for _ in map(series.setdefault, finals, numbers):  # (a known series keeps its number)
                 pass
             if len(series) - before == len(finals):

@@ -153,7 +153,8 @@ class Parser:
         self._comments: dict[bool, dict[str, Metadata]] = {False: {}, True: {}}  # comment line -> parsed
         self._values: dict[str, float] = {}
         self._names: set[str] = set()  # label names that a pattern took (valid in both formats)
-        self._metric_names: set[str] = set()  # text format: metric names that the full pattern took
+        # text format: the metric names that the full pattern took, each to one string object of it
+        self._metric_names: dict[str, str] = {}
 
     def _labels(self, body: str, om: bool) -> tuple[Labels, int, int] | None:
         """Fast label-set parse of `a="x",b="y"` (no escapes); None sends the line to the careful scanner."""
@@ -346,7 +347,7 @@ class _State:
         for cache in (bodies, series, names):
             if len(cache) > parser.max_cache:
                 cache.clear()
-        names_add = names.add
+        names_setdefault = names.setdefault
         if len(values) > _MAX_VALUES:  # counters make new value texts every scrape: keep this one small
             values.clear()
         labels_for = parser._labels
@@ -381,10 +382,11 @@ class _State:
                     key_append(key)
                     continue
             # `name{labels} value` as exporters write it, split where the full pattern would split it
-            name, _, body = key.partition("{")
+            split, _, body = key.partition("{")
+            name = names.get(split)
             if (
-                body[-1:] == "}"
-                and name in names
+                name is not None
+                and body[-1:] == "}"
                 and "}" not in (body := body[:-1])
                 and float_match(value) is not None
                 and not (bad and line_no in bad)
@@ -397,7 +399,7 @@ class _State:
                 if not name:
                     self.other(line_no, other)
                     continue
-                names_add(name)
+                name = names_setdefault(name, name)  # (one string object per name, not per series)
             if body:
                 found = bodies.get(body)
                 if found is None:

@@ -118,10 +118,10 @@ class SeriesIds:
         sids[missing] = fill
         return sids
 
-    def _make_distinct(self, keys: list[tuple[str, Labels]]) -> range | None:
+    def _make_distinct(self, keys: list[tuple[str, Labels]]) -> list[int] | None:
         """Make ids for new keys, hashing each once; None (making none) if a key is there twice."""
         ids, first = self._ids, self._next_id
-        made = range(first, first + len(keys))
+        made = list(range(first, first + len(keys)))  # (one int object per series, shared)
         before = len(ids)
         for _ in map(ids.setdefault, keys, made):
             pass
@@ -130,7 +130,7 @@ class SeriesIds:
                 if ids.get(key, -1) >= first:
                     del ids[key]
             return None
-        self._next_id = made.stop
+        self._next_id = first + len(keys)
         self.new.extend(map(Entry, made, map(_KEY_NAME, keys), map(_KEY_LABELS, keys)))
         return made
 
