@@ -135,6 +135,16 @@ def test_batches_equal_the_plain_model(
         check_against_model(pages, limit, drop)
 
 
+def test_a_page_of_known_and_new_series_numbers_the_new_ones_densely() -> None:
+    # page 2: `m` known under another text, `n` new; page 3: `n` under another text, then `m` again
+    pages: list[list[str] | None] = [
+        ['m{x="1",y="2"} 1'],
+        ['m{y="2",x="1"} 2', 'n{x="1"} 3'],
+        ['n{ x="1"} 4', 'm{x="1",y="2"} 5'],
+    ]
+    check_against_model(pages, 0, False)
+
+
 def check_against_model(pages: list[list[str] | None], limit: int, drop: bool) -> None:
     clock = FakeClock(1_790_000_000)
     body: list[bytes | None] = [None]

@@ -167,41 +167,46 @@ class Target:
         A keyed line has no escapes: its name and label names and values stand in its key as they
         are. So where no key holds `""` (an empty value) or a target label's name and nothing is
         relabelled, every series takes `_labels`'s first branch, and where no key is longer than the
-        label limits' lengths, none needs its strings looked at: a page of new series is then joined
-        and numbered in C-level passes. Otherwise, or where two lines name one series or a series is
-        known, line by line.
+        label limits' lengths, none needs its strings looked at: the lines are then joined and numbered
+        in C-level passes (a page of new series; a big target's page after `_trim`). Otherwise line by
+        line.
         """
         spec, series, table = self.spec, self._series, self._table
         target = spec.labels
         if (
-            not spec.relabel
-            and not any(map("\n".join(keys).__contains__, self._clashes))
-            and spec.label_limits.is_within(
+            spec.relabel
+            or any(map("\n".join(keys).__contains__, self._clashes))
+            or not spec.label_limits.is_within(
                 max(max(map(len, keys)), self._longest_target),
                 len(target) + max(map(len, map(_LABELS, samples))),
             )
         ):
-            finals = [(name, tuple(sorted((*labels, *target)))) for name, labels, _, _ in samples]
-            start, before = len(table), len(series)
-            numbers = list(range(start, start + len(finals)))  # (one int object per series)
-            for _ in map(series.setdefault, finals, numbers):  # (a known series keeps its number)
-                pass
-            if len(series) - before == len(finals):
-                table.extend(list(map(_NAME, finals)), list(map(_LABELS, finals)))
-                self._made.extend(finals)
-                self._by_key.update(zip(keys, numbers, strict=True))
-                return numbers
-            for final in finals:  # undo, and take the lines one by one
-                if series.get(final, -1) >= start:
-                    del series[final]
-        by_key = self._by_key
-        found: list[int] = []
-        for key, (name, labels, _, _) in zip(keys, samples, strict=True):
-            number = by_key.get(key)  # a page may name a new series twice
-            if number is None:
-                number = by_key[key] = self._final(name, labels)
-            found.append(number)
-        return found
+            by_key = self._by_key
+            found: list[int] = []
+            for key, (name, labels, _, _) in zip(keys, samples, strict=True):
+                number = by_key.get(key)  # a page may name a new series twice
+                if number is None:
+                    number = by_key[key] = self._final(name, labels)
+                found.append(number)
+            return found
+        finals = [(name, tuple(sorted((*labels, *target)))) for name, labels, _, _ in samples]
+        start, before = len(table), len(series)
+        numbers = list(range(start, start + len(finals)))  # (one int object per series)
+        got = list(map(series.setdefault, finals, numbers))  # a known series keeps its number
+        if len(series) - before < len(finals):  # some known, or one named twice
+            # the new ones took their line's number, with gaps: number them on from `start` in page order
+            taken = np.array(got, np.intp)
+            first = np.flatnonzero(taken == np.arange(start, start + len(finals))).tolist()
+            finals = list(map(finals.__getitem__, first))
+            numbers = list(range(start, start + len(finals)))
+            series.update(zip(finals, numbers, strict=True))
+            renumber = dict(zip(map(start.__add__, first), numbers, strict=True))
+            for j in np.flatnonzero(taken >= start).tolist():
+                got[j] = renumber[got[j]]
+        table.extend(list(map(_NAME, finals)), list(map(_LABELS, finals)))
+        self._made.extend(finals)
+        self._by_key.update(zip(keys, got, strict=True))
+        return got
 
     def _lookup(self, name: str, labels: Labels) -> int:
         key = (name, labels)

@@ -383,15 +383,15 @@ class _State:
                     continue
             # `name{labels} value` as exporters write it, split where the full pattern would split it
             split, _, body = key.partition("{")
-            name = names.get(split)
+            known = names.get(split)
             if (
-                name is not None
+                known is not None
                 and body[-1:] == "}"
                 and "}" not in (body := body[:-1])
                 and float_match(value) is not None
                 and not (bad and line_no in bad)
             ):
-                value_text, ts = value, None
+                name, value_text, ts = known, value, None
             else:
                 m = match(line)
                 assert m is not None  # the pattern's second branch takes any line

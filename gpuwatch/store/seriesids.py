@@ -107,7 +107,7 @@ class SeriesIds:
             return np.array(found, np.int32)
         missing = [k for k, sid in enumerate(found) if sid is None]
         new = keys if len(missing) == len(keys) else [keys[k] for k in missing]
-        fill = self._make_distinct(new)
+        fill: list[int] | range | None = self._make_distinct(new)
         if fill is None:  # a key twice among them gets one id
             unique = list(dict.fromkeys(new))
             made = self._make_many(unique, list(map(_KEY_NAME, unique)), list(map(_KEY_LABELS, unique)))
