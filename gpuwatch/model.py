@@ -58,13 +58,16 @@ class LabelLimits:
             return f"more than {self.labels} labels (label_limit)"
         return None
 
+    def is_within(self, longest: int, count: int) -> bool:
+        """Tell whether every series of `count` labels whose name, label names and values are at most
+        `longest` characters long is within the limits (no string of it need be looked at)."""
+        return (not self.labels or count < self.labels) and longest <= self._shortest
+
     def series_problem(self, name: str, labels: Labels) -> str | None:
         """`problem` of the series `name{labels}`; most series are answered by one C-level pass over
         their strings (a scrape of new series checks every one)."""
-        if not self.labels or len(labels) < self.labels:
-            short = self._shortest
-            if len(name) <= short and max(map(len, chain.from_iterable(labels)), default=0) <= short:
-                return None
+        if self.is_within(max(len(name), max(map(len, chain.from_iterable(labels)), default=0)), len(labels)):
+            return None
         return self.problem((("__name__", name), *labels))
 
 
@@ -199,6 +202,11 @@ class SeriesTable:
         self.labels.append(labels)
         self.names.append(name)  # last: a reader that sees the new length sees both lists filled
         return len(self.names) - 1
+
+    def extend(self, names: list[str], labels: list[Labels]) -> None:
+        """Append series (as many names as label sets), numbered on from `len(self)`."""
+        self.labels.extend(labels)
+        self.names.extend(names)  # last, as in add
 
 
 class TableSamples(Sequence[Sample]):

@@ -10,7 +10,8 @@ from hypothesis import strategies as st
 from gpuwatch.clock import FakeClock
 from gpuwatch.errors import ScrapeError
 from gpuwatch.model import is_stale
-from gpuwatch.promtext.parser import Parser, parse
+from gpuwatch.promtext.parser import ParsedSample, Parser, parse
+from gpuwatch.promtext.scanner import LineError, label_entry, parse_float, scan_sample, timestamp_ms
 from tests.test_scrape import FakeFetch, L, by_key, pool_for
 
 # Lines that share a series text with different values, and the lines that must not take a cached
@@ -84,6 +85,68 @@ def test_reused_parser_equals_a_fresh_parse(pages: list[list[str]]) -> None:
             if key is not None:  # a key always names the same series, with no timestamp
                 assert ts is None
                 assert reused._series[key][:2] == (name, labels)
+
+
+# Lines that take a page's shortcuts once their names were seen (a metric name, a label name), and
+# lines that look like them but must not: a brace or quote in a value, blanks, CR, a timestamp, an
+# invalid name, a dotted name, an escape, a duplicate or reserved label.
+TRICKY = [
+    'b{x="1"} 1',
+    'b{x="2",y="3"} 2',
+    'b{y="3",x="2"} 2',
+    'b{x="}"} 1',
+    'b{x="1"}} 1',
+    'b{x="{"} 1',
+    'b{x="1"} 1\r',
+    'b{x="1"}  1',
+    'b{x="1"}\t1',
+    'b{x="1"} 1 1700000000000',
+    'b{x="1"}1',
+    'b {x="1"} 1',
+    'b{ x="1"} 1',
+    'b{x= "1"} 1',
+    'b{x="1" } 1',
+    'b{x="1",} 1',
+    'b{x="",y="1"} 1',
+    'b{x="a\\"b"} 1',
+    'b{x="a"b"} 1',
+    'b{x="1",x="2"} 1',
+    'b{__name__="z"} 1',
+    'b{1x="1"} 1',
+    "b{x=1} 1",
+    'b{x="1"} 1e999',
+    'b{x="1"} 0x1p3',
+    'b{x="1"} NaN',
+    'b{x="1"}',
+    'b.c{x="1"} 1',
+    '{"b", x="1"} 1',
+    'b{le="0.5"} 1',
+    'b{le="x"} 1',
+    "c 1",
+    "c{} 1",
+]
+
+
+@settings(max_examples=300, deadline=None)
+@given(pages=st.lists(st.lists(st.sampled_from(TRICKY), max_size=16), min_size=1, max_size=3))
+def test_a_page_reads_each_line_as_the_careful_scanner_does(pages: list[list[str]]) -> None:
+    reused = Parser()
+    for lines in pages:
+        got = reused.parse(("\n".join(lines) + "\n").encode(), openmetrics=False)
+        want = [_careful(line) for line in lines]
+        assert _same(got.samples, [s for s in want if s is not None])
+        assert [e.line_no for e in got.errors] == [n for n, s in enumerate(want, 1) if s is None]
+
+
+def _careful(line: str) -> ParsedSample | None:
+    """One text line read by the character-level scanner alone; None: the line is invalid."""
+    try:
+        scanned = scan_sample(line.removesuffix("\r"), False)  # (text tolerates CRLF)
+        labels = label_entry(scanned.pairs)[0]
+        ts = timestamp_ms(scanned.timestamp, False) if scanned.timestamp else None
+        return scanned.name, labels, ts, parse_float(scanned.value)
+    except LineError:
+        return None
 
 
 def _same(a: list, b: list) -> bool:  # type: ignore[type-arg]

@@ -26,7 +26,9 @@ from gpuwatch.store.core import Store
 ALL = (-(2**62), 2**62)
 TARGET: Labels = (("instance", "h:1"), ("job", "j"))
 # Lines of a page: repeated series with other values, one twice in a page, a timestamped one, a line
-# that does not parse, one that relabelling drops (`drop_*`), an escaped label (no cache key).
+# that does not parse, one that relabelling drops (`drop_*`), an escaped label (no cache key), labels
+# that clash with the target's or are empty, texts that only look as if they might, and two texts of
+# one series.
 LINES = [
     "a 1",
     "a 2",
@@ -42,6 +44,13 @@ LINES = [
     "f NaN",
     "g +Inf",
     "not a line",
+    'k{job="x"} 11',
+    'k{x=""} 12',
+    'k{x="",y="1"} 13',
+    'k{x="my_job"} 14',
+    'instance_up{x="1"} 15',
+    'm{x="1",y="2"} 16',
+    'm{y="2",x="1"} 17',
 ]
 PAGES = st.lists(st.one_of(st.none(), st.lists(st.sampled_from(LINES), max_size=9)), min_size=1, max_size=7)
 
@@ -75,7 +84,12 @@ class Model:
             for name, labels, ts, value in parsed.samples:
                 if self.drop and name.startswith("drop_"):
                     continue
-                final = tuple(sorted((*labels, *TARGET)))
+                mine = dict(labels)
+                for k, v in TARGET:  # honor_labels false: the target's win, a clash is kept as exported_*
+                    if mine.get(k):
+                        mine["exported_" + k] = mine[k]
+                    mine[k] = v
+                final = tuple(sorted((k, v) for k, v in mine.items() if v))
                 if ts is None:
                     samples.append(Sample(name, final, value))
                 elif ts > newest.get((name, final), -(2**63)):  # not a duplicate or out of order
@@ -119,6 +133,16 @@ def test_batches_equal_the_plain_model(
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(scrape_module, "_MAX_CACHE", 2 if trim else 500_000)  # trim: a new table most scrapes
         check_against_model(pages, limit, drop)
+
+
+def test_a_page_of_known_and_new_series_numbers_the_new_ones_densely() -> None:
+    # page 2: `m` known under another text, `n` new; page 3: `n` under another text, then `m` again
+    pages: list[list[str] | None] = [
+        ['m{x="1",y="2"} 1'],
+        ['m{y="2",x="1"} 2', 'n{x="1"} 3'],
+        ['n{ x="1"} 4', 'm{x="1",y="2"} 5'],
+    ]
+    check_against_model(pages, 0, False)
 
 
 def check_against_model(pages: list[list[str] | None], limit: int, drop: bool) -> None:

@@ -1,10 +1,14 @@
-"""Series ids by label-tuple identity in the writer: shared tuples, new tuples, and after retention."""
+"""Series ids in the writer: by label-tuple identity (shared tuples, new tuples, after retention) and by
+a source's table numbers."""
 
 from __future__ import annotations
 
+import numpy as np
+
 from gpuwatch.clock import FakeClock
-from gpuwatch.model import Batch, Sample
+from gpuwatch.model import Batch, Sample, SeriesTable
 from gpuwatch.store.core import Store
+from gpuwatch.store.seriesids import SeriesIds
 
 ALL = (-(2**62), 2**62)
 
@@ -67,3 +71,29 @@ def test_sources_that_rebuild_labels_every_tick_hand_the_writer_one_tuple(clock:
     jobs.add("sample", lambda: None, 1.0)
     jobs.run("sample")
     assert jobs.counters() == [("sample", 1, 0, 0.0)]
+
+
+def test_table_numbers_of_one_series_share_its_id_and_new_ids_are_dense() -> None:
+    ids = SeriesIds([], next_id=10)
+    known = ("k", (("a", "1"),))
+    assert ids.of_table(_table([known]), np.array([0])).tolist() == [10]
+    twice = ("t", (("a", "2"),))
+    table = _table([twice, ("u", ()), twice, known, ("v", ())])
+    assert ids.of_table(table, np.arange(5)).tolist() == [11, 12, 11, 10, 13]
+    fresh = _table([("w", ()), ("x", ())])  # every key new and distinct: made in one pass
+    assert ids.of_table(fresh, np.array([1, 0, 1])).tolist() == [15, 14, 15]
+    assert [(e.series_id, e.name) for e in ids.new] == [
+        (10, "k"),
+        (11, "t"),
+        (12, "u"),
+        (13, "v"),
+        (14, "w"),
+        (15, "x"),
+    ]
+
+
+def _table(keys: list[tuple[str, tuple[tuple[str, str], ...]]]) -> SeriesTable:
+    table = SeriesTable()
+    for name, labels in keys:
+        table.add(name, labels)
+    return table

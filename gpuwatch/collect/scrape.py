@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import threading
 from datetime import datetime, timezone
-from itertools import repeat
+from itertools import chain, repeat
 from operator import itemgetter
 from typing import Any, cast
 
@@ -33,7 +33,13 @@ from gpuwatch.model import (
     TableSamples,
     make_labels,
 )
-from gpuwatch.promtext.parser import FamilyMeta, Parser, ParseResult, is_openmetrics_content_type
+from gpuwatch.promtext.parser import (
+    FamilyMeta,
+    ParsedSample,
+    Parser,
+    ParseResult,
+    is_openmetrics_content_type,
+)
 from gpuwatch.units import format_duration
 
 REPORT_NAMES = (
@@ -50,6 +56,7 @@ _NEVER = "0001-01-01T00:00:00Z"
 _NO_NUMBERS = np.zeros(0, np.intp)
 _NO_VALUES = np.zeros(0, np.float64)
 _VALUE = itemgetter(3)  # a parsed sample's value
+_NAME, _LABELS = itemgetter(0), itemgetter(1)  # of a parsed sample or a (name, labels) key
 _OLDEST = -(2**63)
 
 SeriesKey = tuple[str, Labels]
@@ -81,6 +88,9 @@ class Target:
         self._clock = clock
         self._parser = Parser()
         self._target_names = frozenset(k for k, _ in spec.labels)
+        # texts that a line's series text must lack for `_labels`'s first branch (see _new_numbers)
+        self._clashes = ('""', *sorted(self._target_names))
+        self._longest_target = max(map(len, chain.from_iterable(spec.labels)), default=0)
         self._new_table([])
         self._gen = 0  # number of the last scrape; a failed one counts, with no series
         self.health = "unknown"
@@ -151,6 +161,53 @@ class Target:
             self._made.append(final)
         return found
 
+    def _new_numbers(self, keys: list[str], samples: list[ParsedSample]) -> list[int]:
+        """The numbers of text lines not in the scrape cache, `keys[i]` the series text of `samples[i]`.
+
+        A keyed line has no escapes: its name and label names and values stand in its key as they
+        are. So where no key holds `""` (an empty value) or a target label's name and nothing is
+        relabelled, every series takes `_labels`'s first branch, and where no key is longer than the
+        label limits' lengths, none needs its strings looked at: the lines are then joined and numbered
+        in C-level passes (a page of new series; a big target's page after `_trim`). Otherwise line by
+        line.
+        """
+        spec, series, table = self.spec, self._series, self._table
+        target = spec.labels
+        if (
+            spec.relabel
+            or any(map("\n".join(keys).__contains__, self._clashes))
+            or not spec.label_limits.is_within(
+                max(max(map(len, keys)), self._longest_target),
+                len(target) + max(map(len, map(_LABELS, samples))),
+            )
+        ):
+            by_key = self._by_key
+            found: list[int] = []
+            for key, (name, labels, _, _) in zip(keys, samples, strict=True):
+                number = by_key.get(key)  # a page may name a new series twice
+                if number is None:
+                    number = by_key[key] = self._final(name, labels)
+                found.append(number)
+            return found
+        finals = [(name, tuple(sorted((*labels, *target)))) for name, labels, _, _ in samples]
+        start, before = len(table), len(series)
+        numbers = list(range(start, start + len(finals)))  # (one int object per series)
+        got = list(map(series.setdefault, finals, numbers))  # a known series keeps its number
+        if len(series) - before < len(finals):  # some known, or one named twice
+            # the new ones took their line's number, with gaps: number them on from `start` in page order
+            taken = np.array(got, np.intp)
+            first = np.flatnonzero(taken == np.arange(start, start + len(finals))).tolist()
+            finals = list(map(finals.__getitem__, first))
+            numbers = list(range(start, start + len(finals)))
+            series.update(zip(finals, numbers, strict=True))
+            renumber = dict(zip(map(start.__add__, first), numbers, strict=True))
+            for j in np.flatnonzero(taken >= start).tolist():
+                got[j] = renumber[got[j]]
+        table.extend(list(map(_NAME, finals)), list(map(_LABELS, finals)))
+        self._made.extend(finals)
+        self._by_key.update(zip(keys, got, strict=True))
+        return got
+
     def _lookup(self, name: str, labels: Labels) -> int:
         key = (name, labels)
         found = self._by_labels.get(key)
@@ -175,11 +232,10 @@ class Target:
             text_keys = cast("list[str]", keys)
             index = np.fromiter(map(by_key.get, text_keys, repeat(-2)), np.intp, n)
             if n and index.min() < -1:  # lines not seen before (-2)
-                for j in np.flatnonzero(index == -2).tolist():
-                    found = by_key.get(text_keys[j])  # a page may name a new series twice
-                    if found is None:
-                        found = by_key[text_keys[j]] = self._final(*samples[j][:2])
-                    index[j] = found
+                new = np.flatnonzero(index == -2).tolist()
+                index[new] = self._new_numbers(
+                    list(map(text_keys.__getitem__, new)), list(map(samples.__getitem__, new))
+                )
             return index, np.fromiter(map(_VALUE, samples), np.float64, n)
         numbers: list[int] = []
         values: list[float] = []

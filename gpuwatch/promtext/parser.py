@@ -152,6 +152,9 @@ class Parser:
         self._series: dict[str, tuple[str, Labels, int, int]] = {}
         self._comments: dict[bool, dict[str, Metadata]] = {False: {}, True: {}}  # comment line -> parsed
         self._values: dict[str, float] = {}
+        self._names: set[str] = set()  # label names that a pattern took (valid in both formats)
+        # text format: the metric names that the full pattern took, each to one string object of it
+        self._metric_names: dict[str, str] = {}
 
     def _labels(self, body: str, om: bool) -> tuple[Labels, int, int] | None:
         """Fast label-set parse of `a="x",b="y"` (no escapes); None sends the line to the careful scanner."""
@@ -162,23 +165,36 @@ class Parser:
             if om:
                 return None
             pieces.pop()
-        cache = self._pairs[om]
+        cache, names = self._pairs[om], self._names
         if len(cache) > self.max_cache:
             cache.clear()
+            names.clear()
         pattern = _OM_PAIR if om else _TEXT_PAIR
         pairs = []
         for piece in pieces:
             pair = cache.get(piece)
             if pair is None:
-                m = pattern.fullmatch(piece)
-                if m is None:
-                    return None
-                pair = cache[piece] = (m.group(1), m.group(2))
+                # `name="value"` as both formats write it, else the pattern (blanks, bad names)
+                name, _, quoted = piece.partition('="')
+                value = quoted[:-1]
+                if name in names and quoted[-1:] == '"' and '"' not in value:
+                    pair = cache[piece] = (name, value)
+                else:
+                    m = pattern.fullmatch(piece)
+                    if m is None:
+                        return None
+                    pair = cache[piece] = (m.group(1), m.group(2))
+                    names.add(pair[0])
             pairs.append(pair)
-        try:
-            return label_entry(pairs)
-        except LineError:
-            return None
+        found = dict(pairs)
+        if len(found) != len(pairs) or "__name__" in found:
+            return None  # (the careful scanner words the error)
+        le, quantile = found.get("le"), found.get("quantile")
+        return (
+            tuple(sorted(pairs)),
+            0 if le is None else 1 if FLOAT_RE.fullmatch(le) else 2,
+            0 if quantile is None else 1 if FLOAT_RE.fullmatch(quantile) else 2,
+        )
 
     def parse(
         self,
@@ -314,8 +330,10 @@ class _State:
 
         A line whose text up to its last space is a known series (cached from an earlier line that the
         full pattern took apart, with nothing after the value) and whose last word is a valid value
-        is that series with that value: the grammar leaves no other reading. Anything else goes
-        through the full pattern, as before.
+        is that series with that value: the grammar leaves no other reading. A new line written as
+        exporters write it, `name{labels} value` with a metric name the full pattern already took, is
+        split at its first brace (a page of new series); anything else goes through the full pattern.
+        Label pieces `name="value"` with a label name seen before are split at `="` likewise.
         """
         text = self.text
         lines = text.split("\n")
@@ -325,9 +343,11 @@ class _State:
         self.line_count = len(lines)
         parser = self.parser
         bodies, series, values = parser._bodies[False], parser._series, parser._values
-        for cache in (bodies, series):
+        names = parser._metric_names
+        for cache in (bodies, series, names):
             if len(cache) > parser.max_cache:
                 cache.clear()
+        names_setdefault = names.setdefault
         if len(values) > _MAX_VALUES:  # counters make new value texts every scrape: keep this one small
             values.clear()
         labels_for = parser._labels
@@ -361,12 +381,25 @@ class _State:
                     append((name, labels, default_ts, v))
                     key_append(key)
                     continue
-            m = match(line)
-            assert m is not None  # the pattern's second branch takes any line
-            name, body, value_text, ts, _, other = m.groups()
-            if not name:
-                self.other(line_no, other)
-                continue
+            # `name{labels} value` as exporters write it, split where the full pattern would split it
+            split, _, body = key.partition("{")
+            known = names.get(split)
+            if (
+                known is not None
+                and body[-1:] == "}"
+                and "}" not in (body := body[:-1])
+                and float_match(value) is not None
+                and not (bad and line_no in bad)
+            ):
+                name, value_text, ts = known, value, None
+            else:
+                m = match(line)
+                assert m is not None  # the pattern's second branch takes any line
+                name, body, value_text, ts, _, other = m.groups()
+                if not name:
+                    self.other(line_no, other)
+                    continue
+                name = names_setdefault(name, name)  # (one string object per name, not per series)
             if body:
                 found = bodies.get(body)
                 if found is None:

@@ -95,7 +95,8 @@ class SeriesIds:
         if sids.min() < 0:  # series this writer has not seen under these numbers yet
             unseen = np.unique(numbers[sids < 0]).tolist()
             names, labels = table.names, table.labels
-            ids[unseen] = self._of_keys([(names[k], labels[k]) for k in unseen])
+            keys = list(zip(map(names.__getitem__, unseen), map(labels.__getitem__, unseen), strict=True))
+            ids[unseen] = self._of_keys(keys)
             sids = ids[numbers]
         return sids
 
@@ -106,14 +107,32 @@ class SeriesIds:
             return np.array(found, np.int32)
         missing = [k for k, sid in enumerate(found) if sid is None]
         new = keys if len(missing) == len(keys) else [keys[k] for k in missing]
-        unique = list(dict.fromkeys(new))  # a key twice among them gets one id
-        made = self._make_many(unique, list(map(_KEY_NAME, unique)), list(map(_KEY_LABELS, unique)))
-        fill = made if len(unique) == len(new) else list(map(self._ids.__getitem__, new))
+        fill: list[int] | range | None = self._make_distinct(new)
+        if fill is None:  # a key twice among them gets one id
+            unique = list(dict.fromkeys(new))
+            made = self._make_many(unique, list(map(_KEY_NAME, unique)), list(map(_KEY_LABELS, unique)))
+            fill = made if len(unique) == len(new) else list(map(self._ids.__getitem__, new))
         if len(missing) == len(keys):
             return np.array(fill, np.int32)
         sids = np.array([-1 if sid is None else sid for sid in found], np.int32)
         sids[missing] = fill
         return sids
+
+    def _make_distinct(self, keys: list[tuple[str, Labels]]) -> list[int] | None:
+        """Make ids for new keys, hashing each once; None (making none) if a key is there twice."""
+        ids, first = self._ids, self._next_id
+        made = list(range(first, first + len(keys)))  # (one int object per series, shared)
+        before = len(ids)
+        for _ in map(ids.setdefault, keys, made):
+            pass
+        if len(ids) - before < len(keys):
+            for key in keys:
+                if ids.get(key, -1) >= first:
+                    del ids[key]
+            return None
+        self._next_id = first + len(keys)
+        self.new.extend(map(Entry, made, map(_KEY_NAME, keys), map(_KEY_LABELS, keys)))
+        return made
 
     def _make_many(self, keys: list[tuple[str, Labels]], names: list[str], labels: list[Labels]) -> range:
         """Make ids for new keys (all distinct), in C-level passes; return them."""
