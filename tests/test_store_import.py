@@ -246,3 +246,17 @@ def test_imports_one_after_another_and_an_empty_one(store: Store) -> None:
     store.write_columns(imported(name="a"))  # known series: nothing new
     store.write_columns(imported(name="b"))
     assert stored_series(store, "a") == SERIES and stored_series(store, "b") == SERIES
+
+
+def test_an_import_sent_while_another_is_written_waits_its_turn_and_both_commit(store: Store) -> None:
+    pause = Pause(store, 1)
+    first, errors = in_thread(lambda: store.write_columns(imported(name="a")))
+    pause.at(1)
+    second, more_errors = in_thread(lambda: store.write_columns(imported(name="b")))
+    pause.release(1)
+    first.join(WAIT_S)
+    second.join(WAIT_S)
+    assert not errors and not more_errors
+    assert stored_series(store, "a") == SERIES and stored_series(store, "b") == SERIES
+    ids = store._con.cursor().execute("SELECT count(DISTINCT series_id) FROM series").fetchone()
+    assert ids == (2 * SERIES,)

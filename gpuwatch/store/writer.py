@@ -65,8 +65,8 @@ def _changes_chunks(method: Callable[..., Any]) -> Callable[..., Any]:
         flush = method.__name__ == "flush"
         if flush and not self._pending_chunks:
             return method(self, *args)
-        if not flush:  # compaction and retention wait for imports under way: they rewrite what they add to
-            self._finish_imports()
+        if not flush:  # compaction and retention wait for an import under way: they rewrite what it adds to
+            self._finish_import()
         # Compaction and retention sort and rewrite much of the file: readers wait (readgate.py).
         with (
             self.read_gate.alone() if not flush else contextlib.nullcontext(),
@@ -188,9 +188,10 @@ class Writer:
                     self._drain_batches()
                     if self._dispatch(item):
                         return
-                self._maybe_flush()
                 if self._imports:
                     self._step_import()
+                    self._drain_batches()  # (those that came during the step)
+                self._maybe_flush()  # (after an import's commit: a compaction it made due runs now)
             except Exception as exc:  # noqa: BLE001 - the writer is the job wrapper: it logs, counts and goes on
                 self._count_error("writer", exc)
 
@@ -227,6 +228,8 @@ class Writer:
             fut.set_exception(exc)
 
     def _finish(self) -> None:
+        while self._imports:  # every import queued is written before the store closes
+            self._step_import()
         self.after_rewrite = None  # closing: nobody will read the index
         self.compact()
         self._cur.execute("CHECKPOINT")
@@ -236,7 +239,7 @@ class Writer:
         if self._pending_rows and (self._pending_rows >= self._flush_rows or since >= self._flush_interval_s):
             self._guarded(self.flush)
         since = self._clock.monotonic() - self._last_compact
-        if self._imports:  # compaction waits for the import under way (_finish_imports)
+        if self._imports and self._imports[0].is_started:  # it waits for the import under way
             return
         if (
             self._head_rows >= self._compact_rows
@@ -351,9 +354,9 @@ class Writer:
             if not isinstance(exc, Exception):
                 raise
 
-    def _finish_imports(self) -> None:
-        """Write every import waiting or under way to its end."""
-        while self._imports:
+    def _finish_import(self) -> None:
+        """Write the import under way, if any, to its end (those queued after it wait)."""
+        while self._imports and self._imports[0].is_started:
             self._step_import()
 
     def _begin_import(self, job: StagedImport) -> None:
