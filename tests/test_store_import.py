@@ -228,16 +228,27 @@ def test_a_live_sample_at_an_imported_time_written_meanwhile_stays_the_newest(
     assert store.select(one, 0, 2**62)[0].values.tolist() == [-1.0]
 
 
-def test_compaction_asked_for_during_an_import_waits_for_it(store: Store, clock: FakeClock) -> None:
+@pytest.mark.parametrize("job", ["compact", "retention"])
+def test_compaction_and_retention_asked_for_during_an_import_wait_for_it(
+    store: Store, clock: FakeClock, job: str
+) -> None:
     pause = Pause(store, 1)
     t, errors = in_thread(lambda: store.write_columns(imported()))
     pause.at(1)
-    c, c_errors = in_thread(store.compact)
+    if job == "compact":
+        c, c_errors = in_thread(store.compact)
+    else:  # 30 days of retention from 40 days after the import: every imported sample is older
+        c, c_errors = in_thread(lambda: store.apply_retention(T_IMPORT + 40 * 86_400_000))
     pause.release(1)
     t.join(WAIT_S)
     c.join(WAIT_S)
     assert not errors and not c_errors
-    assert store.stats()["head_samples"] == 0 and stored_series(store, "imp") == SERIES
+    if job == "compact":
+        assert store.stats()["head_samples"] == 0 and stored_series(store, "imp") == SERIES
+    else:  # the import committed, then retention deleted it whole: series rows, samples, catalogue
+        assert stored_series(store, "imp") == 0 and store.stats()["series"] == 0
+        store.write_columns(imported())  # its label sets were forgotten with it: new series again
+        assert stored_series(store, "imp") == SERIES
 
 
 def test_imports_one_after_another_and_an_empty_one(store: Store) -> None:
