@@ -6,8 +6,9 @@ Usage: python bench/bench_series.py [--series 100000 300000 1000000] [--via impo
 Builds a Prometheus text body of N series `bench_new_series{pod="...",node="...",l0..}` and times it
 into a fresh DuckDB store in a temporary directory, with the garbage collector set as `gpuwatch serve`
 sets it (`cli/gctune.py`):
-- `--via import`: the body with a timestamp on each line, through `importer.import_text` (parse,
-  group, the writer's series ids and one transaction), as `POST /api/v1/import/prometheus` does;
+- `--via import`: the body with a timestamp on each line, through `importer.prepare` and `write` (what
+  `import_text` calls: parse and group, then the writer's series ids and the import's transaction),
+  as `POST /api/v1/import/prometheus` does;
 - `--via scrape`: the body without timestamps, as prometheus_client writes a page (formatted here: a
   registry of a million children takes minutes to build), served over HTTP on 127.0.0.1 and scraped
   once by a real `Target` (fetch, parse, labels, staleness), its batches appended and flushed.
@@ -18,7 +19,9 @@ full collection and glibc's malloc_trim (what is held, not the allocator's keep 
 
 `--marker` also appends one sample of a marker series every 20 ms from another thread (the store on
 the system clock, flushing every 0.25 s) and prints the longest a marker waited to be written while
-the N series went in: how long the writer was held. `--root DIR` imports gpuwatch from another tree
+the N series went in: how long the writer was held (for an import also split by when the marker was
+appended: while the body was parsed, when only the GIL and the garbage collector hold the writer, or
+while it was written). `--root DIR` imports gpuwatch from another tree
 (a build to compare with, in turns); `--profile` prints the calling thread's cProfile.
 """
 
@@ -135,7 +138,7 @@ class Markers:
 def child(n: int, labels: int, via: str, marker: bool, profile: bool) -> None:
     from gpuwatch.cli.gctune import tune_for_serving
     from gpuwatch.clock import FakeClock, SystemClock
-    from gpuwatch.collect.importer import import_text
+    from gpuwatch.collect.importer import prepare, write
     from gpuwatch.store import Store
 
     clock: Any = SystemClock() if marker else FakeClock(T0_MS / 1000)
@@ -146,8 +149,11 @@ def child(n: int, labels: int, via: str, marker: bool, profile: bool) -> None:
         if via == "import":
             texts = [body(n, labels), body(n, labels, offset=n)]
 
-            def once(k: int) -> None:
-                result = import_text(store, texts[k], now_ms=T0_MS)
+            def once(k: int) -> None:  # import_text, with the moment parsing ends noted
+                prepared = prepare(texts[k], now_ms=T0_MS)
+                assert not prepared.errors
+                parsed.append(clock.now_ms())
+                result = write(store, prepared)
                 assert result.series == n and not result.errors, result
 
         else:
@@ -184,6 +190,7 @@ def child(n: int, labels: int, via: str, marker: bool, profile: bool) -> None:
                 store.flush()
                 assert target.health == "up", target.last_error
 
+        parsed: list[int] = []  # (import) when each body was parsed and its writing began
         markers = Markers(store, clock) if marker else None
         before = rss_mb()
         took, cpu = [], []
@@ -200,10 +207,16 @@ def child(n: int, labels: int, via: str, marker: bool, profile: bool) -> None:
                 grown = rss_mb() - before
                 held = trimmed_rss_mb() - before
             if markers is not None:
+                end = clock.now_ms()
                 time.sleep(0.5)  # let the markers of the import's last moments be flushed
+                split = ""
+                if parsed:  # a marker appended while the body was parsed, or while it was written
+                    split = (
+                        f" (appended while parsing {markers.longest_wait_s(start, parsed[k]):.2f} s, "
+                        f"while writing {markers.longest_wait_s(parsed[k], end):.2f} s)"
+                    )
                 print(
-                    f"    marker: longest wait {markers.longest_wait_s(start, clock.now_ms()):.2f} s",
-                    flush=True,
+                    f"    marker: longest wait {markers.longest_wait_s(start, end):.2f} s{split}", flush=True
                 )
         if markers is not None:
             markers.stop()

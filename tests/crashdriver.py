@@ -6,8 +6,9 @@ one phase at a time, each announced on stdout before it starts (`phase NAME MS`,
 last time) and after it ends (`done NAME`):
 
 - ingest: 20 ticks of the sample job plus 2,000 synthetic series, then a flush;
-- import: an import as /api/v1/import/prometheus writes it (one append_many, then a flush) of
-  3,000 new one-sample series named for the round, with 100 bulk series 31 days old;
+- import: an import as /api/v1/import/prometheus writes it (`write_columns`, in slices of 300 series)
+  of 3,000 new one-sample series named for the round, with 100 bulk series 31 days old, while the
+  sample job runs and flushes;
 - compact: the head into chunks, closed windows merged;
 - retention: the retention job (30 days), which deletes those old series;
 - rules: every rule group evaluated, alert state saved; three rounds.
@@ -19,6 +20,7 @@ rules once, so that RULES_FILE's always-firing alert is saved, and prints `ready
 from __future__ import annotations
 
 import sys
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -27,7 +29,7 @@ import numpy as np
 
 from gpuwatch.app import Runtime, build_runtime
 from gpuwatch.config import load
-from gpuwatch.model import Batch, Matcher, Sample, make_labels
+from gpuwatch.model import Batch, Matcher, Sample, SeriesColumns, make_labels
 
 LOAD_SERIES = 2_000
 IMPORT_SERIES = 3_000
@@ -56,15 +58,33 @@ def _ingest(rt: Runtime) -> None:
 
 def _import(rt: Runtime) -> None:
     now = rt.clock.now_ms()
-    one = np.array([now], np.int64)
-    items = [
-        (f"crash_import_{now}", make_labels({"i": str(i)}), one, np.array([float(i)]))
-        for i in range(IMPORT_SERIES)
-    ]
+    names = [f"crash_import_{now}"] * IMPORT_SERIES + ["crash_old"] * OLD_SERIES
+    labels = [make_labels({"i": str(i)}) for i in range(IMPORT_SERIES)]
+    labels += [make_labels({"i": str(i)}) for i in range(OLD_SERIES)]
+    counts = np.array([1] * IMPORT_SERIES + [1100] * OLD_SERIES, np.int64)
     old_t = now - 31 * DAY_MS + np.arange(1100, dtype=np.int64) * 1000
-    items += [("crash_old", make_labels({"i": str(i)}), old_t, np.ones(1100)) for i in range(OLD_SERIES)]
-    rt.store.append_many(items)
-    rt.store.flush()
+    t = np.concatenate([np.full(IMPORT_SERIES, now, np.int64), np.tile(old_t, OLD_SERIES)])
+    v = np.concatenate([np.arange(IMPORT_SERIES, dtype=np.float64), np.ones(1100 * OLD_SERIES)])
+    columns = SeriesColumns(names, labels, np.concatenate([[0], np.cumsum(counts)]), t, v)
+    failed: list[BaseException] = []
+    done = threading.Event()
+
+    def write() -> None:
+        try:
+            rt.store.write_columns(columns)
+        except BaseException as exc:  # noqa: BLE001 - raised below, in the phase
+            failed.append(exc)
+        finally:
+            done.set()
+
+    writing = threading.Thread(target=write)
+    writing.start()
+    while not done.is_set():  # GPU samples flushed while the import is written, a slice at a time
+        rt.jobs.run("sample")
+        rt.store.flush()
+    writing.join()
+    if failed:
+        raise failed[0]
 
 
 def _first_start(rt: Runtime) -> None:
@@ -87,6 +107,8 @@ def main(data_dir: str, rules_file: str) -> None:
         },
     )
     rt = build_runtime(settings, "crash-node")
+    assert rt.store._writer is not None
+    rt.store._writer.import_slice_series = 300  # ordinary flushes between the import's slices
     assert rt.rules is not None
     rules = rt.rules
     if not rt.store.select([Matcher("__name__", "=", "crash_marker")], 0, 2**62):

@@ -97,6 +97,11 @@ def _check(data: Path, active_at: int) -> None:
         assert all(bool(np.all(np.diff(s.timestamps_ms) > 0)) for s in everything)
         imports = Counter(s.name for s in everything if s.name.startswith("crash_import_"))
         assert all(n == IMPORT_SERIES for n in imports.values()), imports
+        # ... and no series row of an import without its samples (one transaction for both)
+        rows = Counter(
+            e.name for e in store._catalog.snapshot().by_id.values() if e.name.startswith("crash_import_")
+        )
+        assert rows == imports, (rows, imports)
         store.compact()
     finally:
         store.close()

@@ -75,15 +75,22 @@ class Catalog:
         that got series rebuilt, so that many new series cost what they are, not the whole catalogue."""
         if not entries:
             return
+        added: dict[str, list[Entry]] = {}
+        for e in entries:
+            added.setdefault(e.name, []).append(e)
+        self.add_grouped({e.series_id: e for e in entries}, added)
+
+    def add_grouped(self, entries: dict[int, Entry], added: dict[str, list[Entry]]) -> None:
+        """`add` of new `entries` (by id) grouped by name already (`added`)."""
+        if not entries:
+            return
         with self._lock:
             old = self._snap
-            by_id = {**old.by_id, **{e.series_id: e for e in entries}}
-            added: dict[str, list[Entry]] = {}
-            for e in entries:
-                added.setdefault(e.name, []).append(e)
+            by_id = {**old.by_id, **entries}
             by_name = dict(old.by_name)
             for name, group in added.items():
-                by_name[name] = (*by_name.get(name, ()), *group)
+                if group:
+                    by_name[name] = (*by_name.get(name, ()), *group)
             self._snap = Snapshot(by_id, by_name)
 
     def remove(self, series_ids: Iterable[int]) -> None:

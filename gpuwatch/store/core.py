@@ -220,9 +220,15 @@ class Store(SideTables):
 
     def write_columns(self, columns: SeriesColumns, limits: SeriesLimits = NO_SERIES_LIMITS) -> None:
         """Write many series (an import) in one transaction, all or nothing, and wait for it; raise
-        SeriesLimitExceeded (nothing written) if their new series are more than `limits` allow."""
+        SeriesLimitExceeded (nothing written) if their new series are more than `limits` allow, or
+        StoreError (nothing written) if the database refused it. The writer keeps flushing other
+        samples while it is written (staged.py)."""
         writer = self._need_writer()
-        self._ask(lambda: writer.write_columns(columns, limits))
+        if self._closed:
+            raise StoreError("the store is closed")
+        fut = writer.submit_import(columns, limits)
+        with self._gate.paused():
+            fut.result()
 
     def admit_series(self, keys: Iterable[tuple[str, Labels]], limits: SeriesLimits) -> None:
         """Count the new series among `keys` (a push's, before it is appended) against `limits` and

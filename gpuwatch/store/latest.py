@@ -13,6 +13,8 @@ ask `lookup`. Rules that make it exact:
   equal timestamp, as in the store); an older one (backfill, import) changes nothing;
 - within one flush, bulk chunks (`append_series` of many samples) come before the head rows, as
   their `seq` numbers do;
+- an import's rows take their `seq` numbers when its transaction begins, and flushes committed while
+  it is written come later: at an equal time theirs stays the newest (`note(newer=...)`);
 - retention deletes samples before a cutoff: a series whose newest sample is older has none left;
 - staleness markers (STALE_NAN) are samples like any other: the newest may be one, and the query
   engine hides the series as it would after a window read.
@@ -68,8 +70,19 @@ class Latest:
         self._has = np.concatenate([self._has, np.zeros(pad, bool)])
         self._known = np.concatenate([self._known, np.zeros(pad, bool)])
 
-    def note(self, chunks: Sequence[ChunkRow], ids: np.ndarray, t_ms: np.ndarray, values: np.ndarray) -> None:
-        """Take in one committed flush: bulk `chunks`, then head rows (ids, t_ms, values) in write order."""
+    def note(
+        self,
+        chunks: Sequence[ChunkRow],
+        ids: np.ndarray,
+        t_ms: np.ndarray,
+        values: np.ndarray,
+        *,
+        newer: np.ndarray | None = None,
+    ) -> None:
+        """Take in one committed flush: bulk `chunks`, then head rows (ids, t_ms, values) in write order.
+
+        `newer`: series ids with samples written later than these (`seq`) though committed before them
+        (flushes while an import was written): at an equal time, theirs stays the newest."""
         if chunks:
             # Per series, the chunk holding its newest sample (the later written at an equal time).
             best: dict[int, ChunkRow] = {}
@@ -98,8 +111,10 @@ class Latest:
         u_ids, u_t, u_v = ids[pick], t_ms[pick], values[pick]
         with self._lock:
             self._grow(int(u_ids.max()) + 1)
-            newer = ~self._has[u_ids] | (u_t >= self._t[u_ids])
-            u_ids, u_t, u_v = u_ids[newer], u_t[newer], u_v[newer]
+            later = ~self._has[u_ids] | (u_t >= self._t[u_ids])
+            if newer is not None and newer.size:
+                later &= ~self._has[u_ids] | (u_t != self._t[u_ids]) | ~np.isin(u_ids, newer)
+            u_ids, u_t, u_v = u_ids[later], u_t[later], u_v[later]
             self._t[u_ids] = u_t
             self._v[u_ids] = u_v
             self._has[u_ids] = True

@@ -4,7 +4,8 @@ wait for the next flush, and the new series the last minute brought through push
 Owned by the writer thread; nothing here locks. Sources hand in the same label tuple objects batch
 after batch (a scrape target's cache, a GPU's labels), so a batch's series ids are found by the
 tuple's identity and the name, hashing no label set; a scrape's numbers into its `SeriesTable` by one
-numpy take; an import's columns by one C-level `map` over its (name, labels) keys.
+numpy take; an import's columns by C-level `map`s over its (name, labels) keys, a slice at a time
+(staged.py), its new ids reserved and published only once it has committed.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from gpuwatch.model import Labels, MinuteCounts, Sample, SeriesColumns, SeriesLimits, SeriesTable, make_labels
+from gpuwatch.model import Labels, MinuteCounts, Sample, SeriesLimits, SeriesTable, make_labels
 from gpuwatch.store.catalog import Entry
 
 _KEY_NAME, _KEY_LABELS = itemgetter(0), itemgetter(1)
@@ -33,7 +34,10 @@ class SeriesIds:
         self._table_ids: weakref.WeakKeyDictionary[SeriesTable, np.ndarray] = weakref.WeakKeyDictionary()
         self._next_id = next_id
         self.new: list[Entry] = []  # made since the last flush, published to the catalog after it
-        self.recent = MinuteCounts()  # new series admitted through pushes and imports (of_columns)
+        self.recent = MinuteCounts()  # new series admitted through pushes and imports
+        # While an import is written: the keys made since it began (staged.py resolves the ones it
+        # holds too); None otherwise.
+        self.made: list[tuple[str, Labels]] | None = None
 
     def of(self, name: str, labels: Labels) -> int:
         """The id of `name{labels}` (labels in any order, empty values allowed), made if new."""
@@ -52,6 +56,8 @@ class SeriesIds:
         self._next_id += 1
         self.new.append(Entry.make(sid, name, labels))
         self._ids[(name, labels)] = sid
+        if self.made is not None:
+            self.made.append((name, labels))
         return sid
 
     def of_samples(self, samples: Sequence[Sample]) -> np.ndarray:
@@ -141,27 +147,23 @@ class SeriesIds:
         made = range(first, self._next_id)
         self._ids.update(zip(keys, made, strict=True))
         self.new.extend(map(Entry, made, names, labels))
+        if self.made is not None:
+            self.made.extend(keys)
         return made
 
-    def of_columns(self, columns: SeriesColumns, limits: SeriesLimits, now_s: float) -> np.ndarray:
-        """Each series' id (int32), its labels taken as they are (`SeriesColumns` promises their
-        form); raise SeriesLimitExceeded, making none, if the new ones are more than `limits` allow."""
-        names, labels = columns.names, columns.labels
-        keys = list(zip(names, labels, strict=True))
-        found = list(map(self._ids.get, keys))
-        if None not in found:
-            return np.array(found, np.int32)
-        missing = [k for k, sid in enumerate(found) if sid is None]
-        limits.admit(len(missing), self.recent, now_s)
-        if len(missing) < len(keys):
-            keys = [keys[k] for k in missing]
-            names, labels = list(map(_KEY_NAME, keys)), list(map(_KEY_LABELS, keys))
-        made = self._make_many(keys, names, labels)
-        if len(missing) == len(found):  # every series new (a big import of new series)
-            return np.arange(made.start, made.stop, dtype=np.int32)
-        sids = np.array([-1 if sid is None else sid for sid in found], np.int32)
-        sids[missing] = made
-        return sids
+    def lookup(self, keys: list[tuple[str, Labels]]) -> list[int | None]:
+        """The ids of (name, labels) keys in `make_labels` form, None for those not known; makes none."""
+        return list(map(self._ids.get, keys))
+
+    def reserve(self, n: int) -> range:
+        """`n` ids for an import's new series, made known only by `publish` after it commits."""
+        first = self._next_id
+        self._next_id += n
+        return range(first, self._next_id)
+
+    def publish(self, staged: dict[tuple[str, Labels], int]) -> None:
+        """Make a committed import's new series known (`staged`: their keys and reserved ids)."""
+        self._ids.update(staged)  # (a dict's stored hashes: no key hashed again)
 
     def admit(self, keys: Iterable[tuple[str, Labels]], limits: SeriesLimits, now_s: float) -> None:
         """Count the series among `keys` that are new against `limits` (and in `recent`), or raise

@@ -1,17 +1,19 @@
 """The one thread that writes: it drains the append queue, flushes, compacts and applies retention.
 
 Every change to the database happens here, on the writer's own cursor, so DuckDB never sees two
-writers. Other threads hand work over through the queue and, when they need a result (flush,
-compact, retention), wait on a Future. A database error is logged and counted in `write_errors`;
-the data it concerned stays buffered and is retried on the next flush, and the thread keeps going.
+writers; an import is written on a second cursor, in a transaction of its own that the thread feeds a
+slice at a time between its ordinary flushes (staged.py). Other threads hand work over through the
+queue and, when they need a result (flush, compact, retention, an import), wait on a Future. A
+database error is logged and counted in `write_errors`; the data it concerned stays buffered and is
+retried on the next flush (an import's: rolled back and refused), and the thread keeps going.
 """
 
 from __future__ import annotations
 
 import collections
 import contextlib
+import dataclasses
 import functools
-import json
 import logging
 import queue
 import threading
@@ -22,7 +24,6 @@ from typing import Any
 
 import duckdb
 import numpy as np
-import orjson
 
 from gpuwatch.clock import Clock
 from gpuwatch.errors import StoreError, one_line
@@ -43,10 +44,11 @@ from gpuwatch.store.headindex import HeadIndex
 from gpuwatch.store.latest import Latest
 from gpuwatch.store.readgate import ReadGate
 from gpuwatch.store.seriesids import SeriesIds
+from gpuwatch.store.staged import BULK_MIN, ImportSlice, StagedImport, labels_json
 
 log = logging.getLogger(__name__)
 
-_BULK_MIN = 1024  # append_series calls at least this long skip the head and become chunks directly
+_BULK_MIN = BULK_MIN  # append_series calls at least this long skip the head and become chunks directly
 _MAX_PENDING = 20_000_000  # samples kept for retry while the database refuses writes
 _STOP = object()
 _VALUE = itemgetter(2)  # a Sample's value
@@ -63,6 +65,8 @@ def _changes_chunks(method: Callable[..., Any]) -> Callable[..., Any]:
         flush = method.__name__ == "flush"
         if flush and not self._pending_chunks:
             return method(self, *args)
+        if not flush:  # compaction and retention wait for an import under way: they rewrite what it adds to
+            self._finish_import()
         # Compaction and retention sort and rewrite much of the file: readers wait (readgate.py).
         with (
             self.read_gate.alone() if not flush else contextlib.nullcontext(),
@@ -126,6 +130,13 @@ class Writer:
         self._pending: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
         self._pending_chunks: list[ChunkRow] = []
         self._pending_rows = 0
+        # Imports waiting or being written, the first under way (staged.py), on a cursor of their own.
+        self._imports: collections.deque[StagedImport] = collections.deque()
+        self._import_cur = con.cursor()
+        self.import_slice_series = 20_000  # an import's writes between two of the writer's flushes
+        self.import_slice_samples = 200_000
+        self.after_import_slice: Callable[[], None] | None = None  # (tests: a moment inside an import)
+        self._noted: list[np.ndarray] | None = None  # series flushed while an import is written
         self._chunks_since_compact = 0
         self._last_flush = clock.monotonic()
         self._last_compact = clock.monotonic()
@@ -158,7 +169,11 @@ class Writer:
     def _run(self) -> None:
         while True:
             try:
-                item = self.queue.get(timeout=self._flush_interval_s)
+                item = (
+                    self.queue.get_nowait()
+                    if self._imports
+                    else self.queue.get(timeout=self._flush_interval_s)
+                )
             except queue.Empty:
                 item = None
             try:
@@ -173,7 +188,10 @@ class Writer:
                     self._drain_batches()
                     if self._dispatch(item):
                         return
-                self._maybe_flush()
+                if self._imports:
+                    self._step_import()
+                    self._drain_batches()  # (those that came during the step)
+                self._maybe_flush()  # (after an import's commit: a compaction it made due runs now)
             except Exception as exc:  # noqa: BLE001 - the writer is the job wrapper: it logs, counts and goes on
                 self._count_error("writer", exc)
 
@@ -185,6 +203,8 @@ class Writer:
             self._add_series(*item[1:])
         elif kind == "many":
             self._add_many(item[1])
+        elif kind == "import":
+            self._imports.append(item[1])
         elif kind == "call":
             self._call(item[1], item[2])
         elif kind == "now":  # a question for the writer that writes nothing: no flush first
@@ -208,6 +228,8 @@ class Writer:
             fut.set_exception(exc)
 
     def _finish(self) -> None:
+        while self._imports:  # every import queued is written before the store closes
+            self._step_import()
         self.after_rewrite = None  # closing: nobody will read the index
         self.compact()
         self._cur.execute("CHECKPOINT")
@@ -217,6 +239,8 @@ class Writer:
         if self._pending_rows and (self._pending_rows >= self._flush_rows or since >= self._flush_interval_s):
             self._guarded(self.flush)
         since = self._clock.monotonic() - self._last_compact
+        if self._imports and self._imports[0].is_started:  # it waits for the import under way
+            return
         if (
             self._head_rows >= self._compact_rows
             or self._chunks_since_compact >= 4096
@@ -230,10 +254,10 @@ class Writer:
         except (duckdb.Error, OSError) as exc:
             self._count_error(fn.__name__, exc)
 
-    def _count_error(self, what: str, exc: BaseException) -> None:
+    def _count_error(self, what: str, exc: BaseException, kept: str = "kept for retry") -> None:
         self.write_errors += 1
         self.last_error = self.failing = f"{what}: {one_line(exc)}"
-        log.warning("store %s failed (kept for retry): %s", what, one_line(exc))
+        log.warning("store %s failed (%s): %s", what, kept, one_line(exc))
 
     # -- buffering ----------------------------------------------------------------------------------
 
@@ -280,24 +304,111 @@ class Writer:
         """Count the new series among `keys` (a push's) against `limits`, or raise SeriesLimitExceeded."""
         self._ids.admit(keys, limits, self._clock.monotonic())
 
-    def write_columns(self, columns: SeriesColumns, limits: SeriesLimits) -> None:
-        """Buffer an import's series and flush them in one transaction, all or nothing; raise
-        SeriesLimitExceeded (nothing buffered) if its new series are more than `limits` allow."""
-        sids = self._ids.of_columns(columns, limits, self._clock.monotonic())
-        counts = np.diff(columns.starts)
-        short = counts < _BULK_MIN
-        if short.all():  # (most imports: one block of head rows)
-            self._buffer(np.repeat(sids, counts), columns.t_ms, columns.values)
-        else:
-            per_sample = np.repeat(short, counts)
-            self._buffer(
-                np.repeat(sids[short], counts[short]), columns.t_ms[per_sample], columns.values[per_sample]
-            )
-            for k in np.flatnonzero(~short).tolist():
-                t_ms, values = columns.series(k)
-                self._pending_chunks.extend(encode_series(int(sids[k]), t_ms, values, self._next_seq(1)))
-                self._pending_rows += t_ms.size
-        self.flush()
+    # -- imports (staged.py) --------------------------------------------------------------------------
+
+    def submit_import(self, columns: SeriesColumns, limits: SeriesLimits) -> Future[None]:
+        """Queue an import to be written in a transaction of its own, all or nothing (any thread). Its
+        Future is done when it has committed, or raises SeriesLimitExceeded if its new series are more
+        than `limits` allow, or StoreError if the database refused it: nothing of it written."""
+        fut: Future[None] = Future()
+        job = StagedImport(
+            columns,
+            limits,
+            fut,
+            slice_series=self.import_slice_series,
+            slice_samples=self.import_slice_samples,
+        )
+        self.queue.put(("import", job))
+        return fut
+
+    def _step_import(self) -> None:
+        """Take the first import one step on: a slice looked up or written, or its commit."""
+        job = self._imports[0]
+        try:
+            if not job.is_started:
+                job.is_started = True
+                if not job.future.set_running_or_notify_cancel():
+                    self._imports.popleft()
+                    return
+                self._ids.made = []
+            if not job.is_begun:
+                if not job.is_counted:
+                    job.count_slice(self._ids)
+                if job.is_counted:
+                    self._begin_import(job)
+            elif not job.is_written:
+                self._write_slice(job.write_slice(self._ids))
+                if self.after_import_slice is not None:
+                    self.after_import_slice()
+            else:
+                self._commit_import(job)
+                self._end_import(job)
+                job.future.set_result(None)
+        except (duckdb.Error, OSError) as exc:
+            self._end_import(job)
+            self._count_error("import", exc, "rolled back")
+            job.future.set_exception(StoreError(f"store write failed: {one_line(exc)}"))
+        except BaseException as exc:
+            self._end_import(job)
+            job.future.set_exception(exc)
+            if not isinstance(exc, Exception):
+                raise
+
+    def _finish_import(self) -> None:
+        """Write the import under way, if any, to its end (those queued after it wait)."""
+        while self._imports and self._imports[0].is_started:
+            self._step_import()
+
+    def _begin_import(self, job: StagedImport) -> None:
+        job.limits.admit(job.new_series(), self._ids.recent, self._clock.monotonic())
+        self._guarded(self.flush)  # what was appended before the import is older than it (seq)
+        job.seq = self._next_seq(job.seqs_needed)
+        self._import_cur.execute("BEGIN TRANSACTION")
+        job.is_begun = True
+        self._noted = []
+
+    def _write_slice(self, rows: ImportSlice) -> None:
+        cur = self._import_cur
+        if rows.series is not None:
+            _insert(cur, "series", rows.series)
+        if rows.head is not None:
+            _insert(cur, "head", rows.head)
+        _insert_chunks(cur, rows.chunks)
+
+    def _commit_import(self, job: StagedImport) -> None:
+        cur = self._import_cur
+        moved = job.collisions(self._ids.made or [], self._ids)
+        head = job.head
+        ids = np.concatenate([h[0] for h in head]) if head else np.zeros(0, np.int32)
+        t_ms = np.concatenate([h[1] for h in head]) if head else np.zeros(0, np.int64)
+        values = np.concatenate([h[2] for h in head]) if head else np.zeros(0)
+        chunks = job.chunks
+        if moved:  # label sets a live write made meanwhile: one series, the live one
+            _move_series(cur, moved)
+            for mine, live in moved.items():
+                ids[ids == mine] = live
+            chunks = [
+                dataclasses.replace(r, series_id=moved[r.series_id]) if r.series_id in moved else r
+                for r in chunks
+            ]
+        self.head_index.add(ids, t_ms)  # before the rows can be seen (headindex.py)
+        with self.chunk_generation.changing() if chunks else contextlib.nullcontext():
+            cur.execute("COMMIT")
+        job.is_begun = False
+        self._ids.publish(job.staged)
+        self._catalog.add_grouped(job.by_id, job.by_name)
+        newer = np.unique(np.concatenate(self._noted)) if self._noted else None
+        self.latest.note(chunks, ids, t_ms, values, newer=newer)
+        self._head_rows += ids.size
+        self._chunks_since_compact += len(chunks)
+
+    def _end_import(self, job: StagedImport) -> None:
+        self._imports.popleft()
+        if job.is_begun:
+            _rollback(self._import_cur)
+            job.is_begun = False
+        self._ids.made = None
+        self._noted = None
 
     def _buffer(self, ids: np.ndarray, t_ms: np.ndarray, values: np.ndarray) -> None:
         self._pending.append((ids, t_ms, values))
@@ -342,7 +453,7 @@ class Writer:
                     {
                         "series_id": np.fromiter(map(_SERIES_ID, new), np.int32, len(new)),
                         "name": np.array(list(map(_NAME, new)), dtype=object),
-                        "labels": np.array(_labels_json(list(map(_LABELS, new))), dtype=object),
+                        "labels": np.array(labels_json(list(map(_LABELS, new))), dtype=object),
                     },
                 )
             if head is not None:
@@ -361,6 +472,10 @@ class Writer:
         elif self._pending_chunks:
             self.latest.note(self._pending_chunks, np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0))
         self._chunks_since_compact += len(self._pending_chunks)
+        if self._noted is not None:  # written after an import under way, which commits later (latest.py)
+            if head is not None:
+                self._noted.append(head["series_id"])
+            self._noted.append(np.fromiter((r.series_id for r in self._pending_chunks), np.int32))
         self._catalog.add(new)
         self._ids.new, self._pending, self._pending_chunks, self._pending_rows = [], [], [], 0
         self.last_flush_ms = self._clock.now_ms()
@@ -509,6 +624,26 @@ def _without_overwritten(
     return ids[keep], t_ms[keep], values[keep], seqs[keep]
 
 
+def _move_series(cur: duckdb.DuckDBPyConnection, moved: dict[int, int]) -> None:
+    """In an import's transaction: its rows of series `moved` (its id -> a live one) to the live ids."""
+    cur.register(
+        "gpuwatch_moved",
+        {
+            "mine": np.fromiter(moved, np.int32, len(moved)),
+            "live": np.fromiter(moved.values(), np.int32, len(moved)),
+        },
+    )
+    try:
+        for table in ("head", "chunks"):
+            cur.execute(
+                f"UPDATE {table} SET series_id = m.live FROM gpuwatch_moved m WHERE {table}.series_id = m.mine"
+            )
+        cur.execute("DELETE FROM series WHERE series_id IN (SELECT mine FROM gpuwatch_moved)")
+    finally:
+        with contextlib.suppress(duckdb.Error):
+            cur.unregister("gpuwatch_moved")
+
+
 def _merge_block(found: list[tuple[int, int, int, bytes, bytes]]) -> list[ChunkRow]:
     """Merge the chunks (series_id, seq, n, ts, vs) of whole series into one row per series and window."""
     ns = np.array([r[2] for r in found], np.int64)
@@ -552,14 +687,6 @@ def _insert_chunks(cur: duckdb.DuckDBPyConnection, rows: list[ChunkRow]) -> None
         },
         ", hash(ts, vs)",  # h: the content key of chunks kept in memory (chunkcache.py), hashed once here
     )
-
-
-def _labels_json(labels: list[Labels]) -> list[str]:
-    """Series' labels as the JSON texts the series table keeps (orjson in C-level maps: 7x json.dumps)."""
-    try:
-        return list(map(bytes.decode, map(orjson.dumps, labels)))
-    except TypeError:  # a lone surrogate (JSON's "\udcff" in a push): json escapes what orjson refuses
-        return [json.dumps(found) for found in labels]
 
 
 def _rollback(cur: duckdb.DuckDBPyConnection) -> None:
