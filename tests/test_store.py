@@ -19,6 +19,7 @@ from gpuwatch.clock import FakeClock
 from gpuwatch.errors import QueryError, StoreError
 from gpuwatch.model import STALE_NAN, Batch, Labels, Matcher, Sample, is_stale, make_labels
 from gpuwatch.store import Store
+from gpuwatch.store.chunking import ChunkRow
 
 NAME = "__name__"
 ALL = (-(2**62), 2**62)
@@ -202,6 +203,66 @@ def test_compaction_keeps_data_identical_and_merges_windows(
     assert st_["head_samples"] == 0 and st_["samples"] == 6 * 60 * 6
     # windows 0-2 h and 2-4 h are closed and merged into one chunk per series; 4-6 h is still open
     assert st_["chunks"] == 6 * (1 + 1 + 2)
+
+
+def test_a_closed_window_merges_in_batches_and_a_failed_batch_leaves_the_rest_for_later(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A closed window's chunks were merged in one statement and one transaction: after an hour of
+    # 36,000 series that passed DuckDB's 64 MB, and every compaction failed from then on (the soak).
+    # Now a batch of series at a time (here one series each), and the head moves into chunks first.
+    from gpuwatch.store import writer
+
+    monkeypatch.setattr(writer, "_MERGE_BYTES", 1)
+    hour = 3600 * 1000
+    for k in range(2):  # two chunks per series in the window 0-2 h
+        fill(store, ["a"], gpus=4, ticks=60, t0=k * hour, step=1000)
+        store.compact()
+    before = store.select([], *ALL)
+    calls: list[int] = []
+    merge_block = writer._merge_block
+
+    def failing_second(found: list[tuple[int, int, int, bytes, bytes]]) -> list[ChunkRow]:
+        calls.append(found[0][0])
+        if len(calls) == 2:
+            raise duckdb.OutOfMemoryException("Out of Memory Error: could not allocate block")
+        return merge_block(found)
+
+    monkeypatch.setattr(writer, "_merge_block", failing_second)
+    fill(store, ["a"], gpus=4, ticks=1, t0=2 * hour, step=1000)  # the window 0-2 h closes
+    with pytest.raises(StoreError, match="Out of Memory"):
+        store.compact()
+    assert store.stats()["head_samples"] == 0  # the head was written as chunks all the same
+    assert store.stats()["chunks"] == 1 + 2 + 2 + 2 + 4  # one series merged, three left, the new window
+    monkeypatch.setattr(writer, "_merge_block", merge_block)
+    store.compact()  # the next compaction merges the rest
+    assert store.stats()["chunks"] == 4 + 4
+    after = [s for s in store.select([], *ALL)]
+    assert [(s.labels, s.timestamps_ms.tolist()[:120], bits(s.values)[:120]) for s in after] == [
+        (s.labels, s.timestamps_ms.tolist(), bits(s.values)) for s in before
+    ]
+
+
+def test_a_merge_that_fails_at_close_loses_nothing_and_is_no_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from gpuwatch.store import writer
+
+    hour = 3600 * 1000
+    store = Store.open(tmp_path, clock=FakeClock(10_000), flush_interval_s=3600)
+    for k in range(2):
+        fill(store, ["a"], gpus=2, ticks=60, t0=k * hour, step=1000)
+        store.compact()
+
+    def failing(found: list[tuple[int, int, int, bytes, bytes]]) -> list[ChunkRow]:
+        raise duckdb.OutOfMemoryException("Out of Memory Error: could not allocate block")
+
+    monkeypatch.setattr(writer, "_merge_block", failing)
+    fill(store, ["a"], gpus=2, ticks=1, t0=2 * hour, step=1000)
+    store.close()  # was "the last 0 samples could not be written before exit", and exit 1
+    monkeypatch.undo()
+    with Store.open(tmp_path, clock=FakeClock(10_000)) as again:
+        assert again.stats()["samples"] == 2 * 121
 
 
 # -- matchers, ranges, labels ---------------------------------------------------------------------------
