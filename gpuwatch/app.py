@@ -5,29 +5,21 @@ from __future__ import annotations
 import logging
 import os
 import socket
-import threading
-from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gpuwatch import __version__
 from gpuwatch.access import AccessFile
 from gpuwatch.clock import Clock, SystemClock
 from gpuwatch.collect.host import HOST_METRICS, HostCollector
 from gpuwatch.collect.logs import LOG_METRICS, LogTailer
 from gpuwatch.collect.nvml import DEMO_HINT, EXPECT_GPUS_HINT, GPU_METRICS, GpuCollector, load_nvml
-from gpuwatch.collect.push import PUSH_METRICS, REEMIT_INTERVAL_S, PushGroups
-from gpuwatch.collect.runenergy import RUN_ENERGY_METRICS, RunEnergy, energy_samples
+from gpuwatch.collect.push import PUSH_METRICS, REEMIT_INTERVAL_S
+from gpuwatch.collect.runenergy import RUN_ENERGY_METRICS
 from gpuwatch.collect.rungpus import RUN_GPU_METRICS, RunGpus
 from gpuwatch.collect.runs import (
     RUN_METRICS,
-    RUN_STATUS_FINISHED_MS,
     RUN_STATUS_INTERVAL_S,
-    run_status_samples,
 )
-from gpuwatch.collect.scrapeconfig import ScrapeConfig, url_config
-from gpuwatch.collect.scrapepool import ScrapePool
 from gpuwatch.collect.tensorboard import TB_METRICS, TensorBoardWatcher
 from gpuwatch.collect.tfevents import TensorBoardUnavailable, load_codec
 from gpuwatch.collect.usage import USAGE_METRICS
@@ -38,346 +30,21 @@ from gpuwatch.demo.sources import DemoSources, local_url
 from gpuwatch.demo.training import training_log_file
 from gpuwatch.errors import ConfigError, NvmlUnavailable
 from gpuwatch.jobs import JobRegistry
-from gpuwatch.model import Batch, Labels, MetricInfo, Sample, stable_labels
 from gpuwatch.notify.config import load_templates
 from gpuwatch.notify.dispatcher import MutedBy, no_silences
 from gpuwatch.notify.notifier import NOTIFY_METRICS, Notifier, NotifyStore
 from gpuwatch.notify.received import ReceivedAlerts
 from gpuwatch.notify.silences import Silences
-from gpuwatch.promtext.writer import format_text
 from gpuwatch.query import Engine
-from gpuwatch.query.recent import RecentSamples, WithRecent
 from gpuwatch.rules.load import Group, RuleFileError
 from gpuwatch.rules.manager import RuleManager, RuleStore, configured_groups
 from gpuwatch.rules.roundcache import RoundCache
+from gpuwatch.runtime import SELF_METRICS, Runtime, scrape_pool
 from gpuwatch.store import Store
 
 log = logging.getLogger("gpuwatch")
 
 LOG_INTERVAL_S = 1.0  # one job for every tailed file: a thread wake-up costs CPU on small VMs
-# How long gpuwatch's own figures are held in memory for the rules (query/recent.py): longer than the
-# self-monitoring rules' 10-minute ranges, so they fire while a full disk keeps the figures unwritten.
-SELF_FIGURES_HELD_MS = 15 * 60 * 1000
-
-SELF_METRICS: tuple[MetricInfo, ...] = (
-    MetricInfo("gpuwatch_build_info", "gauge", "gpuwatch version; always 1.", "", ("version",)),
-    MetricInfo("gpuwatch_gpus", "gauge", "Number of GPUs gpuwatch samples (0 when NVML is unavailable).", ""),
-    MetricInfo(
-        "gpuwatch_nvml_up", "gauge", "1 if NVML answered at start-up, 0 if no GPU or driver was found.", ""
-    ),
-    MetricInfo("gpuwatch_store_series", "gauge", "Series in the store.", ""),
-    MetricInfo("gpuwatch_store_queue_depth", "gauge", "Batches waiting to be written to the store.", ""),
-    MetricInfo("gpuwatch_store_write_errors_total", "counter", "Failed writes to the store since start.", ""),
-    MetricInfo(
-        "gpuwatch_store_dropped_samples_total",
-        "counter",
-        "Samples dropped since start because too many waited for a store that could not write.",
-        "",
-    ),
-    # Scheduled jobs are labelled `task`, not `job`: `job` is the scrape job's, and a hub scraping this
-    # node with honor_labels would otherwise take `job="rules"` for the node's own scrape job.
-    MetricInfo(
-        "gpuwatch_job_runs_total", "counter", "Runs of each scheduled job since start.", "", ("task",)
-    ),
-    MetricInfo("gpuwatch_job_failures_total", "counter", "Failed runs of each scheduled job.", "", ("task",)),
-    MetricInfo(
-        "gpuwatch_rule_evaluation_failures_total",
-        "counter",
-        "Failed rule evaluations of each rule group (`file;group`) since start.",
-        "",
-        ("rule_group",),
-    ),
-    MetricInfo(
-        "gpuwatch_job_last_duration_seconds",
-        "gauge",
-        "How long the last run of each job took.",
-        "seconds",
-        ("task",),
-    ),
-)
-
-
-@dataclass
-class Runtime:
-    """Everything one gpuwatch process holds; passed down, never global."""
-
-    settings: Settings
-    clock: Clock
-    store: Store
-    hostname: str
-    gpu: GpuCollector | None
-    gpu_problem: str | None
-    jobs: JobRegistry
-    metadata: dict[str, MetricInfo] = field(default_factory=dict)
-    host: HostCollector | None = None
-    pushes: PushGroups = field(default_factory=PushGroups)
-    scrapes: ScrapePool | None = None
-    demo: DemoSources | None = None  # simulated vLLM/SGLang servers and training run (demo mode)
-    rules: RuleManager | None = None
-    silences: Silences | None = None
-    received: ReceivedAlerts | None = None  # alerts other senders POST to /api/v2/alerts
-    logs: LogTailer | None = None
-    tensorboard: TensorBoardWatcher | None = None
-    notifier: Notifier | None = None
-    access: AccessFile | None = None  # tokens and passwords (<data_dir>/access.json)
-    first_token: str | None = None  # the machine token made on this first start, to show once
-    run_gpus: RunGpus | None = None  # joins runs with the process table (gpuwatch_run_gpu_info)
-    run_energy: RunEnergy = field(default_factory=RunEnergy)
-    # gpuwatch's own figures as sampled, which the rules read even while the store cannot write them
-    own_figures: RecentSamples = field(default_factory=lambda: RecentSamples(SELF_FIGURES_HELD_MS))
-    _latest: dict[str, Batch] = field(default_factory=dict)
-    _lock: threading.Lock = field(default_factory=threading.Lock)
-    _stop: threading.Event = field(default_factory=threading.Event)
-    _threads: list[threading.Thread] = field(default_factory=list)
-    _scheduler: Any = None
-
-    @property
-    def queryable(self) -> WithRecent:
-        """What queries read: the store, with gpuwatch's own figures of the last minutes merged in from
-        memory (so they answer while the disk is full and cannot take them)."""
-        return WithRecent(self.store, self.own_figures)
-
-    # -- sampling -------------------------------------------------------------------------------
-    def sample(self) -> None:
-        """Take one sample of every source and hand it to the store (the 'sample' job)."""
-        now_ms = self.clock.now_ms()
-        samples: list[Sample] = []
-        if self.gpu is not None:
-            samples.extend(self.gpu.collect(now_ms).samples)
-            samples.extend(self.gpu.usage_samples())
-        own = self._self_samples()
-        self.own_figures.add(now_ms, own)
-        samples.extend(own)
-        batch = Batch(now_ms, samples)
-        with self._lock:
-            self._latest["gpu"] = batch
-        self.store.append(batch)
-
-    def sample_host(self) -> None:
-        """Read the host's CPU, memory, network, disk and InfiniBand figures (the 'host' job)."""
-        if self.host is None:
-            return
-        batch = self.host.collect(self.clock.now_ms())
-        with self._lock:
-            self._latest["host"] = batch
-        self.store.append(batch)
-
-    def _self_samples(self) -> list[Sample]:
-        stats = self.store.counters()
-        out = [
-            Sample("gpuwatch_build_info", stable_labels({"version": __version__}), 1.0),
-            Sample("gpuwatch_gpus", (), float(len(self.gpu.gpus) if self.gpu is not None else 0)),
-            Sample("gpuwatch_nvml_up", (), 1.0 if self.gpu is not None else 0.0),
-            Sample("gpuwatch_store_series", (), float(stats.get("series", 0))),
-            Sample("gpuwatch_store_queue_depth", (), float(stats.get("queue_depth", 0))),
-            Sample("gpuwatch_store_write_errors_total", (), float(stats.get("write_errors", 0))),
-            Sample("gpuwatch_store_dropped_samples_total", (), float(stats.get("dropped_samples", 0))),
-        ]
-        if self.rules is not None:
-            for key, n in self.rules.failure_counts().items():
-                out.append(
-                    Sample(
-                        "gpuwatch_rule_evaluation_failures_total",
-                        stable_labels({"rule_group": key}),
-                        float(n),
-                    )
-                )
-        for name, runs, failures, last_duration_s in self.jobs.counters():
-            labels = stable_labels({"task": name})
-            out.append(Sample("gpuwatch_job_runs_total", labels, float(runs)))
-            out.append(Sample("gpuwatch_job_failures_total", labels, float(failures)))
-            if last_duration_s is not None:
-                out.append(Sample("gpuwatch_job_last_duration_seconds", labels, last_duration_s))
-        if self.notifier is not None:
-            out.extend(self.notifier.samples())
-        return out
-
-    def sample_runs(self) -> None:
-        """Write each recent training run's status gauges, for the training rules, the GPUs each running
-        run uses and its energy so far (the 'runs' job)."""
-        now_ms = self.clock.now_ms()
-        records = self.store.runs()
-        samples = run_status_samples(records, now_ms)
-        if self.run_gpus is not None:
-            samples.extend(self.run_gpus.samples(records, self.store, now_ms))
-        samples.extend(energy_samples(self.run_energy, records, self.store, now_ms, RUN_STATUS_FINISHED_MS))
-        batch = Batch(now_ms, samples)
-        with self._lock:
-            self._latest["runs"] = batch
-        if batch.samples:
-            self.store.append(batch)
-
-    def repush(self) -> None:
-        """Write every pushed group's last values again, as a scraped Pushgateway shows them (the 'push' job)."""
-        samples = self.pushes.current()
-        if samples:
-            self.store.append(Batch(self.clock.now_ms(), samples))
-
-    def tail_logs(self) -> None:
-        """Read what is new in the tailed log files; store lines, offsets and figures (the 'logs' job)."""
-        if self.logs is None:
-            return
-        got = self.logs.poll(self.clock.now_ms())
-        for batch in got.batches:
-            if batch.samples:
-                self.store.append(batch)
-        if got.lines or got.offsets:
-            self.store.append_log_lines(got.lines, got.offsets)
-
-    def read_tensorboard(self) -> None:
-        """Read what is new in the TensorBoard event files; store samples, text, offsets and runs (the
-        'tensorboard' job)."""
-        if self.tensorboard is None:
-            return
-        now_ms = self.clock.now_ms()
-        got = self.tensorboard.poll(now_ms)
-        if got.series:
-            self.store.append_many([(s.name, s.labels, s.timestamps_ms, s.values) for s in got.series])
-        if got.counters:
-            self.store.append(Batch(now_ms, got.counters))
-        if got.lines or got.offsets:  # after the samples: the writer stores them first
-            self.store.append_log_lines(got.lines, got.offsets)
-        for update in got.runs:
-            self.store.upsert_run(update)
-
-    def retention(self) -> None:
-        """Drop samples older than the retention period (the 'retention' job)."""
-        deleted = self.store.apply_retention(self.clock.now_ms())
-        if deleted:
-            log.info("retention: deleted %d samples older than %ss", deleted, int(self.settings.retention))
-
-    def _watch_events(self) -> None:
-        assert self.gpu is not None
-        while not self._stop.is_set():
-            try:
-                self.gpu.wait_events(2000)
-            except Exception as e:  # noqa: BLE001 - a broken event set must not end monitoring
-                log.warning("XID event watch stopped: %s", e)
-                return
-
-    # -- what the web layer reads ----------------------------------------------------------------
-    def exposition(self) -> str:
-        """Return the latest figures in Prometheus text format (for GET /metrics)."""
-        with self._lock:
-            batch = self._latest.get("gpu")
-            host = self._latest.get("host")
-            runs = self._latest.get("runs")
-        samples = list(batch.samples) if batch is not None else self._self_samples()
-        if host is not None:
-            samples.extend(host.samples)
-        if runs is not None:
-            samples.extend(runs.samples)
-        samples.extend(self.pushes.current())  # pushed groups, as a Pushgateway's /metrics shows them
-        return format_text(samples, self.metadata)
-
-    def targets(self) -> list[dict[str, Any]]:
-        """Return the scrape targets as Prometheus's /api/v1/targets `activeTargets` entries."""
-        return self.scrapes.states() if self.scrapes is not None else []
-
-    def dropped_targets(self) -> list[dict[str, Any]]:
-        """Return the targets that relabel_configs dropped, as /api/v1/targets `droppedTargets` entries."""
-        return self.scrapes.dropped_states() if self.scrapes is not None else []
-
-    def federation_filter(self) -> Callable[[str, Labels], bool] | None:
-        """Which stored series came from another server's /federate (/federate leaves them out)."""
-        return self.scrapes.federation_filter() if self.scrapes is not None else None
-
-    def metric_metadata(self) -> dict[str, list[dict[str, str]]]:
-        """Return metadata as Prometheus's /api/v1/metadata shapes it (gpuwatch's own, then scraped)."""
-        own = {n: [{"type": m.type, "help": m.help, "unit": m.unit}] for n, m in self.metadata.items()}
-        scraped = self.scrapes.metadata() if self.scrapes is not None else {}
-        return dict(sorted({**scraped, **own}.items()))
-
-    def status(self) -> dict[str, Any]:
-        """Return a short status for /-/health and the overview page: "degraded" with the reason while
-        the store cannot write (a full disk): samples wait in memory, bounded, until it can."""
-        counters = self.store.counters()
-        failing = counters["write_failing"]
-        problem = None
-        if failing:
-            problem = f"store writes fail ({counters['pending_samples']} samples wait in memory): {failing}"
-        elif self.gpu is None and self.settings.expect_gpus and not self.settings.demo:
-            problem = self.gpu_problem or f"no NVIDIA GPU found; {EXPECT_GPUS_HINT}"
-        return {
-            "status": "degraded" if problem else "ok",
-            "problem": problem,
-            "version": __version__,
-            "hostname": self.hostname,
-            "demo": self.settings.demo,
-            "gpus": len(self.gpu.gpus) if self.gpu is not None else 0,
-            "gpu_problem": self.gpu_problem,
-        }
-
-    # -- life cycle ------------------------------------------------------------------------------
-    def start(self) -> None:
-        """Start the scheduler and the XID event thread (only `gpuwatch serve` calls this)."""
-        from apscheduler.executors.debug import DebugExecutor
-        from apscheduler.executors.pool import ThreadPoolExecutor
-        from apscheduler.schedulers.background import BackgroundScheduler
-
-        # The sampler runs inline in the scheduler's own thread: one thread wake-up a tick instead of
-        # two (on small VMs each wake-up costs milliseconds of CPU). Slow jobs go to a worker thread.
-        scheduler = BackgroundScheduler(
-            timezone="UTC",
-            executors={"default": ThreadPoolExecutor(2), "inline": DebugExecutor()},
-            job_defaults={"coalesce": True, "max_instances": 1},
-        )
-        for name in self.jobs.names():
-            interval = self.jobs.interval(name)
-            scheduler.add_job(
-                self.jobs.run,
-                "interval",
-                args=[name],
-                seconds=interval,
-                id=name,
-                executor="inline" if name == "sample" else "default",
-                misfire_grace_time=max(1, int(interval)),
-            )
-        scheduler.start()
-        self._scheduler = scheduler
-        if self.demo is not None:
-            # The simulated servers get their ports only now: rebuild the (not yet started) pool with them.
-            self.demo.start()
-            self.scrapes = scrape_pool(self.settings, self.store, self.clock, self.demo.scrape_configs())
-        if self.scrapes is not None:
-            self.scrapes.start()
-        if self.notifier is not None:
-            self.notifier.start()
-        self.jobs.run("sample")
-        if "host" in self.jobs.names():
-            self.jobs.run("host")  # /metrics has host figures from the start, not after host_interval
-        if self.gpu is not None:
-            t = threading.Thread(target=self._watch_events, name="gpuwatch-xid", daemon=True)
-            t.start()
-            self._threads.append(t)
-
-    def stop_demo(self) -> None:
-        """Stop the simulated servers and finish the simulated training run (demo mode). Safe to call twice."""
-        if self.demo is not None:
-            self.demo.stop()
-
-    def close(self) -> None:
-        """Stop jobs, flush and checkpoint the store, release NVML. Safe to call twice."""
-        self._stop.set()
-        self.stop_demo()
-        if self.scrapes is not None:
-            self.scrapes.stop()
-        if self._scheduler is not None:
-            self._scheduler.shutdown(wait=True)
-            self._scheduler = None
-        for t in self._threads:
-            t.join(timeout=5)
-        self._threads.clear()
-        if self.notifier is not None:
-            self.notifier.stop()
-        if self.logs is not None:
-            self.logs.close()
-        if self.gpu is not None:
-            try:
-                self.gpu.close()
-            except Exception as e:  # noqa: BLE001 - shutdown must reach the store even if NVML misbehaves
-                log.warning("NVML shutdown failed: %s", e)
-        self.store.close()
 
 
 def make_nvml(
@@ -403,24 +70,6 @@ def make_nvml(
         except ValueError as e:
             raise ConfigError(f"config error: demo_model: {e}") from None
     return load_nvml()
-
-
-def scrape_pool(
-    settings: Settings, store: Store, clock: Clock, extra: tuple[ScrapeConfig, ...] = ()
-) -> ScrapePool | None:
-    """Return the pool of the configured scrape targets plus `extra`, or None when there are none."""
-    configs = (*settings.scrape_configs, *(url_config(u) for u in settings.scrape), *extra)
-    if not configs:
-        return None
-    return ScrapePool(
-        configs,
-        default_interval_s=settings.scrape_interval,
-        sink=store.append,
-        clock=clock,
-        base_dir=settings.config_file.parent if settings.config_file is not None else None,
-        label_limits=settings.label_limits,
-        series_limits=settings.series_limits,
-    )
 
 
 def build_runtime(settings: Settings, hostname: str, clock: Clock | None = None, nvml: Any = None) -> Runtime:

@@ -27,9 +27,10 @@ from pathlib import Path
 
 import numpy as np
 
-from gpuwatch.app import Runtime, build_runtime
+from gpuwatch.app import build_runtime
 from gpuwatch.config import load
 from gpuwatch.model import Batch, Matcher, Sample, SeriesColumns, make_labels
+from gpuwatch.runtime import Runtime
 
 LOAD_SERIES = 2_000
 IMPORT_SERIES = 3_000

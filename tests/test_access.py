@@ -21,12 +21,13 @@ from flask import Flask
 from flask.testing import FlaskClient
 
 from gpuwatch.access import AccessFile, hash_token
-from gpuwatch.app import Runtime, build_runtime
+from gpuwatch.app import build_runtime
 from gpuwatch.cli.access import access_line, run_access
 from gpuwatch.cli.main import _parser
 from gpuwatch.clock import FakeClock
 from gpuwatch.config import load
 from gpuwatch.demo.nvml import FakeNvml
+from gpuwatch.runtime import Runtime
 from gpuwatch.units import format_rfc3339_millis as format_time
 from gpuwatch.web import create_app
 from gpuwatch.web.access import ADMIN, MACHINE, READ, ROUTES, route_class

@@ -11,12 +11,13 @@ from urllib.parse import quote
 import pytest
 from flask.testing import FlaskClient
 
-from gpuwatch.app import Runtime, build_runtime
+from gpuwatch.app import build_runtime
 from gpuwatch.clock import FakeClock
 from gpuwatch.config import load
 from gpuwatch.demo.nvml import FakeNvml
 from gpuwatch.model import Batch, LogLine, Sample, make_labels
 from gpuwatch.rules import manager as manager_module
+from gpuwatch.runtime import Runtime
 from gpuwatch.store import alerthistory
 from gpuwatch.store.alerthistory import StoredTransition
 from gpuwatch.units import format_rfc3339

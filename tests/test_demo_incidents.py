@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from prometheus_client import generate_latest
 
-from gpuwatch.app import Runtime, build_runtime
+from gpuwatch.app import build_runtime
 from gpuwatch.clock import FakeClock
 from gpuwatch.collect.fetch import FetchResult
 from gpuwatch.collect.scrapeconfig import parse_scrape_configs
@@ -36,6 +36,7 @@ from gpuwatch.demo.incidents import (
 )
 from gpuwatch.demo.nvml import FakeNvml
 from gpuwatch.demo.training import TrainingSim
+from gpuwatch.runtime import Runtime
 from gpuwatch.web import create_app
 
 START = 1_800_000_000.0

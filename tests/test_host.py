@@ -15,13 +15,14 @@ from typing import Any
 import psutil
 import pytest
 
-from gpuwatch.app import Runtime, build_runtime
+from gpuwatch.app import build_runtime
 from gpuwatch.clock import FakeClock
 from gpuwatch.collect.host import DISK_IGNORE, HostCollector
 from gpuwatch.collect.host_metrics import CPU_MODES, HOST_METRIC_TABLE, HOST_METRICS
 from gpuwatch.config import load
 from gpuwatch.demo.nvml import FakeNvml
 from gpuwatch.model import Batch, Matcher
+from gpuwatch.runtime import Runtime
 
 ROOT = Path(__file__).resolve().parent.parent
 

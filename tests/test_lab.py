@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 import gpuwatch.client
-from gpuwatch.app import Runtime, build_runtime
+from gpuwatch.app import build_runtime
 from gpuwatch.clock import FakeClock
 from gpuwatch.collect.fetch import FetchResult
 from gpuwatch.collect.scrapeconfig import parse_scrape_configs
@@ -21,6 +21,7 @@ from gpuwatch.collect.targetspec import TargetSpec
 from gpuwatch.config import load
 from gpuwatch.demo.nvml import FakeNvml
 from gpuwatch.errors import ScrapeError
+from gpuwatch.runtime import Runtime
 from gpuwatch.web import create_app
 from tests.conftest import Server, clean_env, wait_until
 

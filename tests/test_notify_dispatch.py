@@ -318,8 +318,8 @@ def test_notifications_api(client: FlaskClient) -> None:
 
 
 def test_notifications_api_shows_the_log(h: Harness) -> None:
-    from gpuwatch.app import Runtime
     from gpuwatch.jobs import JobRegistry
+    from gpuwatch.runtime import Runtime
     from gpuwatch.web import create_app
 
     h.fire(alertname="Disk", instance="a")

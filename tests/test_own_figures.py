@@ -11,13 +11,14 @@ import numpy as np
 import pytest
 from flask.testing import FlaskClient
 
-from gpuwatch.app import Runtime, build_runtime
+from gpuwatch.app import build_runtime
 from gpuwatch.clock import FakeClock
 from gpuwatch.config import load
 from gpuwatch.demo.nvml import FakeNvml
 from gpuwatch.errors import StoreError
 from gpuwatch.model import Matcher, Sample, SeriesData
 from gpuwatch.query.recent import RecentSamples, WithRecent
+from gpuwatch.runtime import Runtime
 from gpuwatch.store import writer as writer_mod
 from gpuwatch.web import create_app
 

@@ -12,9 +12,9 @@ import pytest
 from flask.testing import FlaskClient
 
 from gpuwatch import regex
-from gpuwatch.app import Runtime
 from gpuwatch.clock import FakeClock
 from gpuwatch.model import Batch, Sample
+from gpuwatch.runtime import Runtime
 
 HOSTILE = ["(a+)+$", "(.*.*)*z", "(x+x+)+y", "(a|aa)+$", "((a*)*)*b"]
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from flask.testing import FlaskClient
 
-from gpuwatch.app import Runtime, build_runtime
+from gpuwatch.app import build_runtime
 from gpuwatch.clock import FakeClock
 from gpuwatch.config import load
 from gpuwatch.demo.nvml import FakeNvml
@@ -19,6 +19,7 @@ from gpuwatch.query import Engine, Vector
 from gpuwatch.rules.evaluate import FIRING, INACTIVE, PENDING
 from gpuwatch.rules.load import load_builtin, load_groups
 from gpuwatch.rules.manager import RuleManager
+from gpuwatch.runtime import Runtime
 from gpuwatch.store import Store
 
 T0 = 1_800_000_000.0

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from gpuwatch.app import Runtime
 from gpuwatch.clock import FakeClock
 from gpuwatch.demo.nvml import FakeNvml
 from gpuwatch.model import Matcher
+from gpuwatch.runtime import Runtime
 
 DEMO_GPUS = 2
 

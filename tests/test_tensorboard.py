@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 from tensorboardX import SummaryWriter
 
-from gpuwatch.app import Runtime, build_runtime
+from gpuwatch.app import build_runtime
 from gpuwatch.cli.main import main
 from gpuwatch.clock import FakeClock
 from gpuwatch.collect.importer import PreparedSeries, group_samples
@@ -25,6 +25,7 @@ from gpuwatch.config import load
 from gpuwatch.demo.nvml import FakeNvml
 from gpuwatch.errors import ConfigError
 from gpuwatch.model import Labels, LogOffset, Matcher, RunRecord
+from gpuwatch.runtime import Runtime
 from gpuwatch.store import Store
 from tests.conftest import Server, clean_env, free_port, wait_until
 

@@ -8,12 +8,13 @@ import pytest
 from flask.testing import FlaskClient
 from prometheus_client.parser import text_string_to_metric_families
 
-from gpuwatch.app import Runtime, build_runtime
+from gpuwatch.app import build_runtime
 from gpuwatch.clock import FakeClock
 from gpuwatch.config import load
 from gpuwatch.demo.nvml import FakeNvml
 from gpuwatch.errors import ConfigError
 from gpuwatch.model import Matcher
+from gpuwatch.runtime import Runtime
 from gpuwatch.web import create_app
 
 

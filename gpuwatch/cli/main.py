@@ -22,7 +22,7 @@ from gpuwatch.config import Settings, load
 from gpuwatch.errors import GpuwatchError, NvmlUnavailable, StoreError, StoreInUse
 
 if TYPE_CHECKING:  # the type only: `gpuwatch smi` and `query` start without loading the whole app
-    from gpuwatch.app import Runtime
+    from gpuwatch.runtime import Runtime
 
 log = logging.getLogger("gpuwatch")
 
