@@ -19,7 +19,7 @@ from gpuwatch.errors import StoreError
 from gpuwatch.model import Matcher, Sample, SeriesData
 from gpuwatch.query.recent import RecentSamples, WithRecent
 from gpuwatch.runtime import Runtime
-from gpuwatch.store import writer as writer_mod
+from gpuwatch.store import sqlrows
 from gpuwatch.web import create_app
 
 DEMO_GPUS = 1
@@ -89,7 +89,7 @@ class Disk:
 
 @pytest.fixture
 def disk(monkeypatch: pytest.MonkeyPatch) -> Disk:
-    real = writer_mod._insert
+    real = sqlrows.insert_columns
     d = Disk()
 
     def insert(cur: duckdb.DuckDBPyConnection, table: str, columns: dict, computed: str = "") -> None:
@@ -97,7 +97,7 @@ def disk(monkeypatch: pytest.MonkeyPatch) -> Disk:
             raise duckdb.IOException("Could not write file: No space left on device")
         real(cur, table, columns, computed)
 
-    monkeypatch.setattr(writer_mod, "_insert", insert)
+    monkeypatch.setattr(sqlrows, "insert_columns", insert)
     return d
 
 

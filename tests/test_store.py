@@ -188,7 +188,7 @@ def test_overlapping_chunks_and_head_newest_write_wins(
 def test_compaction_keeps_data_identical_and_merges_windows(
     store: Store, merge_block: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr("gpuwatch.store.writer._MERGE_BLOCK", merge_block)
+    monkeypatch.setattr("gpuwatch.store.rewrite.MERGE_BLOCK", merge_block)
     hour = 3600 * 1000
     names = ["a", "b"]
     for k in range(6):  # six compactions spread over 5 h: several chunks per 2 h window, then merged
@@ -211,16 +211,16 @@ def test_a_closed_window_merges_in_batches_and_a_failed_batch_leaves_the_rest_fo
     # A closed window's chunks were merged in one statement and one transaction: after an hour of
     # 36,000 series that passed DuckDB's 64 MB, and every compaction failed from then on (the soak).
     # Now a batch of series at a time (here one series each), and the head moves into chunks first.
-    from gpuwatch.store import writer
+    from gpuwatch.store import rewrite
 
-    monkeypatch.setattr(writer, "_MERGE_BYTES", 1)
+    monkeypatch.setattr(rewrite, "MERGE_BYTES", 1)
     hour = 3600 * 1000
     for k in range(2):  # two chunks per series in the window 0-2 h
         fill(store, ["a"], gpus=4, ticks=60, t0=k * hour, step=1000)
         store.compact()
     before = store.select([], *ALL)
     calls: list[int] = []
-    merge_block = writer._merge_block
+    merge_block = rewrite.merge_block
 
     def failing_second(found: list[tuple[int, int, int, bytes, bytes]]) -> list[ChunkRow]:
         calls.append(found[0][0])
@@ -228,13 +228,13 @@ def test_a_closed_window_merges_in_batches_and_a_failed_batch_leaves_the_rest_fo
             raise duckdb.OutOfMemoryException("Out of Memory Error: could not allocate block")
         return merge_block(found)
 
-    monkeypatch.setattr(writer, "_merge_block", failing_second)
+    monkeypatch.setattr(rewrite, "merge_block", failing_second)
     fill(store, ["a"], gpus=4, ticks=1, t0=2 * hour, step=1000)  # the window 0-2 h closes
     with pytest.raises(StoreError, match="Out of Memory"):
         store.compact()
     assert store.stats()["head_samples"] == 0  # the head was written as chunks all the same
     assert store.stats()["chunks"] == 1 + 2 + 2 + 2 + 4  # one series merged, three left, the new window
-    monkeypatch.setattr(writer, "_merge_block", merge_block)
+    monkeypatch.setattr(rewrite, "merge_block", merge_block)
     store.compact()  # the next compaction merges the rest
     assert store.stats()["chunks"] == 4 + 4
     after = [s for s in store.select([], *ALL)]
@@ -246,7 +246,7 @@ def test_a_closed_window_merges_in_batches_and_a_failed_batch_leaves_the_rest_fo
 def test_a_merge_that_fails_at_close_loses_nothing_and_is_no_error(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from gpuwatch.store import writer
+    from gpuwatch.store import rewrite
 
     hour = 3600 * 1000
     store = Store.open(tmp_path, clock=FakeClock(10_000), flush_interval_s=3600)
@@ -257,7 +257,7 @@ def test_a_merge_that_fails_at_close_loses_nothing_and_is_no_error(
     def failing(found: list[tuple[int, int, int, bytes, bytes]]) -> list[ChunkRow]:
         raise duckdb.OutOfMemoryException("Out of Memory Error: could not allocate block")
 
-    monkeypatch.setattr(writer, "_merge_block", failing)
+    monkeypatch.setattr(rewrite, "merge_block", failing)
     fill(store, ["a"], gpus=2, ticks=1, t0=2 * hour, step=1000)
     store.close()  # was "the last 0 samples could not be written before exit", and exit 1
     monkeypatch.undo()
@@ -404,9 +404,9 @@ def test_retention_with_fake_clock(clock: FakeClock) -> None:
 
 
 def test_write_error_is_counted_not_fatal(store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
-    from gpuwatch.store import writer as writer_mod
+    from gpuwatch.store import sqlrows
 
-    real = writer_mod._insert
+    real = sqlrows.insert_columns
     calls = {"n": 0}
 
     def flaky(cur: duckdb.DuckDBPyConnection, table: str, columns: dict) -> None:
@@ -415,7 +415,7 @@ def test_write_error_is_counted_not_fatal(store: Store, monkeypatch: pytest.Monk
             raise duckdb.IOException("No space left on device")
         real(cur, table, columns)
 
-    monkeypatch.setattr(writer_mod, "_insert", flaky)
+    monkeypatch.setattr(sqlrows, "insert_columns", flaky)
     store.append(Batch(1000, [Sample("m", (), 1.0)]))
     with pytest.raises(StoreError, match="No space left"):
         store.flush()
@@ -428,9 +428,9 @@ def test_write_error_is_counted_not_fatal(store: Store, monkeypatch: pytest.Monk
 
 
 def test_background_write_error_is_counted(clock: FakeClock, monkeypatch: pytest.MonkeyPatch) -> None:
-    from gpuwatch.store import writer as writer_mod
+    from gpuwatch.store import sqlrows
 
-    real = writer_mod._insert
+    real = sqlrows.insert_columns
     failed = threading.Event()
 
     def flaky(cur: duckdb.DuckDBPyConnection, table: str, columns: dict, computed: str = "") -> None:
@@ -439,7 +439,7 @@ def test_background_write_error_is_counted(clock: FakeClock, monkeypatch: pytest
             raise duckdb.IOException("No space left on device")
         real(cur, table, columns, computed)
 
-    monkeypatch.setattr(writer_mod, "_insert", flaky)
+    monkeypatch.setattr(sqlrows, "insert_columns", flaky)
     # The writer looks at the (fake) clock whenever its queue wait times out, after flush_interval_s of
     # real time: 0.05 s rather than the default 2 s, the same flush on its own without the 2 s wait.
     with Store.open(None, clock=clock, flush_interval_s=0.05) as store:

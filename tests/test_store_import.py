@@ -17,8 +17,7 @@ from gpuwatch.clock import FakeClock
 from gpuwatch.collect.importer import prepare
 from gpuwatch.errors import SeriesLimitExceeded, StoreError
 from gpuwatch.model import Batch, Matcher, Sample, SeriesColumns, SeriesLimits, make_labels
-from gpuwatch.store import Store
-from gpuwatch.store import writer as writer_mod
+from gpuwatch.store import Store, sqlrows
 
 NOW_MS = 1_700_000_000_000
 T_IMPORT = NOW_MS - 3_600_000  # the imported samples' time: an hour before the live ones
@@ -136,7 +135,7 @@ def test_a_failed_import_leaves_nothing_and_other_samples_are_stored(
 ) -> None:
     writer = store._writer
     assert writer is not None
-    real = writer_mod._insert
+    real = sqlrows.insert_columns
     inserts = {"import": 0}
 
     def failing(cur: duckdb.DuckDBPyConnection, table: str, columns: dict, computed: str = "") -> None:
@@ -146,7 +145,7 @@ def test_a_failed_import_leaves_nothing_and_other_samples_are_stored(
                 raise duckdb.IOException("Could not write file: No space left on device")
         real(cur, table, columns, computed)
 
-    monkeypatch.setattr(writer_mod, "_insert", failing)
+    monkeypatch.setattr(sqlrows, "insert_columns", failing)
     pause = Pause(store, 1)
     t, errors = in_thread(lambda: store.write_columns(imported()))
     pause.at(1)
@@ -161,7 +160,7 @@ def test_a_failed_import_leaves_nothing_and_other_samples_are_stored(
     live(store, clock)
     store.flush()
     assert store.select([Matcher("__name__", "=", "live")], 0, 2**62)[0].values.tolist() == [1.0, 1.0]
-    monkeypatch.setattr(writer_mod, "_insert", real)
+    monkeypatch.setattr(sqlrows, "insert_columns", real)
     store.write_columns(imported())  # the same again: its series are new, not half known
     assert stored_series(store, "imp") == SERIES
     assert len(store.select([Matcher("__name__", "=", "imp")], 0, 2**62)) == SERIES

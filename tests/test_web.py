@@ -138,9 +138,9 @@ def test_health_is_degraded_while_writes_fail_and_recovers(
     import duckdb
 
     from gpuwatch.errors import StoreError
-    from gpuwatch.store import writer as writer_mod
+    from gpuwatch.store import sqlrows
 
-    real = writer_mod._insert
+    real = sqlrows.insert_columns
     full = {"on": True}
 
     def disk(cur: duckdb.DuckDBPyConnection, table: str, columns: dict, computed: str = "") -> None:
@@ -148,7 +148,7 @@ def test_health_is_degraded_while_writes_fail_and_recovers(
             raise duckdb.IOException("Could not write file: No space left on device")
         real(cur, table, columns, computed)
 
-    monkeypatch.setattr(writer_mod, "_insert", disk)
+    monkeypatch.setattr(sqlrows, "insert_columns", disk)
     client = create_app(runtime).test_client()
     runtime.jobs.run("sample")
     with pytest.raises(StoreError, match="No space left"):

@@ -17,7 +17,7 @@ import functools
 import logging
 import queue
 import threading
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 from concurrent.futures import Future
 from operator import attrgetter, itemgetter
 from typing import Any
@@ -28,18 +28,14 @@ import numpy as np
 from gpuwatch.clock import Clock
 from gpuwatch.errors import StoreError, one_line
 from gpuwatch.model import Batch, Labels, SeriesColumns, SeriesLimits, TableSamples
+from gpuwatch.store import rewrite, sqlrows
 from gpuwatch.store.catalog import Catalog
 from gpuwatch.store.chunkcache import Generation
 from gpuwatch.store.chunking import (
-    WINDOW_MS,
     ChunkRow,
     dedupe_last,
-    dedupe_sorted,
-    encode_many,
     encode_series,
-    merge_rows,
 )
-from gpuwatch.store.codec import decode_chunks
 from gpuwatch.store.headindex import HeadIndex
 from gpuwatch.store.latest import Latest
 from gpuwatch.store.readgate import ReadGate
@@ -53,9 +49,6 @@ _MAX_PENDING = 20_000_000  # samples kept for retry while the database refuses w
 _STOP = object()
 _VALUE = itemgetter(2)  # a Sample's value
 _SERIES_ID, _NAME, _LABELS = attrgetter("series_id"), attrgetter("name"), attrgetter("labels")  # an Entry's
-_MERGE_BLOCK = 1 << 18  # merging closed windows decodes and re-encodes about this many samples at a time
-_MERGE_BYTES = 8 << 20  # ... and reads about this many bytes of chunks from DuckDB a transaction
-_MERGE_SERIES = 10_000  # ... of at most this many series
 
 
 def _changes_chunks(method: Callable[..., Any]) -> Callable[..., Any]:
@@ -116,13 +109,13 @@ class Writer:
         cur = self._cur
         self._ids = SeriesIds(
             catalog.snapshot().by_id.values(),
-            _scalar(cur, "SELECT coalesce(max(series_id), 0) + 1 FROM series"),
+            sqlrows.scalar(cur, "SELECT coalesce(max(series_id), 0) + 1 FROM series"),
         )
-        self._seq = _scalar(
+        self._seq = sqlrows.scalar(
             cur,
             "SELECT coalesce(greatest((SELECT max(seq) FROM head), (SELECT max(seq) FROM chunks)), 0) + 1",
         )
-        self._head_rows = _scalar(cur, "SELECT count(*) FROM head")
+        self._head_rows = sqlrows.scalar(cur, "SELECT count(*) FROM head")
         self.latest = Latest.load(cur)  # each series' newest stored sample (Store.select_last)
         self.head_index = HeadIndex.load(cur)  # which series the head may hold (reads leave it out)
         self.chunk_generation = Generation()  # counts the writes that change chunks (chunkcache.py)
@@ -378,10 +371,10 @@ class Writer:
     def _write_slice(self, rows: ImportSlice) -> None:
         cur = self._import_cur
         if rows.series is not None:
-            _insert(cur, "series", rows.series)
+            sqlrows.insert_columns(cur, "series", rows.series)
         if rows.head is not None:
-            _insert(cur, "head", rows.head)
-        _insert_chunks(cur, rows.chunks)
+            sqlrows.insert_columns(cur, "head", rows.head)
+        sqlrows.insert_chunks(cur, rows.chunks)
 
     def _commit_import(self, job: StagedImport) -> None:
         cur = self._import_cur
@@ -392,7 +385,7 @@ class Writer:
         values = np.concatenate([h[2] for h in head]) if head else np.zeros(0)
         chunks = job.chunks
         if moved:  # label sets a live write made meanwhile: one series, the live one
-            _move_series(cur, moved)
+            rewrite.move_series(cur, moved)
             for mine, live in moved.items():
                 ids[ids == mine] = live
             chunks = [
@@ -413,7 +406,7 @@ class Writer:
     def _end_import(self, job: StagedImport) -> None:
         self._imports.popleft()
         if job.is_begun:
-            _rollback(self._import_cur)
+            sqlrows.rollback(self._import_cur)
             job.is_begun = False
         self._ids.made = None
         self._noted = None
@@ -455,7 +448,7 @@ class Writer:
         cur.execute("BEGIN TRANSACTION")
         try:
             if new:  # one columnar insert: executemany takes ~0.1 ms a row
-                _insert(
+                sqlrows.insert_columns(
                     cur,
                     "series",
                     {
@@ -465,11 +458,11 @@ class Writer:
                     },
                 )
             if head is not None:
-                _insert(cur, "head", head)
-            _insert_chunks(cur, self._pending_chunks)
+                sqlrows.insert_columns(cur, "head", head)
+            sqlrows.insert_chunks(cur, self._pending_chunks)
             cur.execute("COMMIT")
         except BaseException:
-            _rollback(cur)
+            sqlrows.rollback(cur)
             raise
         if head is not None:
             self._seq += head["seq"].size
@@ -494,261 +487,49 @@ class Writer:
         self._move_head()
         self._merge_closed_windows()
 
+    def _merge_closed_windows(self) -> None:
+        """Merge closed windows a batch of series at a time (rewrite.py), each batch its own transaction
+        under `chunk_generation.changing()`, reads going on between batches; then rebuild the index."""
+        merged = False
+        try:
+            for lo, hi, sids in rewrite.merge_batches(self._cur):
+                with self.chunk_generation.changing():
+                    rewrite.merge_series(self._cur, lo, hi, sids)
+                merged = True
+        finally:
+            if merged and self.after_rewrite is not None:
+                try:
+                    self.after_rewrite(self._cur)
+                except duckdb.Error as exc:
+                    log.debug("after merging windows: %s", one_line(exc))
+
     @_changes_chunks
     def _move_head(self) -> None:
         """Write the head as chunks and empty it, in one transaction."""
         self.flush()
         self._last_compact = self._clock.monotonic()
         cur = self._cur
-        head = cur.execute(
-            "SELECT series_id, t_ms, v_bits, seq FROM head ORDER BY series_id, t_ms, seq"
-        ).fetchnumpy()
-        samples = dedupe_sorted(
-            np.asarray(head["series_id"]),
-            np.asarray(head["t_ms"]),
-            np.asarray(head["v_bits"]).view(np.float64),
-            np.asarray(head["seq"]),
-        )
-        rows = encode_many(*_without_overwritten(cur, *samples))
+        rows = rewrite.head_chunks(cur)
         cur.execute("BEGIN TRANSACTION")
         try:
-            _insert_chunks(cur, rows)
+            sqlrows.insert_chunks(cur, rows)
             cur.execute("DELETE FROM head")
             cur.execute("COMMIT")
         except BaseException:
-            _rollback(cur)
+            sqlrows.rollback(cur)
             raise
         self.head_index.clear()
         self._head_rows = 0
         self._chunks_since_compact = 0
         self.last_compact_ms = self._clock.now_ms()
 
-    def _merge_closed_windows(self) -> None:
-        """Merge each closed window's chunks into one per series, a batch of series at a time.
-
-        A window's chunks were read whole in one statement: after an hour of 36,000 series (20 vLLM
-        targets and 64 GPUs) that is ~50 MB of blobs, past DuckDB's 64 MB cap with the sort, and every
-        compaction failed from then on. Now each batch holds about `_MERGE_BYTES` of blobs and commits
-        on its own (a crash between batches leaves the rest for the next compaction), and reads go on
-        between batches; the chunk index is rebuilt once at the end."""
-        cur = self._cur
-        newest = _scalar(cur, "SELECT coalesce(max(t_max_ms), 0) FROM chunks")
-        # The closed windows where a series has more than one chunk. Grouped by (window, series), which
-        # DuckDB can spill to disk: a distinct count of series per window needed more than its 64 MB cap
-        # here at ~2 M chunks (5,600 series over 30 days), and compaction then failed at every try.
-        windows = cur.execute(
-            "SELECT DISTINCT win FROM (SELECT t_min_ms // ? AS win FROM chunks WHERE t_min_ms < ? "
-            "GROUP BY win, series_id HAVING count(*) > 1) ORDER BY win",
-            [WINDOW_MS, newest // WINDOW_MS * WINDOW_MS],
-        ).fetchall()
-        merged_any = False
-        try:
-            for (win,) in windows:
-                lo, hi = win * WINDOW_MS, (win + 1) * WINDOW_MS
-                sizes = cur.execute(
-                    "SELECT series_id, sum(octet_length(ts) + octet_length(vs)) AS bytes FROM chunks "
-                    "WHERE t_min_ms >= ? AND t_min_ms < ? GROUP BY series_id HAVING count(*) > 1 "
-                    "ORDER BY series_id",
-                    [lo, hi],
-                ).fetchnumpy()
-                for sids in _batches(np.asarray(sizes["series_id"]), np.asarray(sizes["bytes"])):
-                    with self.chunk_generation.changing():
-                        self._merge_series(lo, hi, sids)
-                    merged_any = True
-        finally:
-            if merged_any and self.after_rewrite is not None:
-                try:
-                    self.after_rewrite(cur)
-                except duckdb.Error as exc:
-                    log.debug("after merging windows: %s", one_line(exc))
-
-    def _merge_series(self, lo: int, hi: int, sids: list[int]) -> None:
-        """Merge series `sids`' chunks that start in [lo, hi) into one per series, in one transaction."""
-        cur = self._cur
-        listed = ",".join(map(str, sids))
-        found = cur.execute(
-            f"SELECT series_id, seq, n, ts, vs FROM chunks WHERE t_min_ms >= ? AND t_min_ms < ? "
-            f"AND series_id IN ({listed})",
-            [lo, hi],
-        ).fetchall()
-        found.sort(
-            key=itemgetter(0, 1)
-        )  # by series and write order, in Python: DuckDB's sort holds the blobs
-        merged: list[ChunkRow] = []
-        start, size = 0, 0
-        for i, row in enumerate(found):  # decode and re-encode about _MERGE_BLOCK samples at a time
-            size += row[2]
-            if i + 1 == len(found) or (size >= _MERGE_BLOCK and found[i + 1][0] != row[0]):
-                merged.extend(_merge_block(found[start : i + 1]))
-                start, size = i + 1, 0
-        cur.execute("BEGIN TRANSACTION")
-        try:
-            cur.execute(
-                f"DELETE FROM chunks WHERE t_min_ms >= ? AND t_min_ms < ? AND series_id IN ({listed})",
-                [lo, hi],
-            )
-            _insert_chunks(cur, merged)
-            cur.execute("COMMIT")
-        except BaseException:
-            _rollback(cur)
-            raise
-
     @_changes_chunks
     def apply_retention(self, cutoff_ms: int) -> int:
         """Delete samples before `cutoff_ms` and series left without samples; return samples deleted."""
-        cur = self._cur
-        cur.execute("BEGIN TRANSACTION")
-        try:
-            deleted = _scalar(cur, "SELECT coalesce(sum(n), 0) FROM chunks WHERE t_max_ms < ?", [cutoff_ms])
-            cur.execute("DELETE FROM chunks WHERE t_max_ms < ?", [cutoff_ms])
-            trimmed = []
-            straddling = cur.execute(
-                "SELECT series_id, seq, n, ts, vs FROM chunks WHERE t_min_ms < ?", [cutoff_ms]
-            ).fetchall()
-            for sid, seq, n, ts, vs in straddling:
-                t, v = merge_rows([(seq, n, ts, vs)])
-                keep = t >= cutoff_ms
-                deleted += n - int(keep.sum())
-                trimmed.extend(encode_series(sid, t[keep], v[keep], seq))
-            cur.execute("DELETE FROM chunks WHERE t_min_ms < ?", [cutoff_ms])
-            _insert_chunks(cur, trimmed)
-            head_old = _scalar(cur, "SELECT count(*) FROM head WHERE t_ms < ?", [cutoff_ms])
-            cur.execute("DELETE FROM head WHERE t_ms < ?", [cutoff_ms])
-            orphans = [
-                r[0]
-                for r in cur.execute(
-                    "SELECT series_id FROM series WHERE series_id NOT IN (SELECT series_id FROM chunks) "
-                    "AND series_id NOT IN (SELECT series_id FROM head)"
-                ).fetchall()
-            ]
-            if orphans:
-                cur.execute(f"DELETE FROM series WHERE series_id IN ({','.join(map(str, orphans))})")
-            cur.execute("COMMIT")
-        except BaseException:
-            _rollback(cur)
-            raise
+        deleted, head_old, orphans = rewrite.delete_before(self._cur, cutoff_ms)
         self._head_rows -= head_old
         gone = set(orphans)
         self._ids.forget(gone)
         self._catalog.remove(gone)
         self.latest.drop_before(cutoff_ms)
         return deleted + head_old
-
-
-def _without_overwritten(
-    cur: duckdb.DuckDBPyConnection, ids: np.ndarray, t_ms: np.ndarray, values: np.ndarray, seqs: np.ndarray
-) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """The head samples (sorted by series and time) less those a bulk chunk written after them holds
-    the same (series, time) of. A chunk carries one seq, the newest of its samples: a head row that an
-    import overwrote would otherwise come back as the newer write once compacted into a chunk."""
-    if not ids.size:
-        return ids, t_ms, values, seqs
-    # Only bulk chunks are newer than the head (at most 4,096 and an import's since the last
-    # compaction), so they are read whole and matched here: `series_id IN (SELECT DISTINCT series_id
-    # FROM head)` hashed 2 M ids past DuckDB's 64 MB cap, and compaction failed at every try.
-    newer = cur.execute(
-        "SELECT series_id, seq, n, ts, vs FROM chunks WHERE seq > ?", [int(seqs.min())]
-    ).fetchall()
-    if newer:
-        in_head = np.isin(np.array([r[0] for r in newer], np.int64), ids).tolist()
-        newer = [r for r, keep in zip(newer, in_head, strict=True) if keep]
-    if not newer:
-        return ids, t_ms, values, seqs
-    ns = np.array([r[2] for r in newer], np.int64)
-    chunk_t, _ = decode_chunks(ns, [r[3] for r in newer], [r[4] for r in newer])
-    all_ids = np.concatenate([ids.astype(np.int64), np.repeat(np.array([r[0] for r in newer], np.int64), ns)])
-    all_t = np.concatenate([t_ms.astype(np.int64), chunk_t])
-    all_seq = np.concatenate(
-        [seqs.astype(np.int64), np.repeat(np.array([r[1] for r in newer], np.int64), ns)]
-    )
-    order = np.lexsort((all_seq, all_t, all_ids))
-    s_ids, s_t = all_ids[order], all_t[order]
-    last = np.ones(order.size, bool)  # the newest write of each (series, time)
-    last[:-1] = (s_ids[1:] != s_ids[:-1]) | (s_t[1:] != s_t[:-1])
-    winners = order[last]
-    keep = np.sort(winners[winners < ids.size])
-    if keep.size == ids.size:
-        return ids, t_ms, values, seqs
-    return ids[keep], t_ms[keep], values[keep], seqs[keep]
-
-
-def _move_series(cur: duckdb.DuckDBPyConnection, moved: dict[int, int]) -> None:
-    """In an import's transaction: its rows of series `moved` (its id -> a live one) to the live ids."""
-    cur.register(
-        "gpuwatch_moved",
-        {
-            "mine": np.fromiter(moved, np.int32, len(moved)),
-            "live": np.fromiter(moved.values(), np.int32, len(moved)),
-        },
-    )
-    try:
-        for table in ("head", "chunks"):
-            cur.execute(
-                f"UPDATE {table} SET series_id = m.live FROM gpuwatch_moved m WHERE {table}.series_id = m.mine"
-            )
-        cur.execute("DELETE FROM series WHERE series_id IN (SELECT mine FROM gpuwatch_moved)")
-    finally:
-        with contextlib.suppress(duckdb.Error):
-            cur.unregister("gpuwatch_moved")
-
-
-def _merge_block(found: list[tuple[int, int, int, bytes, bytes]]) -> list[ChunkRow]:
-    """Merge the chunks (series_id, seq, n, ts, vs) of whole series into one row per series and window."""
-    ns = np.array([r[2] for r in found], np.int64)
-    t, v = decode_chunks(ns, [r[3] for r in found], [r[4] for r in found])
-    ids = np.repeat(np.array([r[0] for r in found], np.int64), ns)
-    seqs = np.repeat(np.array([r[1] for r in found], np.int64), ns)
-    order = np.lexsort((seqs, t, ids))
-    return encode_many(*dedupe_sorted(ids[order], t[order], v[order], seqs[order]))
-
-
-def _batches(sids: np.ndarray, nbytes: np.ndarray) -> Iterator[list[int]]:
-    """Runs of `sids` whose `nbytes` add up to about _MERGE_BYTES (at least one series each)."""
-    start, total = 0, 0
-    for i, n in enumerate(nbytes.tolist()):
-        if i > start and (total + n > _MERGE_BYTES or i - start >= _MERGE_SERIES):
-            yield sids[start:i].tolist()
-            start, total = i, 0
-        total += n
-    if start < sids.size:
-        yield sids[start:].tolist()
-
-
-def _scalar(cur: duckdb.DuckDBPyConnection, sql: str, params: list[Any] | None = None) -> int:
-    row = cur.execute(sql, params).fetchone()
-    return int(row[0]) if row and row[0] is not None else 0
-
-
-def _insert(cur: duckdb.DuckDBPyConnection, table: str, columns: dict[str, Any], computed: str = "") -> None:
-    """Insert `columns` into `table`, followed by the `computed` SQL expressions (over those columns)."""
-    cur.register("gpuwatch_rows", columns)
-    try:
-        cur.execute(f"INSERT INTO {table} SELECT *{computed} FROM gpuwatch_rows")
-    finally:
-        # a failed INSERT aborted the transaction, which refuses this too: its error is the one to raise
-        with contextlib.suppress(duckdb.Error):
-            cur.unregister("gpuwatch_rows")
-
-
-def _insert_chunks(cur: duckdb.DuckDBPyConnection, rows: list[ChunkRow]) -> None:
-    if not rows:
-        return
-    _insert(
-        cur,
-        "chunks",
-        {
-            "series_id": np.fromiter((r.series_id for r in rows), np.int32, len(rows)),
-            "t_min_ms": np.fromiter((r.t_min_ms for r in rows), np.int64, len(rows)),
-            "t_max_ms": np.fromiter((r.t_max_ms for r in rows), np.int64, len(rows)),
-            "n": np.fromiter((r.n for r in rows), np.int32, len(rows)),
-            "seq": np.fromiter((r.seq for r in rows), np.int64, len(rows)),
-            "ts": np.array([r.ts for r in rows], dtype=object),
-            "vs": np.array([r.vs for r in rows], dtype=object),
-        },
-        ", hash(ts, vs)",  # h: the content key of chunks kept in memory (chunkcache.py), hashed once here
-    )
-
-
-def _rollback(cur: duckdb.DuckDBPyConnection) -> None:
-    with contextlib.suppress(duckdb.Error):  # the transaction is gone; the first error matters
-        cur.execute("ROLLBACK")
