@@ -74,13 +74,8 @@ def create_app(runtime: WebRuntime) -> Flask:
 
     access = runtime.access or AccessFile(None)  # None: no credentials file (tests, benches): loopback only
     install(app, Gate(runtime.settings, access, runtime.clock), access.session_key())
-    settings = runtime.settings
-    admission.install(  # after the access gate: a refused client takes no turn
-        app,
-        admission.Admission(
-            settings.query_max_concurrency, settings.query_max_queued, settings.query_timeout
-        ),
-    )
+    # After the access gate: a refused client takes no turn.
+    admission.install(app, admission.Admission.of(runtime.settings))
     for bp in (
         ops_bp,
         login_bp,

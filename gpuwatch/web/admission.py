@@ -38,6 +38,16 @@ class Admission:
         self.refused = 0  # requests answered 503 since start
         self.is_closed = False
 
+    @classmethod
+    def of(cls, settings: object) -> Admission:
+        """The turns `settings` allow (`query_max_concurrency`, `query_max_queued`, waiting at most
+        `query_timeout`); a partial settings object (a test's, a bench's) gets config.py's defaults."""
+        return cls(
+            getattr(settings, "query_max_concurrency", 4),
+            getattr(settings, "query_max_queued", 16),
+            getattr(settings, "query_timeout", 120.0),
+        )
+
     def enter(self) -> bool:
         """Take a turn (waiting for one if few enough wait already); False: none, nothing taken."""
         with self._cond:
