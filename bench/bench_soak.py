@@ -356,9 +356,11 @@ def report(
     print(
         "slowest panels (p99): " + ", ".join(f"{k} {pct(v, 0.5):.0f}/{pct(v, 0.99):.0f} ms" for k, v in slow)
     )
-    bad = {k: n for k, n in rec.statuses.items() if k[1] != 200}
+    busy = {k: n for k, n in rec.statuses.items() if k[1] == "busy"}
+    bad = {k: n for k, n in rec.statuses.items() if k[1] not in (200, "busy")}
     print(f"page loads retried (the twin did not answer): {rec.failed_loads}")
-    print(f"errors: non-200 {sum(bad.values())} {dict(bad) if bad else ''}; failed requests {sum(rec.failures.values())} {dict(rec.failures) if rec.failures else ''}")  # fmt: skip
+    print(f"busy (503 unavailable, asked again next tick): {sum(busy.values())} {dict(busy) if busy else ''}")
+    print(f"errors: other non-200 {sum(bad.values())} {dict(bad) if bad else ''}; failed requests {sum(rec.failures.values())} {dict(rec.failures) if rec.failures else ''}")  # fmt: skip
     for status, path, body in rec.bad_answers:
         print(f"  {status} {path}: {body!r}")
     health = collections.Counter(r.health for r in rows)

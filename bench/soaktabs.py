@@ -158,7 +158,7 @@ class Pool:
 @dataclass
 class Record:
     latencies: dict[str, list[float]] = field(default_factory=lambda: collections.defaultdict(list))
-    statuses: collections.Counter[tuple[str, int]] = field(default_factory=collections.Counter)
+    statuses: collections.Counter[tuple[str, int | str]] = field(default_factory=collections.Counter)
     failures: collections.Counter[str] = field(default_factory=collections.Counter)
     by_panel: dict[str, list[float]] = field(default_factory=lambda: collections.defaultdict(list))
     ticks_due: int = 0
@@ -182,8 +182,12 @@ def kind_of(path: str) -> str:
     return "page html"
 
 
+BUSY = object()  # a 503 `unavailable` (query_max_concurrency): gpuwatch.js asks again next tick
+
+
 async def fetch(pool: Pool, path: str, rec: Record, label: str = "") -> Any:
-    """GET `path`, recording its time by kind; the decoded JSON (None for HTML or on failure)."""
+    """GET `path`, recording its time by kind (a 503's apart); the decoded JSON (None for HTML or on
+    failure, BUSY for a 503 `unavailable`)."""
     kind = kind_of(path)
     t0 = time.perf_counter()
     try:
@@ -193,21 +197,26 @@ async def fetch(pool: Pool, path: str, rec: Record, label: str = "") -> Any:
             rec.failures[f"{kind}: {type(e).__name__}"] += 1
         return None
     ms = 1000 * (time.perf_counter() - t0)
+    busy = status == 503 and b'"unavailable"' in body
     if rec.recording:
-        rec.latencies[kind].append(ms)
-        rec.statuses[(kind, status)] += 1
+        rec.latencies[kind if status == 200 else f"{kind} {'busy' if busy else status}"].append(ms)
+        rec.statuses[(kind, "busy" if busy else status)] += 1
         rec.bytes_in += len(body)
-        if label:
+        if label and status == 200:
             rec.by_panel[label].append(ms)
-        if status != 200 and len(rec.bad_answers) < 8:
+        if status != 200 and not busy and len(rec.bad_answers) < 8:
             rec.bad_answers.append((status, path[:160], body[:200]))
+    if busy:
+        return BUSY
     if status != 200 or kind == "page html":
         return None
     return orjson.loads(body)
 
 
 def has_result(answer: Any) -> bool:
-    return bool(answer and answer.get("status") == "success" and answer["data"]["result"])
+    return bool(
+        answer and answer is not BUSY and answer.get("status") == "success" and answer["data"]["result"]
+    )
 
 
 @dataclass
@@ -239,7 +248,8 @@ class Page:
                 return False
             await fetch(self.pool, self.html, self.rec)
             twin = await fetch(self.pool, self.twin, self.rec)
-            if twin is None:
+            if twin is None or twin is BUSY:
+                twin = None
                 self.rec.failed_loads += 1
                 await asyncio.sleep(1.0)
         self.vars = dict(twin["variables"])
@@ -281,13 +291,18 @@ class Page:
         expr = fill(p["query"], all_vars)
         path = query_range_path(expr, start_ms, end_ms, st.width_px) if ranged else query_path(expr, end_ms)
         answer = await fetch(self.pool, path, self.rec, f"{self.kind}/{p['id']}")
+        if answer is BUSY:  # kept as drawn, asked again next tick
+            st.fetched_at = -1e18
+            return
         if answer is None or answer.get("status") != "success":
             return
         if not answer["data"]["result"]:  # absenceState: which kind of nothing
             asks = [q for q in (p.get("failed_if"), p.get("unsupported_if")) if q]
-            await asyncio.gather(
+            got = await asyncio.gather(
                 *(fetch(self.pool, query_path(fill(q, all_vars), end_ms), self.rec) for q in asks)
             )
+            if BUSY in got:
+                st.fetched_at = -1e18
             return
         if p["kind"] in ("table", "stat"):
             return
@@ -304,12 +319,15 @@ class Page:
         if self.kind == "cluster":
             if now - self.last_twin >= 4.5:
                 self.last_twin = now
-                await fetch(self.pool, self.twin, self.rec)
+                if await fetch(self.pool, self.twin, self.rec) is BUSY:
+                    self.last_twin = 0.0  # asked again next tick
         elif self.kind == "gpu":
             health, xid_total = self.data.get("health_query"), self.data.get("xid_total_query")
             if not health:
                 return
             answer = await fetch(self.pool, query_path(fill(health, self.vars), end_ms), self.rec)
+            if answer is BUSY:
+                return
             xid = [
                 s
                 for s in (answer or {}).get("data", {}).get("result", [])
@@ -322,16 +340,20 @@ class Page:
                     self.rec,
                 )
         elif self.kind == "inference":  # the latency heatmap once a step, the twin every 5 s
-            asks = []
             expr = self.data.get("heatmap_expr")
             step = step_for(start_ms, end_ms, 800)
+            heat = twin = None
             if expr and now - self.heat_asked >= step:
                 self.heat_asked = now
-                asks.append(fetch(self.pool, query_range_path(expr, start_ms, end_ms, 800), self.rec, "inference/heatmap"))  # fmt: skip
+                heat = fetch(self.pool, query_range_path(expr, start_ms, end_ms, 800), self.rec, "inference/heatmap")  # fmt: skip
             if now - self.last_twin >= 4.5:
                 self.last_twin = now
-                asks.append(fetch(self.pool, self.twin, self.rec))
-            await asyncio.gather(*asks)
+                twin = fetch(self.pool, self.twin, self.rec)
+            got = await asyncio.gather(heat or _nothing(), twin or _nothing())
+            if got[0] is BUSY:
+                self.heat_asked = -1e18
+            if got[1] is BUSY:
+                self.last_twin = 0.0
 
     async def tick(self) -> None:
         end_ms = time.time() * 1000
@@ -339,6 +361,10 @@ class Page:
         await asyncio.gather(
             *(self.panel(st, start_ms, end_ms) for st in self.panels), self.extras(start_ms, end_ms)
         )
+
+
+async def _nothing() -> None:
+    return None
 
 
 async def run_client(page: Page, stop: asyncio.Event, phase_s: float) -> None:

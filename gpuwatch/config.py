@@ -225,6 +225,21 @@ OPTIONS: tuple[Option, ...] = (
         "Most bytes one query's text may have; a longer one is refused (400) before it is parsed.",
     ),
     Option(
+        "query_max_concurrency",
+        _parse_int(1, 1000),
+        4,
+        "Most PromQL queries and dashboard JSON twins evaluated at once (as Prometheus's "
+        "`--query.max-concurrency`); more wait (`query_max_queued`).",
+    ),
+    Option(
+        "query_max_queued",
+        _parse_int(0, 10_000),
+        16,
+        "Most queries waiting for one of `query_max_concurrency`'s turns; past it a query is answered at "
+        "once with 503 `unavailable` and `Retry-After`, which the dashboard takes as busy and asks again "
+        "next refresh (so `/-/health` never waits behind a queue of queries).",
+    ),
+    Option(
         "query_max_depth",
         _parse_int(2, 150),
         100,
@@ -477,6 +492,8 @@ class Settings:
     max_posted_alerts: int = 10_000
     query_max_length: int = 16384
     query_max_depth: int = 100
+    query_max_concurrency: int = 4
+    query_max_queued: int = 16
     label_limit: int = 64
     label_name_length_limit: int = 1024
     label_value_length_limit: int = 4096

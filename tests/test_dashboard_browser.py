@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from urllib.parse import parse_qs, quote, urlparse
 
 import pytest
@@ -293,3 +294,36 @@ def test_gpu_charts_mark_the_events_on_their_time_axis(demo_server, page) -> Non
         # drawn: a marker point in the chart's SVG besides the line's
         assert page.locator(f"#panel-{chart} .scatterlayer .trace .point").count() >= 1
     assert page.console.errors == []
+
+
+def test_a_busy_server_is_asked_again_next_refresh_not_shown_as_an_error(demo_server, page) -> None:  # type: ignore[no-untyped-def]
+    """A 503 `unavailable` (too many queries at once: web/admission.py) is "busy": the panel keeps what it
+    shows and asks again at the next refresh. Over 6 hours a chart asks once its 120 s step; here every
+    query is answered busy twice and still every panel draws within the wait."""
+    busy: dict[str, int] = {}
+    asked: dict[str, int] = {}
+
+    def first_two_busy(route) -> None:  # type: ignore[no-untyped-def]
+        # One key a panel: "energy today" asks over a window that grows by a second each tick.
+        key = re.sub(r"\[\d+s\]", "[_]", query_params(route.request.url).get("query", ""))
+        asked[key] = asked.get(key, 0) + 1
+        if busy.get(key, 0) < 2:
+            busy[key] = busy.get(key, 0) + 1
+            route.fulfill(
+                status=503,
+                headers={"Retry-After": "1"},
+                content_type="application/json",
+                body='{"status":"error","errorType":"unavailable","error":"too many concurrent queries (test)"}',
+            )
+        else:
+            route.continue_()
+
+    page.route("**/api/v1/query*", first_two_busy)
+    page.goto(f"{demo_server.url}/?from=now-6h&to=now&refresh=1s")
+    states = wait_panels(page, timeout_ms=60_000)
+    assert states.pop("idle_held") in ("data", "nodata")
+    assert set(states.values()) == {"data"}, repr(states)  # never "error"
+    charts = [page.get_attribute(f"#panel-{p}", "data-query") for p in ("util", "power")]
+    assert all(asked.get(q or "", 0) >= 3 for q in charts), (charts, asked)  # busy, busy, answered
+    refused = [e for e in page.console.errors if "503" not in e]  # the browser logs each 503 it got
+    assert refused == []

@@ -19,6 +19,7 @@ from gpuwatch.store import Store
 from gpuwatch.store.chunkcache import ChunkCache, ChunkIndex
 from gpuwatch.store.chunking import WINDOW_MS
 from gpuwatch.store.core import READERS
+from gpuwatch.store.readgate import ReadGate
 from tests.storemodel import NAME, T0, ModelledStore, Op, bits, modelled_store, operations, read
 
 STEP = 600_000  # 10 minutes: a window holds 12 samples, so ops cross windows and compaction merges them
@@ -81,8 +82,10 @@ def test_a_compaction_between_the_index_and_the_head_read_loses_nothing(
         compact = _once(store.compact)
         original = ChunkCache.index
 
-        def index_then_compact(self: ChunkCache, cur: Any, generation: int) -> ChunkIndex | None:
-            found = original(self, cur, generation)
+        def index_then_compact(
+            self: ChunkCache, cur: Any, generation: int, gate: ReadGate | None = None
+        ) -> ChunkIndex | None:
+            found = original(self, cur, generation, gate)
             compact()
             return found
 
@@ -353,11 +356,11 @@ def test_readers_that_arrive_together_build_the_index_once(monkeypatch: pytest.M
     real_load = ChunkIndex.load.__func__  # type: ignore[attr-defined]
     real_index = ChunkCache.index
 
-    def index(self: ChunkCache, cur: Any, generation: int) -> ChunkIndex | None:
+    def index(self: ChunkCache, cur: Any, generation: int, gate: ReadGate | None = None) -> ChunkIndex | None:
         entered.append(threading.current_thread().name)
         if len(entered) == readers:
             all_in.set()
-        return real_index(self, cur, generation)
+        return real_index(self, cur, generation, gate)
 
     def load(cls: type[ChunkIndex], cur: Any, generation: int) -> ChunkIndex:
         loads.append(threading.current_thread().name)
@@ -379,6 +382,40 @@ def test_readers_that_arrive_together_build_the_index_once(monkeypatch: pytest.M
         for t in threads:
             t.join()
         assert got == [30] * readers and len(loads) == 1
+
+
+def test_a_read_from_memory_takes_no_turn_of_the_read_gate() -> None:
+    """The read gate admits DuckDB's statements, not the decoding around them: with every turn taken
+    (readers busy in DuckDB), a warm read of chunks held in memory still answers (a warm page's
+    requests used to take turns: bench/README.md, "Dashboard")."""
+    store = Store.open(None, clock=FakeClock(T0 / 1000), flush_interval_s=3600, retention_s=0)
+    with store:
+        for k in range(30):
+            store.append(Batch(T0 + k * STEP, [Sample("m", make_labels({"s": "a"}), float(k))]))
+        store.compact()
+        assert len(_read(store)) == 30  # the index built and the chunks cached
+        taken, release = threading.Barrier(READERS + 1), threading.Event()
+
+        def hold() -> None:
+            with store._gate.reading():
+                taken.wait()
+                release.wait()
+
+        holders = [threading.Thread(target=hold) for _ in range(READERS)]
+        for th in holders:
+            th.start()
+        taken.wait()  # every turn is held
+        got: list[int] = []
+        warm = threading.Thread(target=lambda: got.append(len(_read(store))))
+        try:
+            warm.start()
+            warm.join(10)  # (a guard against a hang, not a measure of speed)
+            assert got == [30]  # answered with every turn held: it asked DuckDB nothing
+        finally:
+            release.set()
+            for th in holders:
+                th.join()
+            warm.join()
 
 
 def _read(store: Store) -> list[float]:

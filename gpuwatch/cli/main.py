@@ -123,7 +123,8 @@ def _serve(settings: Settings) -> int:
     from gpuwatch.cli.deploy import hostname_warning, in_container, unwritable_data_dir
     from gpuwatch.cli.gctune import tune_for_serving
     from gpuwatch.web import create_app
-    from gpuwatch.web.serving import TlsError, make_server, stop_server, tls_context
+    from gpuwatch.web.admission import admission_of
+    from gpuwatch.web.serving import TlsError, make_server, stop_server, threads_for, tls_context
 
     problem = unwritable_data_dir(settings.data_dir)
     if problem is not None:
@@ -148,7 +149,8 @@ def _serve(settings: Settings) -> int:
     try:
         app = create_app(runtime)
         try:
-            server = make_server(app, settings.host, settings.port, tls)
+            threads = threads_for(settings.query_max_concurrency, settings.query_max_queued)
+            server = make_server(app, settings.host, settings.port, tls, threads)
         except OSError as e:
             print(
                 f"gpuwatch: cannot listen on {settings.host}:{settings.port}: {e.strerror or e}; "
@@ -204,6 +206,7 @@ def _serve(settings: Settings) -> int:
                 break
         log.info("shutting down: flushing the store")
         runtime.stop_demo()  # the simulated training run's last push must reach the server before it closes
+        admission_of(app).close()  # queries waiting for a turn are answered 503 rather than run
         stop_server(server)
     finally:
         closed = _close(runtime)

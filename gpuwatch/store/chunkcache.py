@@ -40,6 +40,7 @@ import numpy as np
 
 from gpuwatch.model import STALE_NAN_BITS
 from gpuwatch.store.codec import decode_chunks
+from gpuwatch.store.readgate import ReadGate, turn
 
 Key = tuple[int, int, int, int]  # series id, first timestamp, samples, content hash
 _ENTRY_OVERHEAD = 200  # bytes of Python objects per cached chunk besides its arrays
@@ -270,9 +271,11 @@ class ChunkCache:
         self.misses = 0
         self.served = 0  # series reads answered by a view
 
-    def index(self, cur: duckdb.DuckDBPyConnection, generation: int) -> ChunkIndex | None:
-        """Return the index of `generation` (building it if need be), or None where it cannot be built
-        consistently now (the writer changed chunks meanwhile)."""
+    def index(
+        self, cur: duckdb.DuckDBPyConnection, generation: int, gate: ReadGate | None = None
+    ) -> ChunkIndex | None:
+        """Return the index of `generation` (building it if need be, its statement in one of `gate`'s
+        turns), or None where it cannot be built consistently now (the writer changed chunks meanwhile)."""
         index = self._index
         if index is not None and index.generation == generation:
             return index
@@ -282,7 +285,8 @@ class ChunkCache:
             index = self._index
             if index is not None and index.generation == generation:
                 return index
-            built = ChunkIndex.load(cur, generation)
+            with turn(gate):
+                built = ChunkIndex.load(cur, generation)
             if self.generation.stable() != generation:
                 return None
             self._index = built
@@ -291,7 +295,8 @@ class ChunkCache:
 
     def refresh(self, cur: duckdb.DuckDBPyConnection) -> None:
         """Build the index of the current generation now, if reads have used an index before (the writer
-        calls this after it rewrote chunks, so that the next read finds the index ready)."""
+        calls this after it rewrote chunks, so that the next read finds the index ready; without a turn
+        of the read gate, as the writer's own statements)."""
         if self._index is None:
             return
         generation = self.generation.stable()
@@ -338,18 +343,24 @@ class ChunkCache:
         return found, missing
 
     def fetch(
-        self, cur: duckdb.DuckDBPyConnection, index: ChunkIndex, rows: np.ndarray
+        self,
+        cur: duckdb.DuckDBPyConnection,
+        index: ChunkIndex,
+        rows: np.ndarray,
+        gate: ReadGate | None = None,
     ) -> list[Piece] | None:
-        """Read and decode the chunks at index positions `rows` (one statement; in index order, so a
-        series' chunks come out one after another), keep them if they fit, and return where each is;
-        None if one is gone (rewritten since the index was read). The caller checks the generation."""
+        """Read and decode the chunks at index positions `rows` (one statement, in one of `gate`'s
+        turns; in index order, so a series' chunks come out one after another), keep them if they fit,
+        and return where each is; None if one is gone (rewritten since the index was read). The caller
+        checks the generation."""
         keys = index.keys(rows)
         ids = sorted(set(index.sid[rows].tolist()))
-        got = cur.execute(
-            f"SELECT series_id, t_min_ms, n, h, ts, vs FROM chunks "
-            f"WHERE series_id IN ({','.join(map(str, ids))}) AND t_min_ms >= $1 AND t_min_ms <= $2",
-            [int(index.t_min[rows].min()), int(index.t_min[rows].max())],
-        ).fetchnumpy()
+        with turn(gate):
+            got = cur.execute(
+                f"SELECT series_id, t_min_ms, n, h, ts, vs FROM chunks "
+                f"WHERE series_id IN ({','.join(map(str, ids))}) AND t_min_ms >= $1 AND t_min_ms <= $2",
+                [int(index.t_min[rows].min()), int(index.t_min[rows].max())],
+            ).fetchnumpy()
         at = {
             key: i
             for i, key in enumerate(

@@ -3,7 +3,7 @@
 Threads: `append`/`append_series` only enqueue. The writer thread owns every write (see `writer.py`).
 Reads run on the calling thread with a cursor of its own (DuckDB connections must not be shared
 between threads, duckdb/duckdb#6248), so any number of threads may read; at most `READERS` sample
-reads run in DuckDB at once, and none while the writer compacts (`readgate.py`). `flush`, `compact`,
+read statements run in DuckDB at once, and none while the writer compacts (`readgate.py`). `flush`, `compact`,
 `apply_retention` and `close` hand their work to the writer and wait for it.
 """
 
@@ -44,7 +44,7 @@ _BACKPRESSURE_ITEMS = 64
 MEMORY_LIMIT_MB = 64
 _MATCHED_MAX = 256  # selectors whose matched series are remembered (Store._match)
 CHUNK_CACHE_MB = 128  # decoded chunks kept for reads (chunkcache.py); the `chunk_cache_mb` setting
-# Sample reads in DuckDB at once (readgate.py); DuckDB runs one thread a statement, so two keep both
+# Sample read statements in DuckDB at once (readgate.py); DuckDB runs one thread a statement, so two keep both
 # cores of a small machine busy.
 READERS = 2
 
@@ -298,12 +298,11 @@ class Store(SideTables):
 
     def _read(self, ids: Sequence[int], start_ms: int, end_ms: int) -> CachedRead:
         cur, heads = self._cursor(), self._heads()
-        with self._gate.reading():
-            if self._chunks is not None:
-                found = read_samples_cached(cur, ids, start_ms, end_ms, heads, self._chunks)
-                if found is not None:
-                    return found
-            return CachedRead(read_samples(cur, ids, start_ms, end_ms, heads), False)
+        if self._chunks is not None:
+            found = read_samples_cached(cur, ids, start_ms, end_ms, heads, self._chunks, self._gate)
+            if found is not None:
+                return found
+        return CachedRead(read_samples(cur, ids, start_ms, end_ms, heads, self._gate), False)
 
     def _match(self, matchers: Sequence[Matcher]) -> list[Entry]:
         """`match` on the current snapshot, remembered while the snapshot stays (do not change it)."""

@@ -17,6 +17,7 @@ from gpuwatch.store.chunkcache import ChunkCache, ChunkIndex, Key, Piece
 from gpuwatch.store.chunking import dedupe_last, dedupe_last_order
 from gpuwatch.store.codec import decode_chunks, decode_times
 from gpuwatch.store.headindex import HeadIndex
+from gpuwatch.store.readgate import ReadGate, turn
 
 # One series' samples from chunks or head: timestamps, values and write order (one number, or one per
 # sample), by which the newest write of a timestamp wins.
@@ -41,20 +42,24 @@ _parsed: dict[str, Any] = {}  # SQL text -> duckdb.Statement (parsed SQL, usable
 _parsed_lock = threading.Lock()
 
 
-def _execute(cur: duckdb.DuckDBPyConnection, sql: str, params: list[Any]) -> duckdb.DuckDBPyConnection:
-    """`cur.execute(sql, params)`, parsing each distinct text once: a read's statement is the same
-    text whenever the same series are read (a dashboard's refresh, a rule's round), and parsing it is
-    ~0.15 ms of a small read's ~0.8 ms."""
-    if len(sql) > _PARSED_TEXT_MAX:  # long id lists: rare, and their read dwarfs the parse
-        return cur.execute(sql, params)
-    statement = _parsed.get(sql)
-    if statement is None:
-        statement = cur.extract_statements(sql)[0]
-        with _parsed_lock:
-            if len(_parsed) >= _PARSED_MAX:
-                _parsed.clear()
-            _parsed[sql] = statement
-    return cur.execute(statement, params)
+def _fetchnumpy(
+    cur: duckdb.DuckDBPyConnection, sql: str, params: list[Any], gate: ReadGate | None
+) -> dict[str, Any]:
+    """`cur.execute(sql, params).fetchnumpy()` in one of `gate`'s turns (the result lies in DuckDB's
+    memory until fetched; decoding it needs no turn), parsing each distinct text once: a read's
+    statement is the same text whenever the same series are read (a dashboard's refresh, a rule's
+    round), and parsing it is ~0.15 ms of a small read's ~0.8 ms."""
+    statement: Any = sql
+    if len(sql) <= _PARSED_TEXT_MAX:  # long id lists: rare, and their read dwarfs the parse
+        statement = _parsed.get(sql)
+        if statement is None:
+            statement = cur.extract_statements(sql)[0]
+            with _parsed_lock:
+                if len(_parsed) >= _PARSED_MAX:
+                    _parsed.clear()
+                _parsed[sql] = statement
+    with turn(gate):
+        return dict(cur.execute(statement, params).fetchnumpy())
 
 
 def _id_filter(ids: Sequence[int]) -> str:
@@ -67,21 +72,23 @@ def read_samples(
     start_ms: int,
     end_ms: int,
     head_index: HeadIndex | None = None,
+    gate: ReadGate | None = None,
 ) -> dict[int, tuple[np.ndarray, np.ndarray]]:
     """Return {series id: (timestamps, values)} with start_ms <= t <= end_ms; empty series left out.
 
     All chunks of all the series are fetched in one statement and decoded together
     (`codec.decode_chunks`); each series' samples are then a slice of the concatenation. The head
     table is left out of the statement where `head_index` shows it holds nothing of these series in
-    range (and the read repeated with it if the writer marked head rows meanwhile).
+    range (and the read repeated with it if the writer marked head rows meanwhile). Each statement
+    runs in one of `gate`'s turns, the decoding after it in none.
     """
     if not ids:
         return {}
     where = _id_filter(ids)
     marks = None if head_index is None else head_index.clear_of(np.asarray(ids, np.int64), end_ms)
-    chunks, head = _fetch(cur, where, start_ms, end_ms, with_head=marks is None)
+    chunks, head = _fetch(cur, where, start_ms, end_ms, gate, with_head=marks is None)
     if marks is not None and head_index is not None and not head_index.unmarked_since(marks):
-        chunks, head = _fetch(cur, where, start_ms, end_ms, with_head=True)
+        chunks, head = _fetch(cur, where, start_ms, end_ms, gate, with_head=True)
     head_parts = _head_parts(head)
     parts: dict[int, list[Part]] = {}
     if len(chunks["n"]):
@@ -126,23 +133,25 @@ def read_samples_cached(  # noqa: C901 - cache lookups and the misses' read in o
     end_ms: int,
     head_index: HeadIndex | None,
     cache: ChunkCache,
+    gate: ReadGate | None = None,
 ) -> CachedRead | None:
     """`read_samples` with chunks from memory (chunkcache.py): the chunk index says which chunks hold
     the range, the cache holds them decoded, and only the ones it lacks are read from the database.
     A series read before in the same way is answered by its view (`SeriesView`), without looking at
     its chunks one by one. Return None where the writer changed chunks during the read: then
-    `read_samples` reads it."""
+    `read_samples` reads it. As there, only DuckDB's statements take turns of `gate`: a read answered
+    from memory takes none."""
     if not ids:
         return CachedRead({}, True)
     generation = cache.generation.stable()
     if generation is None:
         return None
-    index = cache.index(cur, generation)
+    index = cache.index(cur, generation, gate)
     if index is None:
         return None
     id_list = sorted(set(ids))
     marks = None if head_index is None else head_index.clear_of(np.asarray(id_list, np.int64), end_ms)
-    head = _NO_HEAD if marks is not None else _fetch_head(cur, _id_filter(ids), start_ms, end_ms)
+    head = _NO_HEAD if marks is not None else _fetch_head(cur, _id_filter(ids), start_ms, end_ms, gate)
     views, rest = cache.views(index, id_list, start_ms, end_ms)
     rows = index.rows_of(np.asarray(rest, np.int64), start_ms, end_ms) if rest else np.zeros(0, np.int64)
     keys = index.keys(rows) if rows.size else []
@@ -150,13 +159,13 @@ def read_samples_cached(  # noqa: C901 - cache lookups and the misses' read in o
     if missing and not cache.fits(int(index.n[rows[missing]].sum())):
         return None  # too big to keep: the plain read decodes it as fast, without the bookkeeping
     if missing:
-        fetched = cache.fetch(cur, index, rows[missing])
+        fetched = cache.fetch(cur, index, rows[missing], gate)
         if fetched is None:
             return None
         for i, piece in zip(missing, fetched, strict=True):
             found[i] = piece
     if marks is not None and head_index is not None and not head_index.unmarked_since(marks):
-        head = _fetch_head(cur, _id_filter(ids), start_ms, end_ms)
+        head = _fetch_head(cur, _id_filter(ids), start_ms, end_ms, gate)
     if cache.generation.value != generation:
         return None
     head_parts = _head_parts(head)
@@ -277,14 +286,15 @@ def _head_parts(head: dict[str, np.ndarray]) -> dict[int, Part]:
 
 
 def _fetch_head(
-    cur: duckdb.DuckDBPyConnection, where: str, start_ms: int, end_ms: int
+    cur: duckdb.DuckDBPyConnection, where: str, start_ms: int, end_ms: int, gate: ReadGate | None
 ) -> dict[str, np.ndarray]:
     """Head rows in range, ordered by series then time then write order."""
-    rows = _execute(
+    rows = _fetchnumpy(
         cur,
         f"SELECT series_id, t_ms, v_bits, seq FROM head WHERE {where} AND t_ms >= $1 AND t_ms <= $2",
         [start_ms, end_ms],
-    ).fetchnumpy()
+        gate,
+    )
     ids, t, seq = np.asarray(rows["series_id"]), np.asarray(rows["t_ms"]), np.asarray(rows["seq"])
     order = np.lexsort((seq, t, ids))
     return {
@@ -351,7 +361,13 @@ def _chunk_parts(
 
 
 def _fetch(
-    cur: duckdb.DuckDBPyConnection, where: str, start_ms: int, end_ms: int, *, with_head: bool = True
+    cur: duckdb.DuckDBPyConnection,
+    where: str,
+    start_ms: int,
+    end_ms: int,
+    gate: ReadGate | None,
+    *,
+    with_head: bool = True,
 ) -> tuple[Any, Any]:
     """Chunk rows and (`with_head`) head rows in range, ordered by series then time then write order.
 
@@ -367,7 +383,7 @@ def _fetch(
             f" UNION ALL SELECT series_id, seq, -1, t_ms, v_bits, NULL, NULL FROM head WHERE {where} "
             "AND t_ms >= $1 AND t_ms <= $2"
         )
-    rows = _execute(cur, sql, [start_ms, end_ms]).fetchnumpy()
+    rows = _fetchnumpy(cur, sql, [start_ms, end_ms], gate)
     # Ordered here rather than by the statement: sorting a few hundred keys in numpy is cheaper than
     # DuckDB's ORDER BY carrying the blobs along (~0.4 ms of a 32-series read).
     order = np.lexsort((np.asarray(rows["seq"]), np.asarray(rows["t_min_ms"]), np.asarray(rows["series_id"])))

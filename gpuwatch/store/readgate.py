@@ -5,15 +5,20 @@ result there until it is fetched. With 8 web workers reading at once under 50 da
 the writer's compaction (which sorts the whole head) failed with "Out of Memory" (bench/README.md,
 "Soak"). So at most `readers` reads run at once, and a compaction or retention pass waits for those
 in flight, then runs with none: reads wait about a second every few minutes instead of failing.
-A thread that waits for the writer (a flush, a compaction) gives up its turn meanwhile (`paused`),
-so that it never waits for a compaction that waits for it.
+
+A turn covers one statement and the fetch of its result (`read.py`, `chunkcache.py`), not what a
+read does in Python around it: chunks decoded or found in memory take none, so a warm page's
+requests are not served in turns (bench/README.md, "Dashboard"). Within a turn a thread waits for
+nothing but DuckDB, so a compaction waiting for the turns in flight never waits for itself. A thread
+that waits for the writer (a flush, a compaction) while holding a turn would give it up meanwhile
+(`paused`); the store's own reads never do.
 """
 
 from __future__ import annotations
 
 import threading
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 
 
 class ReadGate:
@@ -82,3 +87,8 @@ class ReadGate:
             with self._cond:
                 self._alone = False
                 self._cond.notify_all()
+
+
+def turn(gate: ReadGate | None) -> AbstractContextManager[None]:
+    """One of `gate`'s turns (`reading()`), or nothing to wait for without a gate."""
+    return nullcontext() if gate is None else gate.reading()

@@ -7,6 +7,7 @@ from pathlib import Path
 from flask import Blueprint, Flask
 
 from gpuwatch.access import AccessFile
+from gpuwatch.web import admission
 from gpuwatch.web.access import Gate, install
 from gpuwatch.web.alertmanager import bp as alertmanager_bp
 from gpuwatch.web.dash import alerts as dash_alerts
@@ -73,6 +74,8 @@ def create_app(runtime: WebRuntime) -> Flask:
 
     access = runtime.access or AccessFile(None)  # None: no credentials file (tests, benches): loopback only
     install(app, Gate(runtime.settings, access, runtime.clock), access.session_key())
+    # After the access gate: a refused client takes no turn.
+    admission.install(app, admission.Admission.of(runtime.settings))
     for bp in (
         ops_bp,
         login_bp,

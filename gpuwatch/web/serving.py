@@ -16,12 +16,20 @@ from waitress.server import create_server
 from werkzeug.serving import WSGIRequestHandler
 from werkzeug.serving import make_server as make_werkzeug_server
 
-THREADS = 8
+THREADS = 8  # workers where `threads_for` is not asked (benches, tests)
+# Workers besides the costly requests' running and waiting ones (web/admission.py): they answer
+# /-/health, pages, assets and the 503s of costly requests past the queue while those are all taken.
+SPARE_THREADS = 4
 # Open connections waitress serves at once. Its default, 100, is 16 browsers' worth (a browser keeps
 # up to 6 connections to a host open): with 50 dashboards open, new connections, /-/health among
 # them, waited in the listen backlog until the client gave up (bench/README.md, "Soak"). Idle
 # connections still close after waitress's `channel_timeout` (120 s).
 CONNECTION_LIMIT = 1000
+
+
+def threads_for(running: int, waiting: int) -> int:
+    """Workers for `running` costly requests at once and `waiting` more (web/admission.py), plus spares."""
+    return running + waiting + SPARE_THREADS
 
 
 class TlsError(Exception):
@@ -66,8 +74,11 @@ class _TlsServer:
         self._server.server_close()
 
 
-def make_server(app: Any, host: str, port: int, tls: ssl.SSLContext | None = None) -> Any:
-    """The server for `app` on host:port (HTTPS with `tls`), not yet running. OSError: the port is in use."""
+def make_server(
+    app: Any, host: str, port: int, tls: ssl.SSLContext | None = None, threads: int = THREADS
+) -> Any:
+    """The server for `app` on host:port (HTTPS with `tls`; plain HTTP with `threads` workers), not yet
+    running. OSError: the port is in use."""
     if tls is not None:
         return _TlsServer(app, host, port, tls)
     sockets: dict[int, Any] = {}  # what waitress opens: its wake-up trigger, then the listening socket
@@ -77,7 +88,7 @@ def make_server(app: Any, host: str, port: int, tls: ssl.SSLContext | None = Non
             map=sockets,
             host=host,
             port=port,
-            threads=THREADS,
+            threads=threads,
             ident="gpuwatch",
             asyncore_loop_timeout=5,  # waitress wakes its loop by a trigger; no need to poll each second
             connection_limit=CONNECTION_LIMIT,

@@ -72,7 +72,8 @@
     lastTwin = Date.now();
     var host = vars.hostname;
     return gw.getJson('/api/ui/cluster' + (host ? '?hostname=' + encodeURIComponent(host) : '')).then(function (r) {
-      if (r.ok && r.body && r.body.data) updateTwin(r.body.data);
+      if (gw.isBusy(r)) lastTwin = 0;  // ask again at the next refresh
+      else if (r.ok && r.body && r.body.data) updateTwin(r.body.data);
     });
   }, true);
 

@@ -20,6 +20,7 @@
   gw.onRefresh(function (r) {
     // One query brings every health figure; its series are split by metric name.
     return gw.query(gw.fill(healthQuery, vars), r.end).then(function (res) {
+      if (res.status === 'busy') return;  // the cards stay as they are until the next refresh
       var byName = {};
       (values(res) || []).forEach(function (s) {
         var n = s.metric.__name__;

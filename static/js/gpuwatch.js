@@ -273,8 +273,12 @@
       });
     }, function (err) { return { ok: false, offline: true, status: 0, body: { error: String(err) } }; });
   };
+  /** A 503 `unavailable`: the server is answering as many queries as it takes (query_max_concurrency
+   * and query_max_queued); nothing is wrong, ask again at the next refresh. */
+  gw.isBusy = function (r) { return r.status === 503 && !!r.body && r.body.errorType === 'unavailable'; };
   function promResult(r, extra) {
     if (r.offline) return Object.assign({ status: 'offline', error: gw.t('state.offline'), result: [] }, extra);
+    if (gw.isBusy(r)) return Object.assign({ status: 'busy', error: r.body.error, result: [] }, extra);
     if (!r.ok || !r.body || r.body.status !== 'success') {
       var b = r.body || {};
       return Object.assign({ status: 'error', errorType: b.errorType || '', error: b.error || ('HTTP ' + r.status), result: [] }, extra);
@@ -590,8 +594,9 @@
   function absenceState(panel, vars, timeMs) {
     // Which kind of nothing: collection failed, not available on this GPU, a real empty answer
     // (panel.empty: "no process"), or no data.
-    function has(q) { return q ? gw.query(gw.fill(q, vars), timeMs).then(function (r) { return r.result.length > 0; }) : Promise.resolve(null); }
+    function has(q) { return q ? gw.query(gw.fill(q, vars), timeMs).then(function (r) { return r.status === 'busy' ? 'busy' : r.result.length > 0; }) : Promise.resolve(null); }
     return Promise.all([has(panel.failed_if), has(panel.unsupported_if)]).then(function (x) {
+      if (x[0] === 'busy' || x[1] === 'busy') return 'busy';
       if (x[0]) return 'failed';
       if (panel.empty && x[1] !== false) return 'empty';
       if (x[1]) return 'unsupported';
@@ -673,6 +678,8 @@
       return Promise.all([req, marksReq]).then(function (both) {
         var res = both[0], marksRes = both[1] && both[1].status === 'ok' ? both[1] : null;
         var failing = null;
+        // Busy: keep what is drawn and ask again at the next refresh, not once a step.
+        if (res.status === 'busy') { c.fetchedAt = 0; return; }
         if (res.status !== 'ok') {
           c.card.dataset.state = res.status;
           dropChart(c);
@@ -682,6 +689,7 @@
         if (ranged) { gw.text(c.step, gw.t('panel.step') + ' ' + res.step + ' s'); c.explore.href = gw.exploreUrl(c.expr, { step: res.step }); }
         if (!res.result.length) {
           return absenceState(panel, allVars, r.end).then(function (st) {
+            if (st === 'busy') { c.fetchedAt = 0; return; }
             c.card.dataset.state = st; dropChart(c);
             gw.showState(c.body, st, null, st === 'empty' ? gw.t(panel.empty) : null);
           });
@@ -706,6 +714,7 @@
         if (!c.chart || !c.body.contains(c.chart)) { c.body.innerHTML = ''; c.chart = gw.el('div', { class: 'gw-chart' }); c.body.appendChild(c.chart); }
         if (panel.failed_if) {
           failing = gw.query(gw.fill(panel.failed_if, allVars), r.end).then(function (f) {
+            if (f.status === 'busy') return;
             c.status.innerHTML = '';
             if (f.result.length) c.status.appendChild(gw.el('span', { class: 'gw-state-failed', 'data-state': 'failing' }, gw.t('state.failing')));
           });

@@ -44,6 +44,7 @@
     if (!r.force && key === heatKey && Date.now() - heatAsked < step * 1000) return;
     heatKey = key; heatAsked = Date.now();
     return gw.queryRange(expr, r.start, r.end, width).then(function (res) {
+      if (res.status === 'busy') { heatAsked = 0; return; }  // ask again at the next refresh
       if (res.status !== 'ok') { section.dataset.state = res.status; gw.showState(el, res.status, res.error); return; }
       var rows = res.result.map(function (s) { return { le: parseFloat(s.metric.le), values: s.values }; })
         .filter(function (x) { return !isNaN(x.le); }).sort(function (a, b) { return a.le - b.le; });
@@ -98,7 +99,8 @@
     if (!range.force && Date.now() - lastTwin < 4500) return;
     lastTwin = Date.now();
     return gw.getJson('/api/ui/inference/' + encodeURIComponent(job)).then(function (r) {
-      if (r.ok && r.body.data) { drawTiles(r.body.data.tiles); drawServing(r.body.data.serving); }
+      if (gw.isBusy(r)) lastTwin = 0;  // ask again at the next refresh
+      else if (r.ok && r.body.data) { drawTiles(r.body.data.tiles); drawServing(r.body.data.serving); }
     });
   }, true);
 })();
