@@ -222,15 +222,15 @@ def test_figures_are_pure_functions_of_query_rows(demo_server, page) -> None:  #
     # events as marks on a time chart: a dashed line each on the chart's own x axis, full height
     # (paper y), with a hoverable marker on a hidden axis; names escaped for Plotly
     assert got["marks"] == [
-        [120000, "xid", "gpuwatch_xid_errors_total <b>79</b>"],  # appeared after the range start
-        [110000, "throttle", "gpuwatch_clock_throttled sw_thermal"],
-        [130000, "power_cap", "gpuwatch_clock_throttled sw_power_cap"],  # listed, not marked (below)
+        [120000, "xid", "XID <b>79</b>"],  # appeared after the range start; metric names in words
+        [110000, "throttle", "throttled sw_thermal"],
+        [130000, "power_cap", "throttled sw_power_cap"],  # listed, not marked (below)
     ]
     assert got["lineTimes"] == got["at"][::-1] and [c for *_, c in got["lines"]] == ["r", "y"]
     assert all(vertical for _, vertical, _ in got["lines"]) and got["thresholds"] == 1
     assert got["trace"] == {
         "axis": "y2",
-        "text": ["gpuwatch_xid_errors_total &lt;b&gt;79&lt;/b&gt;", "gpuwatch_clock_throttled sw_thermal"],
+        "text": ["XID &lt;b&gt;79&lt;/b&gt;", "throttled sw_thermal"],
         "y": [1, 1],
         "legend": False,
         "colors": ["r", "y"],
@@ -290,7 +290,7 @@ def test_gpu_charts_mark_the_events_on_their_time_axis(demo_server, page) -> Non
     for chart in ("util", "power"):  # every chart with data shows the XID where the events chart has it
         page.wait_for_function(f"() => ({marks})({chart!r}) !== null", timeout=20_000)
         got = page.evaluate(marks, chart)
-        assert got == {"text": ["gpuwatch_xid_errors_total 79"], "lines": 1}, (chart, got)
+        assert got == {"text": ["XID 79"], "lines": 1}, (chart, got)
         # drawn: a marker point in the chart's SVG besides the line's
         assert page.locator(f"#panel-{chart} .scatterlayer .trace .point").count() >= 1
     assert page.console.errors == []
