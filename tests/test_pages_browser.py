@@ -69,6 +69,27 @@ def test_training_pages(demo_server, page) -> None:  # type: ignore[no-untyped-d
     assert page.console.errors == []
 
 
+def test_a_busy_server_leaves_the_run_page_drawing_not_an_error(demo_server, page) -> None:  # type: ignore[no-untyped-def]
+    # The run page's twin takes a query turn (web/admission.py): answered 503 `unavailable` twice, the
+    # page asks again a second later (here with auto-refresh off) and draws, never an error panel.
+    asked = []
+
+    def busy_twice(route) -> None:  # type: ignore[no-untyped-def]
+        asked.append(route.request.url)
+        if len(asked) <= 2:
+            route.fulfill(status=503, headers={"Retry-After": "1"}, content_type="application/json",
+                          body='{"status":"error","errorType":"unavailable","error":"too many concurrent queries (test)"}')  # fmt: skip
+        else:
+            route.continue_()
+
+    page.route(f"**/api/ui/training/{RUN}?*", busy_twice)
+    page.goto(f"{demo_server.url}/training/{RUN}?{LIVE}")
+    _settled(page, "#panel-loss")
+    assert page.get_attribute("#panel-loss", "data-state") == "data" and len(asked) >= 3
+    assert chart_points(page, "loss") > 0
+    assert [e for e in page.console.errors if "503" not in e] == []
+
+
 def test_inference_pages(demo_server, page) -> None:  # type: ignore[no-untyped-def]
     wait_until(
         lambda: any(

@@ -206,6 +206,7 @@
     drawLogs(runs[0]);
   }
 
+  var retry = null;
   function load(r) {
     var width = (document.getElementById('chart-loss').clientWidth || 800);
     var q = new URLSearchParams({ smoothing: String(weight()), max_points: String(Math.max(200, Math.min(8000, width * 2))),
@@ -213,6 +214,10 @@
     var cmp = gw.param('compare', '');
     if (cmp) q.set('compare', cmp);
     return gw.getJson('/api/ui/training/' + encodeURIComponent(run) + '?' + q.toString()).then(function (res) {
+      if (gw.isBusy(res)) {  // the server takes no more queries now: keep what is shown, ask again in 1 s
+        if (!retry) retry = setTimeout(function () { retry = null; load(gw.range()); }, 1000);
+        return;
+      }
       if (!res.ok) {
         ['loss', 'learning_rate', 'grad_norm', 'throughput', 'checkpoints'].forEach(function (id) {
           gw.showState(document.getElementById('chart-' + id), res.offline ? 'offline' : 'error', res.body && res.body.error);
