@@ -56,6 +56,7 @@ import requests
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from bench import soaktabs  # noqa: E402
 from bench.scrape_targets import start_targets  # noqa: E402
 from bench.soaktabs import Page, Pool, Record, run_client  # noqa: E402
 
@@ -233,6 +234,7 @@ def main() -> None:
     ap.add_argument("--clients", type=int, default=50)
     ap.add_argument("--mix", default="36,8,6", help="cluster,GPU,inference pages (scaled to --clients)")
     ap.add_argument("--seconds", type=float, default=600.0)
+    ap.add_argument("--range", type=float, default=3600.0, help="seconds of history each tab shows (1 h)")
     ap.add_argument("--warmup", type=float, default=30.0)
     ap.add_argument("--gpus", type=int, default=64)
     ap.add_argument("--targets", type=int, default=20)
@@ -243,6 +245,7 @@ def main() -> None:
         "--env", action="append", default=[], metavar="KEY=VALUE", help="extra GPUWATCH_* setting"
     )
     args = ap.parse_args()
+    soaktabs.RANGE_MS = int(args.range * 1000)
 
     targets, ready = start_targets(args.targets)
     serve: subprocess.Popen[bytes] | None = None

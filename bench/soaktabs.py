@@ -21,6 +21,7 @@ import orjson
 NICE_STEPS = (1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 10800, 21600, 43200, 86400)
 MAX_POINTS = 1500
 RANGED = ("timeseries", "heatmap", "events")
+RANGE_MS = 3_600_000  # the time range every tab shows (bench_soak.py --range)
 GRID_PX = 1200  # the panels' grid at a 1280 px wide window: 12 columns
 BROWSER_CONNECTIONS = 6  # a browser's HTTP/1.1 connections per host
 TIMEOUT_S = 30.0
@@ -265,7 +266,7 @@ class Page:
         rate = 0.0
         for st in self.panels:
             p = st.panel
-            step = step_for(end_ms - 3_600_000, end_ms, st.width_px) if p["kind"] in RANGED else 0
+            step = step_for(end_ms - RANGE_MS, end_ms, st.width_px) if p["kind"] in RANGED else 0
             rate += 1 / max(1, step, p.get("min_interval") or 0)
         if self.kind == "cluster":
             rate += 1 / 5
@@ -273,7 +274,7 @@ class Page:
             rate += 1 if self.data.get("health_query") else 0
         elif self.kind == "inference":
             rate += 1 / 5 + (
-                1 / step_for(end_ms - 3_600_000, end_ms, 800) if self.data.get("heatmap_expr") else 0
+                1 / step_for(end_ms - RANGE_MS, end_ms, 800) if self.data.get("heatmap_expr") else 0
             )
         return rate
 
@@ -357,7 +358,7 @@ class Page:
 
     async def tick(self) -> None:
         end_ms = time.time() * 1000
-        start_ms = end_ms - 3_600_000
+        start_ms = end_ms - RANGE_MS
         await asyncio.gather(
             *(self.panel(st, start_ms, end_ms) for st in self.panels), self.extras(start_ms, end_ms)
         )
