@@ -41,6 +41,7 @@ from gpuwatch.rules.manager import RuleManager, RuleStore, configured_groups
 from gpuwatch.rules.roundcache import RoundCache
 from gpuwatch.runtime import SELF_METRICS, Runtime, scrape_pool
 from gpuwatch.store import Store
+from gpuwatch.web.admission import Admission
 
 log = logging.getLogger("gpuwatch")
 
@@ -138,6 +139,7 @@ def build_runtime(settings: Settings, hostname: str, clock: Clock | None = None,
             metadata=metadata,
             host=HostCollector(instance=hostname, data_dir=settings.data_dir, proc_root=settings.proc_root),
             run_gpus=RunGpus(hostname, proc_root, machine_name=socket.gethostname()),
+            admission=Admission.of(settings),
         )
         jobs.add("sample", runtime.sample, settings.sample_interval)
         jobs.add("push", runtime.repush, REEMIT_INTERVAL_S)

@@ -36,6 +36,7 @@ from gpuwatch.promtext.writer import format_text
 from gpuwatch.query.recent import RecentSamples, WithRecent
 from gpuwatch.rules.manager import RuleManager
 from gpuwatch.store import Store
+from gpuwatch.web.admission import Admission
 
 log = logging.getLogger("gpuwatch")
 
@@ -64,6 +65,13 @@ SELF_METRICS: tuple[MetricInfo, ...] = (
         "gpuwatch_job_runs_total", "counter", "Runs of each scheduled job since start.", "", ("task",)
     ),
     MetricInfo("gpuwatch_job_failures_total", "counter", "Failed runs of each scheduled job.", "", ("task",)),
+    MetricInfo(
+        "gpuwatch_queries_refused_total",
+        "counter",
+        "PromQL queries and dashboard twins answered 503 unavailable since start: more were asked than "
+        "query_max_concurrency and query_max_queued take.",
+        "",
+    ),
     MetricInfo(
         "gpuwatch_rule_evaluation_failures_total",
         "counter",
@@ -125,6 +133,8 @@ class Runtime:
     first_token: str | None = None  # the machine token made on this first start, to show once
     run_gpus: RunGpus | None = None  # joins runs with the process table (gpuwatch_run_gpu_info)
     run_energy: RunEnergy = field(default_factory=RunEnergy)
+    # the turns PromQL queries and the pages' twins take (web/admission.py; counted in /metrics)
+    admission: Admission = field(default_factory=lambda: Admission(4, 16, 120.0))
     # gpuwatch's own figures as sampled, which the rules read even while the store cannot write them
     own_figures: RecentSamples = field(default_factory=lambda: RecentSamples(SELF_FIGURES_HELD_MS))
     _latest: dict[str, Batch] = field(default_factory=dict)
@@ -174,6 +184,7 @@ class Runtime:
             Sample("gpuwatch_store_queue_depth", (), float(stats.get("queue_depth", 0))),
             Sample("gpuwatch_store_write_errors_total", (), float(stats.get("write_errors", 0))),
             Sample("gpuwatch_store_dropped_samples_total", (), float(stats.get("dropped_samples", 0))),
+            Sample("gpuwatch_queries_refused_total", (), float(self.admission.refused)),
         ]
         if self.rules is not None:
             for key, n in self.rules.failure_counts().items():

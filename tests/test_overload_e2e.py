@@ -49,6 +49,11 @@ def _new_samples_since(server: Server, start: float) -> int:
     return -1 if times is None else int((times > start).sum())
 
 
+def _refused(server: Server) -> float:
+    lines = server.get("/metrics").text.splitlines()
+    return next(float(x.split()[-1]) for x in lines if x.startswith("gpuwatch_queries_refused_total "))
+
+
 def test_slow_queries_past_the_limits_are_503_while_health_and_sampling_go_on(
     serve: Callable[..., Server],
 ) -> None:
@@ -78,6 +83,8 @@ def test_slow_queries_past_the_limits_are_503_while_health_and_sampling_go_on(
         got: list[np.ndarray | None] = []
         wait_until(lambda: got.append(_gpu_times(server)) or got[-1] is not None, 60, "always busy")
         seen = list(answers)
+        # /metrics counts the refusals (the sample job's figure, a sample interval behind)
+        wait_until(lambda: _refused(server) > 0, 30, "gpuwatch_queries_refused_total stayed 0")
         rc = server.stop()  # SIGTERM with the clients still asking
     finally:
         stop.set()

@@ -75,7 +75,9 @@ def create_app(runtime: WebRuntime) -> Flask:
     access = runtime.access or AccessFile(None)  # None: no credentials file (tests, benches): loopback only
     install(app, Gate(runtime.settings, access, runtime.clock), access.session_key())
     # After the access gate: a refused client takes no turn.
-    admission.install(app, admission.Admission.of(runtime.settings))
+    # The runtime's turns when it has them (gpuwatch serve: counted in /metrics), else the settings'.
+    turns = getattr(runtime, "admission", None) or admission.Admission.of(runtime.settings)
+    admission.install(app, turns)
     for bp in (
         ops_bp,
         login_bp,
