@@ -134,7 +134,7 @@ class Runtime:
     run_gpus: RunGpus | None = None  # joins runs with the process table (gpuwatch_run_gpu_info)
     run_energy: RunEnergy = field(default_factory=RunEnergy)
     # the turns PromQL queries and the pages' twins take (web/admission.py; counted in /metrics)
-    admission: Admission = field(default_factory=lambda: Admission(4, 16, 120.0))
+    admission: Admission = field(default_factory=lambda: Admission.of(None))  # the defaults
     # gpuwatch's own figures as sampled, which the rules read even while the store cannot write them
     own_figures: RecentSamples = field(default_factory=lambda: RecentSamples(SELF_FIGURES_HELD_MS))
     _latest: dict[str, Batch] = field(default_factory=dict)
