@@ -296,6 +296,36 @@ def test_gpu_charts_mark_the_events_on_their_time_axis(demo_server, page) -> Non
     assert page.console.errors == []
 
 
+def test_explore_asks_a_busy_query_again_without_a_refresh(demo_server, page) -> None:  # type: ignore[no-untyped-def]
+    """Explore with auto-refresh off: a query answered busy (503 `unavailable`) twice is asked again
+    within seconds and then drawn, in both the graph and the table view; never shown as an error."""
+    asked: list[str] = []
+
+    def first_two_busy(route) -> None:  # type: ignore[no-untyped-def]
+        asked.append(route.request.url)
+        if len(asked) <= 2:
+            route.fulfill(
+                status=503,
+                headers={"Retry-After": "1"},
+                content_type="application/json",
+                body='{"status":"error","errorType":"unavailable","error":"too many concurrent queries (test)"}',
+            )
+        else:
+            route.continue_()
+
+    for view, path in (("", "query_range"), ("&view=table", "query?")):
+        asked.clear()
+        page.route(f"**/api/v1/{path}*", first_two_busy)
+        page.goto(f"{demo_server.url}/explore?expr=DCGM_FI_DEV_GPU_UTIL{view}&{LIVE}")
+        page.wait_for_function(
+            "() => document.getElementById('panel-explore').dataset.state === 'data'", timeout=15_000
+        )
+        assert len(asked) >= 3, asked  # busy, busy, answered: with no refresh of the page's own
+        page.unroute(f"**/api/v1/{path}*")
+    assert page.locator("#result-table tbody tr").count() > 0
+    assert [e for e in page.console.errors if "503" not in e] == []
+
+
 def test_a_busy_server_is_asked_again_next_refresh_not_shown_as_an_error(demo_server, page) -> None:  # type: ignore[no-untyped-def]
     """A 503 `unavailable` (too many queries at once: web/admission.py) is "busy": the panel keeps what it
     shows and asks again at the next refresh. Over 6 hours a chart asks once its 120 s step; here every

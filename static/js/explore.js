@@ -116,6 +116,15 @@
     body.innerHTML = '';
     body.appendChild(gw.el('div', { class: 'gw-table-wrap' }, [table]));
   }
+  // A busy answer (503 `unavailable`: as many queries running as the server takes) is asked again in
+  // 1 s, whether or not the page refreshes by itself; what is shown stays until then.
+  var retry = null;
+  function busy(res) {
+    if (res.status !== 'busy') return false;
+    if (!retry) retry = setTimeout(function () { retry = null; gw.refresh(); }, 1000);
+    if (!chart && !body.querySelector('#result-table')) { card.dataset.state = 'busy'; gw.showState(body, 'busy', res.error); }
+    return true;
+  }
   var panel = { id: 'explore', kind: 'timeseries', unit: 'none', legend: '', thresholds: {}, height: 360, width: 12 };
 
   gw.onRefresh(function (r) {
@@ -128,6 +137,7 @@
       if (found) { card.dataset.state = 'error'; dropChart(); gw.showState(body, 'error', found.error); gw.text(info, ''); return; }
       if (view() === 'table') {
         return gw.query(expr, r.end).then(function (res) {
+          if (busy(res)) return;
           if (res.status !== 'ok') { card.dataset.state = res.status; dropChart(); gw.showState(body, res.status, res.error); return; }
           gw.text(info, res.result.length + ' ' + gw.t('explore.series'));
           if (res.resultType === 'scalar' || res.resultType === 'string') { card.dataset.state = 'data'; drawTable([], res.resultType); return; }
@@ -140,9 +150,10 @@
       var width = body.clientWidth || 900;
       var q = asked > 0 && (r.end - r.start) / (asked * 1000) <= 11000
         ? gw.getJson('/api/v1/query_range?' + new URLSearchParams({ query: expr, start: String(r.start / 1000), end: String(r.end / 1000), step: String(asked) }).toString())
-          .then(function (x) { var ok = x.ok && x.body.status === 'success'; return { status: x.offline ? 'offline' : ok ? 'ok' : 'error', result: ok ? x.body.data.result : [], error: (x.body || {}).error, step: asked, start: r.start, end: r.end }; })
+          .then(function (x) { var ok = x.ok && x.body.status === 'success'; return { status: x.offline ? 'offline' : gw.isBusy(x) ? 'busy' : ok ? 'ok' : 'error', result: ok ? x.body.data.result : [], error: (x.body || {}).error, step: asked, start: r.start, end: r.end }; })
         : gw.queryRange(expr, r.start, r.end, width);
       return q.then(function (res) {
+        if (busy(res)) return;
         if (res.status !== 'ok') { card.dataset.state = res.status; dropChart(); gw.showState(body, res.status, res.error); gw.text(info, ''); return; }
         gw.text(info, gw.t('panel.step') + ' ' + res.step + ' s · ' + res.result.length + ' ' + gw.t('explore.series'));
         if (!res.result.length) { card.dataset.state = 'nodata'; dropChart(); gw.showState(body, 'nodata'); return; }

@@ -41,6 +41,7 @@ STRINGS: Mapping[str, tuple[str, str]] = {
     "state.failed": ("collection failed", "采集失败"),
     "state.error": ("query failed", "查询失败"),
     "state.offline": ("gpuwatch is not answering", "gpuwatch 无响应"),
+    "state.busy": ("busy, asking again…", "繁忙，正在重试…"),
     "state.loading": ("loading…", "加载中…"),
     "state.failing": ("collection failing now", "当前采集失败"),
     # panels
