@@ -1,7 +1,7 @@
 """New series per second through import or scrape: N new series of one sample each, into a real store.
 
 Usage: python bench/bench_series.py [--series 100000 300000 1000000] [--via import|scrape] [--labels 6]
-       [--marker] [--root DIR] [--profile]
+       [--marker] [--again] [--root DIR] [--profile]
 
 Builds a Prometheus text body of N series `bench_new_series{pod="...",node="...",l0..}` and times it
 into a fresh DuckDB store in a temporary directory, with the garbage collector set as `gpuwatch serve`
@@ -22,7 +22,8 @@ the system clock, flushing every 0.25 s) and prints the longest a marker waited 
 the N series went in: how long the writer was held (for an import also split by when the marker was
 appended: while the body was parsed, when only the GIL and the garbage collector hold the writer, or
 while it was written). `--root DIR` imports gpuwatch from another tree
-(a build to compare with, in turns); `--profile` prints the calling thread's cProfile.
+(a build to compare with, in turns); `--profile` prints the calling thread's cProfile. `--again`
+(scrape) scrapes the second page's series once more with new values: the cost of a known line.
 """
 
 from __future__ import annotations
@@ -47,12 +48,12 @@ T0_MS = 1_800_000_000_000
 MARKER_EVERY_S = 0.02
 
 
-def body(n: int, labels: int, offset: int = 0, timestamps: bool = True) -> str:
+def body(n: int, labels: int, offset: int = 0, timestamps: bool = True, value: int = 1) -> str:
     extra = ",".join(f'l{j}="value-{j}"' for j in range(labels - 2))
     stamp = f" {T0_MS}" if timestamps else ""
     head = "# HELP bench_new_series A new series.\n# TYPE bench_new_series gauge\n"
     return head + "".join(
-        f'bench_new_series{{pod="pod-{offset + i:07d}",node="node-{(offset + i) % 97}",{extra}}} 1{stamp}\n'
+        f'bench_new_series{{pod="pod-{offset + i:07d}",node="node-{(offset + i) % 97}",{extra}}} {value}{stamp}\n'
         for i in range(n)
     )
 
@@ -135,7 +136,7 @@ class Markers:
             t.join()
 
 
-def child(n: int, labels: int, via: str, marker: bool, profile: bool) -> None:
+def child(n: int, labels: int, via: str, marker: bool, profile: bool, again: bool = False) -> None:
     from gpuwatch.cli.gctune import tune_for_serving
     from gpuwatch.clock import FakeClock, SystemClock
     from gpuwatch.collect.importer import prepare, write
@@ -163,6 +164,7 @@ def child(n: int, labels: int, via: str, marker: bool, profile: bool) -> None:
             from gpuwatch.model import make_labels
 
             pages = [body(n, labels, timestamps=False).encode(), body(n, labels, n, False).encode()]
+            pages.append(body(n, labels, n, False, value=2).encode())  # (--again) the second's, new values
             server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Page)
             threading.Thread(target=server.serve_forever, daemon=True).start()
             address = f"127.0.0.1:{server.server_address[1]}"
@@ -220,6 +222,13 @@ def child(n: int, labels: int, via: str, marker: bool, profile: bool) -> None:
                 )
         if markers is not None:
             markers.stop()
+        if again and via == "scrape":
+            c0 = time.process_time()
+            once(2)
+            known = time.process_time() - c0
+            print(
+                f"    again, the same {n} series with new values: CPU {known:.2f} s = {1e6 * known / n:.2f} us a line"
+            )
         store.close()
     print(
         f"{n:>8} series via {via}, {labels} labels: {took[0]:6.2f} s = {n / took[0]:>9,.0f} series/s "
@@ -241,15 +250,16 @@ def main() -> None:
     p.add_argument("--marker", action="store_true")
     p.add_argument("--root", type=Path, default=ROOT, help="the gpuwatch tree to measure")
     p.add_argument("--profile", action="store_true")
+    p.add_argument("--again", action="store_true", help="(scrape) then the second page's series again")
     p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.child:
         sys.path.insert(0, str(args.root.resolve()))
-        child(args.series[0], args.labels, args.via, args.marker, args.profile)
+        child(args.series[0], args.labels, args.via, args.marker, args.profile, args.again)
         return
     for n in args.series:
         flags = ["--labels", str(args.labels), "--via", args.via, "--root", str(args.root)]
-        flags += ["--marker"] * args.marker + ["--profile"] * args.profile
+        flags += ["--marker"] * args.marker + ["--profile"] * args.profile + ["--again"] * args.again
         subprocess.run([sys.executable, __file__, "--child", "--series", str(n), *flags], check=True)
 
 

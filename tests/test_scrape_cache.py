@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import math
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gpuwatch.clock import FakeClock
+from gpuwatch.collect import scrape
 from gpuwatch.errors import ScrapeError
 from gpuwatch.model import is_stale
 from gpuwatch.promtext.parser import ParsedSample, Parser, parse
@@ -245,3 +247,39 @@ def test_new_relabel_rules_start_with_an_empty_cache(clock: FakeClock) -> None:
     got = by_key(batches2)
     assert got[("a", L(job="j", instance="h:1"))] == 1
     assert ("a", L(job="j", instance="h:1", pod="1")) not in got
+
+
+def test_a_page_bigger_than_the_cache_bound_is_still_cached_at_the_next_parse() -> None:
+    """The caches are cleared past `max_cache` entries, or twice the last page's lines where that is
+    more: a page of 300 lines under a bound of 100 is found in them at the next parse (each line's
+    parse the one kept from before), not parsed afresh at every scrape."""
+    parser = Parser(max_cache=100)
+    page = "".join(f'm{{i="{i}"}} {i}\n' for i in range(300)).encode()
+    first = parser.parse(page, openmetrics=False)
+    kept = dict(parser._series)
+    second = parser.parse(page, openmetrics=False)
+    assert _same(first.samples, second.samples) and len(second.samples) == 300
+    assert len(kept) == 300 and all(parser._series[k] is kept[k] for k in kept)
+    parser.parse(b"m 1\n", openmetrics=False)  # a small page again: the bound is back to max_cache
+    parser.parse(b"m 1\n", openmetrics=False)
+    assert len(parser._series) <= 100
+
+
+def test_a_target_bigger_than_the_cache_bound_keeps_its_series_numbers(
+    clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(scrape, "_MAX_CACHE", 100)
+    fetch = FakeFetch()
+    fetch.bodies["h:1"] = "".join(f'm{{i="{i}"}} {i}\n' for i in range(300)).encode()
+    pool, batches = pool_for([{"job_name": "j", "static_configs": [{"targets": ["h:1"]}]}], fetch, clock)
+    pool.scrape_all()
+    (target,) = pool._targets.values()
+    table = target._table
+    for _ in range(3):
+        clock.advance(15)
+        del batches[:]
+        pool.scrape_all()
+        got = by_key(batches)
+        assert got[("m", L(i="299", job="j", instance="h:1"))] == 299
+        assert got[("scrape_series_added", L(job="j", instance="h:1"))] == 0
+    assert target._table is table  # not started afresh at every scrape

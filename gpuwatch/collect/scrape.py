@@ -216,8 +216,10 @@ class Target:
         return found
 
     def _trim(self) -> None:
-        """Forget cached lines and series once there are too many; keep the last scrape's series."""
-        if max(len(self._by_key), len(self._by_labels), len(self._series)) > _MAX_CACHE:
+        """Forget cached lines and series once there are too many (`_MAX_CACHE`, or twice the last
+        scrape's where that is more: a bigger page stays known); keep the last scrape's series."""
+        bound = max(_MAX_CACHE, 2 * self._last.size)
+        if max(len(self._by_key), len(self._by_labels), len(self._series)) > bound:
             names, labels = self._table.names, self._table.labels
             self._new_table([(names[i], labels[i]) for i in self._last.tolist()])
 

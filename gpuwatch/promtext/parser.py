@@ -143,6 +143,10 @@ class Parser:
 
     def __init__(self, *, keep_exemplars: bool = False, max_cache: int = 200_000) -> None:
         self.keep_exemplars = keep_exemplars
+        # Each cache is cleared past this many entries: `max_cache`, or twice the last page's lines
+        # where that is more, so that a page of more lines than `max_cache` is still found in the
+        # caches at the next scrape (cleared at every one, it would cost ~7x the CPU a line).
+        self.base_cache = max_cache
         self.max_cache = max_cache
         # per format: label-set text -> (labels, le state, quantile state); `name="value"` -> pair
         self._bodies: dict[bool, dict[str, tuple[Labels, int, int]]] = {False: {}, True: {}}
@@ -214,6 +218,7 @@ class Parser:
         om = looks_like_openmetrics(text) if openmetrics is None else bool(openmetrics)
         state = _State(self, om, default_timestamp_ms, text, bad_lines)
         state.run()
+        self.max_cache = max(self.base_cache, 2 * state.line_count)
         return ParseResult(
             state.samples,
             {k: FamilyMeta(k, *v) for k, v in state.meta.items()},
