@@ -169,6 +169,36 @@ def test_the_cache_keeps_within_its_size_and_skips_reads_bigger_than_half_of_it(
             assert cache.bytes <= cache.max_bytes
 
 
+def test_chunks_no_read_used_for_ten_minutes_are_let_go() -> None:
+    """A chart reads the same recent chunks at every refresh; chunks that slid out of every chart's range
+    are let go 10 minutes after their last read (not kept until the cache is full), and are read from
+    the store again if asked for later."""
+    clock = FakeClock(T0 / 1000)
+    t = T0 + np.arange(2_000, dtype=np.int64) * 15_000
+    with Store.open(None, clock=clock, chunk_cache_mb=1) as store:
+        for s in "ab":
+            store.append_series("m", make_labels({"s": s}), t, np.sin(t / 1e6 + ord(s)))
+        store.flush()
+        cache = _cache(store)
+        a, b = ([NAME, Matcher("s", "=", s)] for s in "ab")
+        store.select(a, int(t[0]), int(t[-1]))
+        store.select(b, int(t[0]), int(t[-1]))
+        both = cache.bytes
+        clock.advance(9 * 60)
+        store.select(a, int(t[0]), int(t[-1]))  # a is used again, b is not
+        clock.advance(2 * 60)
+        misses, served = cache.misses, cache.served
+        assert store.select(a, int(t[0]), int(t[-1]))[0].values.size == 2_000
+        assert (cache.misses, cache.served) == (misses, served + 1)  # a: from memory
+        assert 0 < cache.bytes < both  # b's chunks went
+        got = store.select(b, int(t[0]), int(t[-1]))
+        assert got[0].values.tolist() == np.sin(t / 1e6 + ord("b")).tolist()
+        assert cache.misses > misses  # b: read from the store again
+        clock.advance(11 * 60)
+        store._writer.after_rewrite(store._cursor())  # the writer's refresh after a compaction: no read
+        assert cache.bytes == 0
+
+
 def test_a_store_without_a_cache_reads_the_same() -> None:
     t = T0 + np.arange(1_500, dtype=np.int64) * 15_000
     answers = []

@@ -8,7 +8,10 @@ and hot data in memory; so does this, below the query layer (answers are compute
   (DuckDB's `hash(ts, vs)`, stored with the chunk as it is written), read in one statement without
   the blobs;
 - `ChunkCache`: decoded chunks (timestamps and values), keyed by (series, first timestamp, samples,
-  content hash), least recently used first out once over `max_bytes`. Keyed by content, an entry is
+  content hash), least recently used first out once over `max_bytes`, and let go once no read used
+  them for `IDLE_MS` (10 minutes): the dashboard's charts read the same recent chunks at every refresh,
+  and without it the chunks that slid out of their range would sit in memory until `max_bytes` of them
+  pushed each other out (an hour and a half of a lab's chunks at 128 MB). Keyed by content, an entry is
   never stale: a rewritten chunk (compaction merging a window, retention trimming one) has another key.
 - `SeriesView`: per series, the last run of its chunks a read joined (consecutive in the index, one
   after another in time, lying one after another in one cached block), so that reading the series
@@ -38,6 +41,7 @@ from typing import Any
 import duckdb
 import numpy as np
 
+from gpuwatch.clock import Clock
 from gpuwatch.model import STALE_NAN_BITS
 from gpuwatch.store.codec import decode_chunks
 from gpuwatch.store.readgate import ReadGate, turn
@@ -49,6 +53,7 @@ _NONE_BEFORE = -(2**63)  # no chunk before a view
 _NONE_AFTER = 2**63 - 1  # no chunk after one
 _PLACE = np.dtype([("sid", np.int64), ("t_min", np.int64)])  # compared field by field, in this order
 _TIMES_PER_KEY = 4  # distinct timestamp arrays with the same (samples, first, last) kept per block
+IDLE_MS = 10 * 60_000  # a block that no read used for this long is let go
 
 
 class Generation:
@@ -159,13 +164,14 @@ class ChunkIndex:
 class _Block:
     """Decoded chunks stored one after another (a series' chunks in time order), read-only."""
 
-    __slots__ = ("keys", "nbytes", "refs", "t", "times", "v", "viewers")
+    __slots__ = ("keys", "nbytes", "refs", "t", "times", "used_ms", "v", "viewers")
 
     def __init__(self, t: np.ndarray, v: np.ndarray, keys: list[Key]) -> None:
         t.flags.writeable = False  # handed out as views: nobody may change what the cache holds
         v.flags.writeable = False
         self.t, self.v, self.keys = t, v, keys
         self.refs = 0  # keys that point into it
+        self.used_ms = 0  # when a read last used it (ChunkCache's clock)
         self.nbytes = t.nbytes + v.nbytes + _ENTRY_OVERHEAD * len(keys)
         self.viewers: set[int] = set()  # series that may have a view into it (ChunkCache._views)
         # The timestamps of its views, by (samples, first, last): views with equal ones share one
@@ -255,11 +261,16 @@ class ChunkCache:
     Decoded chunks live in blocks, least recently used first out; a series' chunks that were decoded
     together lie one after another in one block, so a read hands out a view of them without copying.
     Chunks of one series found in several blocks are joined into a new block on first use. Series
-    views (`SeriesView`) point into blocks, count in their bytes and go with them."""
+    views (`SeriesView`) point into blocks, count in their bytes and go with them. Blocks that no read
+    used for `idle_ms` by `clock` go too (at the next read, or the writer's next `refresh`)."""
 
-    def __init__(self, generation: Generation, max_bytes: int) -> None:
+    def __init__(
+        self, generation: Generation, max_bytes: int, clock: Clock | None = None, idle_ms: int = IDLE_MS
+    ) -> None:
         self.generation = generation
         self.max_bytes = max_bytes
+        self.idle_ms = idle_ms
+        self._now_ms = clock.now_ms if clock is not None else lambda: 0
         self._lock = threading.Lock()
         self._building = threading.Lock()  # held while an index is built (`index`)
         self._index: ChunkIndex | None = None
@@ -296,7 +307,9 @@ class ChunkCache:
     def refresh(self, cur: duckdb.DuckDBPyConnection) -> None:
         """Build the index of the current generation now, if reads have used an index before (the writer
         calls this after it rewrote chunks, so that the next read finds the index ready; without a turn
-        of the read gate, as the writer's own statements)."""
+        of the read gate, as the writer's own statements), and let go of the blocks no read used lately."""
+        with self._lock:
+            self._expire(self._now_ms())
         if self._index is None:
             return
         generation = self.generation.stable()
@@ -327,7 +340,9 @@ class ChunkCache:
         found: list[Piece | None] = []
         missing: list[int] = []
         where, blocks = self._where, self._blocks
+        now_ms = self._now_ms()
         with self._lock:
+            self._expire(now_ms)
             touched = set()
             for i, key in enumerate(keys):
                 piece = where.get(key)
@@ -337,6 +352,7 @@ class ChunkCache:
                     touched.add(id(piece[0]))
                 found.append(piece)
             for b in touched:
+                blocks[b].used_ms = now_ms
                 blocks.move_to_end(b)
             self.hits += len(keys) - len(missing)
             self.misses += len(missing)
@@ -403,7 +419,9 @@ class ChunkCache:
         found: list[SeriesView] = []
         rest: list[int] = []
         views, blocks = self._views, self._blocks
+        now_ms = self._now_ms()
         with self._lock:
+            self._expire(now_ms)
             touched = set()
             for sid in ids:
                 view = views.get(sid)
@@ -415,6 +433,7 @@ class ChunkCache:
                 found.append(view)
                 touched.add(id(view.block))
             for b in touched:
+                blocks[b].used_ms = now_ms
                 blocks.move_to_end(b)
             self.served += len(found)
         return found, rest
@@ -474,6 +493,7 @@ class ChunkCache:
 
     def _store(self, t: np.ndarray, v: np.ndarray, keys: list[Key], ns: np.ndarray) -> list[Piece]:
         block = _Block(t, v, keys)
+        block.used_ms = self._now_ms()
         first = np.zeros(ns.size + 1, np.int64)
         np.cumsum(ns, out=first[1:])
         pieces = [(block, a, b) for a, b in zip(first[:-1].tolist(), first[1:].tolist(), strict=True)]
@@ -496,13 +516,23 @@ class ChunkCache:
     def _evict(self) -> None:
         """Push out the least recently used blocks while over `max_bytes` (lock held)."""
         while self.bytes > self.max_bytes and self._blocks:
-            _, gone = self._blocks.popitem(last=False)
-            self.bytes -= gone.nbytes
-            self._forget(gone)
-            for key in gone.keys:
-                held = self._where.get(key)
-                if held is not None and held[0] is gone:
-                    del self._where[key]
+            self._drop_oldest()
+
+    def _expire(self, now_ms: int) -> None:
+        """Let go of the blocks no read used since `idle_ms` before `now_ms` (lock held). Blocks are in
+        the order of their last use, so those are at the front."""
+        blocks, limit = self._blocks, now_ms - self.idle_ms
+        while blocks and next(iter(blocks.values())).used_ms < limit:
+            self._drop_oldest()
+
+    def _drop_oldest(self) -> None:
+        _, gone = self._blocks.popitem(last=False)
+        self.bytes -= gone.nbytes
+        self._forget(gone)
+        for key in gone.keys:
+            held = self._where.get(key)
+            if held is not None and held[0] is gone:
+                del self._where[key]
 
     def _release(self, block: _Block) -> None:
         block.refs -= 1

@@ -82,7 +82,7 @@ class Store(SideTables):
         # Chunks in memory for reads; a read-only store's generation never moves (nothing writes).
         generation = Generation() if writer is None else writer.chunk_generation
         self._chunks: ChunkCache | None = (
-            ChunkCache(generation, int(chunk_cache_mb * 2**20)) if chunk_cache_mb > 0 else None
+            ChunkCache(generation, int(chunk_cache_mb * 2**20), clock) if chunk_cache_mb > 0 else None
         )
         if writer is not None and self._chunks is not None:
             writer.after_rewrite = self._chunks.refresh  # the index rebuilt off the query path
@@ -409,7 +409,22 @@ class Store(SideTables):
             "queue_depth": (w.queue.qsize() + len(w.batches)) if w else 0,
             "pending_samples": w.pending_samples if w else 0,
             "last_flush_ms": w.last_flush_ms if w else None,
+            "chunk_cache_bytes": self._chunks.bytes if self._chunks is not None else 0,
         }
+
+    def duckdb_memory_bytes(self) -> int | None:
+        """Return the memory DuckDB's buffer manager holds now (its tables' pages, the head, the
+        statements' working memory: at most `MEMORY_LIMIT_MB`), or None if it cannot say (~0.25 ms)."""
+        try:
+            # fetchall: a result not read to its end keeps its transaction open (no checkpoint then)
+            rows = (
+                self._cursor()
+                .execute("SELECT coalesce(sum(memory_usage_bytes), 0) FROM duckdb_memory()")
+                .fetchall()
+            )
+        except (duckdb.Error, StoreError):
+            return None
+        return int(rows[0][0]) if rows else None
 
     def stats(self) -> dict[str, Any]:
         """Return counters for /-/health and /metrics, with sample counts and file size (queries the database)."""
