@@ -15,7 +15,7 @@
    heatmap and twin every tick). A tick whose requests are still out is skipped, as the page skips
    it. Each client has at most 6 keep-alive connections, as a browser has per host.
 3. Every 10 s: gpuwatch's RSS and CPU, this process's CPU (the load generator) and the targets',
-   and one `/-/health`.
+   one `/-/health`, and from gpuwatch's `/metrics` the memory DuckDB and the chunk cache hold.
 4. After the load stops: every GPU series' timestamps over the window (`DCGM_FI_*` names, from the
    store through the API) and the gaps over 2 sample intervals; the sample job's runs; the log
    lines gpuwatch wrote (per condition and minute, and the conditions held back by the log throttle);
@@ -83,6 +83,8 @@ class Row:
     health_ms: float
     requests: int
     loadavg: float
+    duckdb_mib: float  # gpuwatch's own figures on /metrics (nan where it did not answer)
+    cache_mib: float
 
 
 async def monitor(
@@ -103,17 +105,27 @@ async def monitor(
         except (OSError, asyncio.TimeoutError, asyncio.IncompleteReadError, ValueError):
             status = 0
         health_ms = 1000 * (time.perf_counter() - h0)
+        own = {"gpuwatch_store_duckdb_memory_bytes": math.nan, "gpuwatch_store_chunk_cache_bytes": math.nan}
+        try:
+            code, text = await pool.get("/metrics")
+            for line in text.decode().splitlines() if code == 200 else ():
+                name, _, value = line.partition(" ")
+                if name in own:
+                    own[name] = float(value) / 2**20
+        except (OSError, asyncio.TimeoutError, asyncio.IncompleteReadError, ValueError):
+            pass
         done = sum(len(v) for v in rec.latencies.values())
         cur = (now, cpu_s(serve), cpu_s(me), cpu_s(targets), done)
         wall = cur[0] - last[0]
         rows.append(
             Row(now - t0, serve.memory_info().rss / 2**20, 100 * (cur[1] - last[1]) / wall,
                 100 * (cur[2] - last[2]) / wall, 100 * (cur[3] - last[3]) / wall, status, health_ms,
-                cur[4] - last[4], os.getloadavg()[0])
+                cur[4] - last[4], os.getloadavg()[0], own["gpuwatch_store_duckdb_memory_bytes"],
+                own["gpuwatch_store_chunk_cache_bytes"])
         )  # fmt: skip
         r = rows[-1]
         print(
-            f"  {r.t_s:5.0f} s  rss {r.rss_mib:6.1f} MiB  serve {r.serve_cpu_pct:5.1f} %  load gen {r.load_cpu_pct:5.1f} %"
+            f"  {r.t_s:5.0f} s  rss {r.rss_mib:6.1f} MiB (duckdb {r.duckdb_mib:4.1f}, chunk cache {r.cache_mib:5.1f})  serve {r.serve_cpu_pct:5.1f} %  load gen {r.load_cpu_pct:5.1f} %"
             f"  targets {r.targets_cpu_pct:5.1f} %  health {r.health} ({r.health_ms:.0f} ms)  {r.requests / wall:5.1f} req/s"
             f"  loadavg {r.loadavg:.2f}",
             flush=True,
@@ -324,10 +336,11 @@ def main() -> None:
         if args.csv:
             with open(args.csv, "w", newline="") as f:
                 w = csv.writer(f)
-                w.writerow(["t_s", "rss_mib", "serve_cpu_pct", "loadgen_cpu_pct", "targets_cpu_pct", "health", "health_ms", "requests", "loadavg1"])  # fmt: skip
+                w.writerow(["t_s", "rss_mib", "serve_cpu_pct", "loadgen_cpu_pct", "targets_cpu_pct", "health", "health_ms", "requests", "loadavg1", "duckdb_mib", "chunk_cache_mib"])  # fmt: skip
                 for r in rows:
                     w.writerow([f"{r.t_s:.0f}", f"{r.rss_mib:.1f}", f"{r.serve_cpu_pct:.1f}", f"{r.load_cpu_pct:.1f}",
-                                f"{r.targets_cpu_pct:.1f}", r.health, f"{r.health_ms:.0f}", r.requests, f"{r.loadavg:.2f}"])  # fmt: skip
+                                f"{r.targets_cpu_pct:.1f}", r.health, f"{r.health_ms:.0f}", r.requests, f"{r.loadavg:.2f}",
+                                f"{r.duckdb_mib:.1f}", f"{r.cache_mib:.1f}"])  # fmt: skip
     finally:
         if serve is not None:
             serve.terminate()

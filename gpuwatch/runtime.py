@@ -4,6 +4,7 @@ TensorBoard files; apply retention), gpuwatch's own figures, and start and stop 
 from __future__ import annotations
 
 import logging
+import os
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -66,6 +67,22 @@ SELF_METRICS: tuple[MetricInfo, ...] = (
     ),
     MetricInfo("gpuwatch_job_failures_total", "counter", "Failed runs of each scheduled job.", "", ("task",)),
     MetricInfo(
+        "gpuwatch_store_chunk_cache_bytes",
+        "gauge",
+        "Decoded chunks held in memory for reads (at most chunk_cache_mb; unused ones go after 10 minutes).",
+        "bytes",
+    ),
+    MetricInfo(
+        "gpuwatch_store_duckdb_memory_bytes",
+        "gauge",
+        "Memory DuckDB's buffer manager holds: table pages, unwritten rows, statements (at most 64 MB).",
+        "bytes",
+    ),
+    MetricInfo("process_resident_memory_bytes", "gauge", "Resident memory size in bytes.", "bytes"),
+    MetricInfo(
+        "process_cpu_seconds_total", "counter", "Total user and system CPU time spent in seconds.", "seconds"
+    ),
+    MetricInfo(
         "gpuwatch_queries_refused_total",
         "counter",
         "PromQL queries and dashboard twins answered 503 unavailable since start: more were asked than "
@@ -87,6 +104,21 @@ SELF_METRICS: tuple[MetricInfo, ...] = (
         ("task",),
     ),
 )
+
+
+def _cpu_seconds() -> float:
+    """This process's user and system CPU time so far (as prometheus_client's process collector)."""
+    t = os.times()
+    return t.user + t.system
+
+
+def _resident_bytes() -> float | None:
+    """This process's resident memory, from /proc/self/statm (None where there is none)."""
+    try:
+        with open("/proc/self/statm", "rb") as f:
+            return float(int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE"))
+    except (OSError, ValueError, IndexError):
+        return None
 
 
 def scrape_pool(
@@ -185,7 +217,15 @@ class Runtime:
             Sample("gpuwatch_store_write_errors_total", (), float(stats.get("write_errors", 0))),
             Sample("gpuwatch_store_dropped_samples_total", (), float(stats.get("dropped_samples", 0))),
             Sample("gpuwatch_queries_refused_total", (), float(self.admission.refused)),
+            Sample("gpuwatch_store_chunk_cache_bytes", (), float(stats.get("chunk_cache_bytes", 0))),
+            Sample("process_cpu_seconds_total", (), _cpu_seconds()),
         ]
+        duckdb_bytes = self.store.duckdb_memory_bytes()
+        if duckdb_bytes is not None:
+            out.append(Sample("gpuwatch_store_duckdb_memory_bytes", (), float(duckdb_bytes)))
+        rss = _resident_bytes()
+        if rss is not None:
+            out.append(Sample("process_resident_memory_bytes", (), rss))
         if self.rules is not None:
             for key, n in self.rules.failure_counts().items():
                 out.append(

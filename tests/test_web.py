@@ -74,6 +74,11 @@ def test_metrics_endpoint_has_dcgm_names_and_self_metrics(
         if x.name == "gpuwatch_job_runs_total"
     }
     assert jobs["sample"] >= 1
+    # where gpuwatch's memory goes: the process, DuckDB's buffers, the decoded chunks (none read yet)
+    assert fams["process_resident_memory_bytes"].samples[0].value > 20 * 2**20
+    assert fams["process_cpu_seconds"].samples[0].value > 0
+    assert 0 < fams["gpuwatch_store_duckdb_memory_bytes"].samples[0].value <= 64 * 2**20
+    assert fams["gpuwatch_store_chunk_cache_bytes"].samples[0].value == 0
 
 
 def test_introspection_and_errors(runtime: Runtime, client: FlaskClient, clock: FakeClock) -> None:
