@@ -227,7 +227,8 @@ def child(n: int, labels: int, via: str, marker: bool, profile: bool, again: boo
             once(2)
             known = time.process_time() - c0
             print(
-                f"    again, the same {n} series with new values: CPU {known:.2f} s = {1e6 * known / n:.2f} us a line"
+                f"    again, the same {n} series with new values: CPU {known:.2f} s = {1e6 * known / n:.2f} us a line;"
+                f" RSS now +{trimmed_rss_mb() - before:.0f} MB after gc and malloc_trim ({2 * n} series in all)"
             )
         store.close()
     print(
