@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import calendar
 import collections
 import contextlib
 import csv
@@ -177,13 +178,41 @@ async def soak(args: argparse.Namespace, port: int, serve: psutil.Process, targe
     return rec, rows, wall
 
 
-def gpu_gaps(url: str, start_s: float, end_s: float, interval_s: float) -> dict[str, Any]:
-    """Every GPU series' timestamps in [start_s, end_s] from the store; gaps over 2 sample intervals."""
+_LOST = re.compile(
+    r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d),(\d+) \w+ \S+: GPU (\d+) \(.*\) (is lost|answers again)"
+)
+
+
+def lost_spells(log_text: str, end_s: float) -> dict[str, list[tuple[float, float]]]:
+    """When each GPU was lost, from gpuwatch's log (the demo loses one on schedule): by the `gpu` label,
+    (from, to) in Unix seconds (the log's times are the machine's, read as UTC)."""
+    spells: dict[str, list[tuple[float, float]]] = {}
+    since: dict[str, float] = {}
+    for line in log_text.splitlines():
+        m = _LOST.match(line)
+        if not m:
+            continue
+        at = calendar.timegm(time.strptime(m.group(1), "%Y-%m-%d %H:%M:%S")) + int(m.group(2)) / 1000
+        if m.group(4) == "is lost":
+            since.setdefault(m.group(3), at)
+        elif m.group(3) in since:
+            spells.setdefault(m.group(3), []).append((since.pop(m.group(3)), at))
+    for gpu, at in since.items():
+        spells.setdefault(gpu, []).append((at, end_s))
+    return spells
+
+
+def gpu_gaps(
+    url: str, start_s: float, end_s: float, interval_s: float, lost: dict[str, list[tuple[float, float]]]
+) -> dict[str, Any]:
+    """Every GPU series' timestamps in [start_s, end_s] from the store; gaps over 2 sample intervals,
+    apart from those of a GPU while it was lost (`lost`: the demo's scheduled incident, not starvation)."""
     names = requests.get(f"{url}/api/v1/label/__name__/values", timeout=60).json()["data"]
     names = [n for n in names if n.startswith("DCGM_FI_")]
     window = math.ceil(end_s - start_s) + 2
     series = samples = 0
     gaps: list[tuple[str, float, float]] = []
+    while_lost = 0
     longest = 0.0
     short: list[tuple[str, int]] = []
     for name in names:
@@ -194,7 +223,11 @@ def gpu_gaps(url: str, start_s: float, end_s: float, interval_s: float) -> dict[
             samples += len(ts)
             who = f"{name}{{Hostname={s['metric'].get('Hostname')},gpu={s['metric'].get('gpu')}}}"
             edges = [start_s, *ts, end_s]
+            spells = lost.get(str(s["metric"].get("gpu")), [])
             for a, b in itertools.pairwise(edges):
+                if any(a <= to + 2 * interval_s and b >= since for since, to in spells):
+                    while_lost += b - a > 2 * interval_s
+                    continue
                 longest = max(longest, b - a)
                 if b - a > 2 * interval_s:
                     gaps.append((who, a, b))
@@ -205,6 +238,7 @@ def gpu_gaps(url: str, start_s: float, end_s: float, interval_s: float) -> dict[
         "series": series,
         "samples": samples,
         "gaps": gaps,
+        "while_lost": while_lost,
         "longest": longest,
         "short": short,
     }
@@ -312,7 +346,7 @@ def main() -> None:
         t_cpu = 100 * (cpu_s(tp) - tcpu0) / wall
         print(f"end {time.strftime('%H:%M:%S', time.gmtime())} UTC, load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}")  # fmt: skip
         time.sleep(3)  # the last samples through the writer's flush
-        report(args, url, rec, rows, wall, start_s, end_s, serve_cpu, me_cpu, t_cpu)
+        report(args, url, rec, rows, wall, start_s, end_s, serve_cpu, me_cpu, t_cpu, log_path.read_text())
         jobs = requests.get(f"{url}/-/jobs", timeout=30).json()["jobs"]
         for j in jobs:
             if j["name"] in ("sample", "rules", "host"):
@@ -354,7 +388,7 @@ def main() -> None:
 
 def report(
     args: argparse.Namespace, url: str, rec: Record, rows: list[Row], wall: float, start_s: float, end_s: float,
-    serve_cpu: float, me_cpu: float, t_cpu: float,
+    serve_cpu: float, me_cpu: float, t_cpu: float, log_text: str,
 ) -> None:  # fmt: skip
     done = sum(len(v) for v in rec.latencies.values())
     per_tick = done / max(1, rec.ticks_run)
@@ -387,10 +421,16 @@ def report(
         print(f"gpuwatch rss: first {rss[0]:.1f}, peak {max(rss):.1f}, last {rss[-1]:.1f} MiB; "
               f"second half {min(half):.1f}-{max(half):.1f} MiB")  # fmt: skip
     print(f"cpu (% of one core): gpuwatch {serve_cpu:.1f}, load generator {me_cpu:.1f}, targets {t_cpu:.1f}")
-    g = gpu_gaps(url, start_s, end_s, 1.0)
+    lost = lost_spells(log_text, end_s)
+    g = gpu_gaps(url, start_s, end_s, 1.0, lost)
     print(f"GPU samples: {g['series']} series of {g['names']} DCGM names, {g['samples']} samples in the window "
           f"(~{g['samples'] / max(1, g['series']):.0f} a series of {end_s - start_s:.0f} s); gaps over 2 s: {len(g['gaps'])}, "
           f"longest {g['longest']:.2f} s")  # fmt: skip
+    if lost:
+        when = ", ".join(f"GPU {gpu} {time.strftime('%H:%M:%S', time.gmtime(a))}-{time.strftime('%H:%M:%S', time.gmtime(b))}"
+                         for gpu, spells in lost.items() for a, b in spells)  # fmt: skip
+        print(f"  lost GPUs (the demo's scheduled incident; their gaps then are not counted above): {when}; "
+              f"{g['while_lost']} such gaps")  # fmt: skip
     for who, a, b in g["gaps"][:10]:
         print(f"  gap {b - a:.2f} s at {time.strftime('%H:%M:%S', time.gmtime(a))} {who}")
     if g["short"]:
