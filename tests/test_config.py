@@ -6,9 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from gpuwatch import config
-from gpuwatch.config import DEFAULT_PORT, OPTIONS, load
+from gpuwatch import config, options
+from gpuwatch.config import load
 from gpuwatch.errors import ConfigError
+from gpuwatch.options import DEFAULT_PORT, OPTIONS
 
 README = Path(__file__).resolve().parent.parent / "README.md"
 CONFIGURATION = README.parent / "docs" / "configuration.md"
@@ -135,8 +136,8 @@ def test_empty_file_is_defaults(tmp_path: Path) -> None:
 
 def test_every_setting_documented() -> None:
     docs = CONFIGURATION.read_text()
-    assert config.settings_table() in docs, (
-        "docs/configuration.md's settings table is stale: paste config.settings_table()"
+    assert options.settings_table() in docs, (
+        "docs/configuration.md's settings table is stale: paste options.settings_table()"
     )
     for o in OPTIONS:
         assert f"`GPUWATCH_{o.key.upper()}`" in docs
@@ -146,4 +147,4 @@ def test_every_setting_documented() -> None:
 def test_the_sdk_s_variables_are_not_settings() -> None:
     """A training job's GPUWATCH_URL/RUN/TOKEN (read by gpuwatch.client) must not break `gpuwatch` commands."""
     env = {"GPUWATCH_URL": "http://gpu-node-1:9842", "GPUWATCH_RUN": "job-1", "GPUWATCH_TOKEN": "t"}
-    assert config.load(None, env).port == config.DEFAULT_PORT
+    assert config.load(None, env).port == DEFAULT_PORT

@@ -42,7 +42,7 @@ FLOW: list[tuple[str, ...]] = [
     ("notify",),
     ("web",),
     ("demo",),
-    ("config", "runtime", "app", "cli"),
+    ("options", "config", "runtime", "app", "cli"),
 ]
 RANK = {name: rank for rank, names in enumerate(FLOW) for name in names}
 # Imports inside functions are allowed only where they keep a command's start-up short.

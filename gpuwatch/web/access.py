@@ -143,7 +143,7 @@ class AccessSettings(Protocol):
 
 @dataclass(frozen=True)
 class AccessPolicy:
-    """The access settings as the gate uses them; the defaults are config.py's (the safe ones)."""
+    """The access settings as the gate uses them; the defaults are options.py's (the safe ones)."""
 
     auth: str = "on"
     read_access: str = "open"
