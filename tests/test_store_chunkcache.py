@@ -16,7 +16,8 @@ from gpuwatch.clock import FakeClock
 from gpuwatch.errors import StoreError
 from gpuwatch.model import Batch, Matcher, Sample, make_labels
 from gpuwatch.store import Store
-from gpuwatch.store.chunkcache import ChunkCache, ChunkIndex
+from gpuwatch.store.chunkcache import ChunkCache
+from gpuwatch.store.chunkindex import ChunkIndex
 from gpuwatch.store.chunking import WINDOW_MS
 from gpuwatch.store.core import READERS
 from gpuwatch.store.readgate import ReadGate

@@ -1,12 +1,10 @@
-"""Chunks kept in memory for reads: where each series' chunks are, and a bounded cache of decoded ones.
+"""Decoded chunks kept in memory for reads: a bounded cache, and per series a view of its samples.
 
 A range read costs a DuckDB statement (~0.6 ms at least) and decoding every chunk it touches, each
 time the same dashboard panel or query runs. Prometheus and VictoriaMetrics keep their block indexes
-and hot data in memory; so does this, below the query layer (answers are computed afresh each time):
+and hot data in memory; so does this, below the query layer (answers are computed afresh each time),
+with the index of where every chunk is (`chunkindex.py`):
 
-- `ChunkIndex`: per series, every chunk's time range, sample count, write order and a content hash
-  (DuckDB's `hash(ts, vs)`, stored with the chunk as it is written), read in one statement without
-  the blobs;
 - `ChunkCache`: decoded chunks (timestamps and values), keyed by (series, first timestamp, samples,
   content hash), least recently used first out once over `max_bytes`, and let go once no read used
   them for `IDLE_MS` (10 minutes): the dashboard's charts read the same recent chunks at every refresh,
@@ -19,146 +17,28 @@ and hot data in memory; so does this, below the query layer (answers are compute
   generation; under a newer one it is kept only where the series still has exactly those chunks there.
   Views in one block whose timestamps are equal (series sampled together) share one array, so the
   query engine sees by identity that they line up.
-
-What must hold for the index to be used, with the writer moving chunks underneath (`Generation`):
-the writer brackets every transaction that changes the `chunks` table with `changing()`, which
-counts up once before the transaction and once after it (commit or not), and keeps `active` set in
-between. An index is built for a generation only where that generation was current and nothing was
-active both before and after its statement; a read uses it only if the generation is still the same
-after the read (the head rows it read, the blobs it fetched) is done, and otherwise reads the old way
-(`read.read_samples` without the cache). A store opened read-only has no writer: its generation never
-moves, and the index is built once.
 """
 
 from __future__ import annotations
 
 import collections
-import contextlib
 import threading
-from collections.abc import Iterator
-from typing import Any
 
 import duckdb
 import numpy as np
 
 from gpuwatch.clock import Clock
 from gpuwatch.model import STALE_NAN_BITS
+from gpuwatch.store.chunkindex import ChunkIndex, Generation, Key
 from gpuwatch.store.codec import decode_chunks
 from gpuwatch.store.readgate import ReadGate, turn
 
-Key = tuple[int, int, int, int]  # series id, first timestamp, samples, content hash
 _ENTRY_OVERHEAD = 200  # bytes of Python objects per cached chunk besides its arrays
 _VIEW_OVERHEAD = 1000  # bytes of Python objects per series view (measured: ~950 + 24 per chunk)
 _NONE_BEFORE = -(2**63)  # no chunk before a view
 _NONE_AFTER = 2**63 - 1  # no chunk after one
-_PLACE = np.dtype([("sid", np.int64), ("t_min", np.int64)])  # compared field by field, in this order
 _TIMES_PER_KEY = 4  # distinct timestamp arrays with the same (samples, first, last) kept per block
 IDLE_MS = 10 * 60_000  # a block that no read used for this long is let go
-
-
-class Generation:
-    """Counts the writer's transactions that change chunks (module docstring)."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self.value = 0  # +1 when such a transaction starts, +1 when it ends
-        self.active = 0  # such transactions under way
-
-    @contextlib.contextmanager
-    def changing(self) -> Iterator[None]:
-        """Bracket a transaction that inserts, deletes or rewrites chunks."""
-        with self._lock:
-            self.value += 1
-            self.active += 1
-        try:
-            yield
-        finally:
-            with self._lock:
-                self.active -= 1
-                self.value += 1
-
-    def stable(self) -> int | None:
-        """Return the generation now, or None while a transaction that changes chunks is under way."""
-        with self._lock:
-            return None if self.active else self.value
-
-
-class ChunkIndex:
-    """Every chunk's place, for one generation: arrays sorted by (series, first timestamp, write order)."""
-
-    def __init__(self, rows: dict[str, Any], generation: int) -> None:
-        self.generation = generation
-        sid = np.asarray(rows["series_id"], np.int64)
-        t_min = np.asarray(rows["t_min_ms"], np.int64)
-        seq = np.asarray(rows["seq"], np.int64)
-        order = np.lexsort((seq, t_min, sid))
-        self.sid = sid[order]
-        self.t_min = t_min[order]
-        self.t_max = np.asarray(rows["t_max_ms"], np.int64)[order]
-        self.n = np.asarray(rows["n"], np.int64)[order]
-        self.seq = seq[order]
-        self.hash = np.asarray(rows["h"], np.uint64)[order]
-        top = int(self.sid[-1]) + 1 if self.sid.size else 0
-        self._bounds = np.searchsorted(self.sid, np.arange(top + 1))  # series s: rows bounds[s]:bounds[s+1]
-        self._places = np.empty(self.sid.size, _PLACE)  # (series, first timestamp), sorted: for `holds`
-        self._places["sid"], self._places["t_min"] = self.sid, self.t_min
-
-    @classmethod
-    def load(cls, cur: duckdb.DuckDBPyConnection, generation: int) -> ChunkIndex:
-        rows = cur.execute("SELECT series_id, seq, n, t_min_ms, t_max_ms, h FROM chunks").fetchnumpy()
-        return cls(rows, generation)
-
-    def rows_of(self, ids: np.ndarray, start_ms: int, end_ms: int) -> np.ndarray:
-        """Positions of the chunks of series `ids` (sorted, unique) that reach into [start_ms, end_ms]."""
-        ids = ids[ids < self._bounds.size - 1]
-        lo, hi = self._bounds[ids], self._bounds[ids + 1]
-        counts = hi - lo
-        total = int(counts.sum())
-        if not total:
-            return np.zeros(0, np.int64)
-        rows = np.repeat(lo - np.cumsum(counts) + counts, counts) + np.arange(total)
-        return rows[(self.t_max[rows] >= start_ms) & (self.t_min[rows] <= end_ms)]
-
-    def rows_of_series(self, sid: int) -> tuple[int, int]:
-        """Positions [lo, hi) of all chunks of series `sid`."""
-        if sid + 1 >= self._bounds.size or sid < 0:
-            return 0, 0
-        return int(self._bounds[sid]), int(self._bounds[sid + 1])
-
-    def keys(self, rows: np.ndarray) -> list[Key]:
-        return list(
-            zip(
-                self.sid[rows].tolist(),
-                self.t_min[rows].tolist(),
-                self.n[rows].tolist(),
-                self.hash[rows].tolist(),
-                strict=True,
-            )
-        )
-
-    def holds(self, keys: list[Key]) -> np.ndarray:
-        """Which of `keys` are chunks of this index: a binary search per key, so the cost follows the
-        keys asked about, not the chunks stored (a month of a lab's series is millions of chunks)."""
-        m = len(keys)
-        want = np.empty(m, _PLACE)
-        want["sid"] = np.fromiter((k[0] for k in keys), np.int64, m)
-        want["t_min"] = np.fromiter((k[1] for k in keys), np.int64, m)
-        n = np.fromiter((k[2] for k in keys), np.int64, m)
-        h = np.fromiter((k[3] for k in keys), np.uint64, m)
-        found = np.zeros(m, bool)
-        pos = np.searchsorted(self._places, want)  # the first chunk at (series, first timestamp) or after
-        pending = np.arange(m)
-        while pending.size:  # chunks sharing a (series, first timestamp): the next one, and so on
-            at = pos[pending]
-            inside = at < self._places.size
-            pending, at = pending[inside], at[inside]
-            same = self._places[at] == want[pending]
-            pending, at = pending[same], at[same]
-            hit = (self.n[at] == n[pending]) & (self.hash[at] == h[pending])
-            found[pending[hit]] = True
-            pending = pending[~hit]
-            pos[pending] += 1
-        return found
 
 
 class _Block:

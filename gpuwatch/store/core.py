@@ -27,7 +27,8 @@ from gpuwatch.store import alerthistory as history_table
 from gpuwatch.store import logs as logs_table
 from gpuwatch.store import schema
 from gpuwatch.store.catalog import Catalog, Entry, Snapshot, match
-from gpuwatch.store.chunkcache import ChunkCache, Generation
+from gpuwatch.store.chunkcache import ChunkCache
+from gpuwatch.store.chunkindex import Generation
 from gpuwatch.store.headindex import HeadIndex
 from gpuwatch.store.lock import DirLock
 from gpuwatch.store.read import CachedRead, ids_with_samples, read_samples, read_samples_cached

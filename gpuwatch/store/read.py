@@ -13,7 +13,8 @@ import duckdb
 import numpy as np
 
 from gpuwatch.model import STALE_NAN_BITS
-from gpuwatch.store.chunkcache import ChunkCache, ChunkIndex, Key, Piece
+from gpuwatch.store.chunkcache import ChunkCache, Piece
+from gpuwatch.store.chunkindex import ChunkIndex, Key
 from gpuwatch.store.chunking import dedupe_last, dedupe_last_order
 from gpuwatch.store.codec import decode_chunks, decode_times
 from gpuwatch.store.headindex import HeadIndex

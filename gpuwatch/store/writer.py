@@ -30,7 +30,7 @@ from gpuwatch.errors import StoreError, one_line
 from gpuwatch.model import Batch, Labels, SeriesColumns, SeriesLimits, TableSamples
 from gpuwatch.store import rewrite, sqlrows
 from gpuwatch.store.catalog import Catalog
-from gpuwatch.store.chunkcache import Generation
+from gpuwatch.store.chunkindex import Generation
 from gpuwatch.store.chunking import (
     ChunkRow,
     dedupe_last,
