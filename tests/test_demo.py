@@ -31,7 +31,8 @@ from gpuwatch.demo.engines import (
 from gpuwatch.demo.nvml import FakeNvml
 from gpuwatch.demo.sources import DemoSources, local_url
 from gpuwatch.demo.training import TRAINING_RUN, TrainingSim
-from gpuwatch.promtext.parser import ParseResult, parse
+from gpuwatch.promtext.parser import parse
+from gpuwatch.promtext.result import ParseResult
 
 VLLM_LABELS = {"engine": "0", "model_name": "meta-llama/Llama-3.1-8B-Instruct"}
 SGLANG_SCHED = {

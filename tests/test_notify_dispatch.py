@@ -14,9 +14,10 @@ from flask.testing import FlaskClient
 
 from gpuwatch.clock import FakeClock
 from gpuwatch.model import make_labels
-from gpuwatch.notify.config import Integration, parse_notify
+from gpuwatch.notify.config import parse_notify
 from gpuwatch.notify.delivery import DeliveryError
 from gpuwatch.notify.notifier import Notifier
+from gpuwatch.notify.receiverconfig import Integration
 from gpuwatch.rules.evaluate import FIRING, INACTIVE, Alert
 from gpuwatch.rules.load import Rule
 from gpuwatch.store import Store

@@ -16,8 +16,9 @@ import yaml
 
 from gpuwatch.model import make_labels
 from gpuwatch.notify.alert import NotifyAlert, fingerprint, text, title, webhook_payload
-from gpuwatch.notify.config import Integration, parse_notify
+from gpuwatch.notify.config import parse_notify
 from gpuwatch.notify.delivery import DeliveryError
+from gpuwatch.notify.receiverconfig import Integration
 from gpuwatch.notify.receivers import dingtalk_sign, feishu_sign, send
 from tests.conftest import GPUWATCH, clean_env, free_port
 from tests.webhook_server import Hook, hook_server

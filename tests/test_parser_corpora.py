@@ -17,7 +17,8 @@ from pathlib import Path
 import pytest
 from prometheus_client.openmetrics.parser import text_string_to_metric_families as om_families
 
-from gpuwatch.promtext.parser import ParseResult, parse
+from gpuwatch.promtext.parser import parse
+from gpuwatch.promtext.result import ParseResult
 
 DATA = Path(__file__).parent / "data"
 OM = DATA / "openmetrics-parsers"

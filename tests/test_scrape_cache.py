@@ -12,7 +12,8 @@ from gpuwatch.clock import FakeClock
 from gpuwatch.collect import scrape
 from gpuwatch.errors import ScrapeError
 from gpuwatch.model import is_stale
-from gpuwatch.promtext.parser import ParsedSample, Parser, parse
+from gpuwatch.promtext.parser import Parser, parse
+from gpuwatch.promtext.result import ParsedSample
 from gpuwatch.promtext.scanner import LineError, label_entry, parse_float, scan_sample, timestamp_ms
 from tests.test_scrape import FakeFetch, L, by_key, pool_for
 

@@ -6,13 +6,9 @@ import math
 
 import pytest
 
-from gpuwatch.promtext.parser import (
-    FamilyMeta,
-    Parser,
-    is_openmetrics_content_type,
-    looks_like_openmetrics,
-    parse,
-)
+from gpuwatch.promtext.formats import is_openmetrics_content_type, looks_like_openmetrics
+from gpuwatch.promtext.parser import Parser, parse
+from gpuwatch.promtext.result import FamilyMeta
 
 
 def samples(text: str | bytes, **kw: object) -> list[tuple]:

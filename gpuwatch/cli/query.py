@@ -253,7 +253,7 @@ def _read(name: str, stdin: Any) -> bytes:
 def _post(
     url: str, name: str, data: bytes, openmetrics: bool | None, partial: bool, auth: dict[str, str]
 ) -> tuple[int, int]:
-    from gpuwatch.promtext.parser import OPENMETRICS_CONTENT_TYPE, TEXT_CONTENT_TYPE
+    from gpuwatch.promtext.formats import OPENMETRICS_CONTENT_TYPE, TEXT_CONTENT_TYPE
 
     headers = dict(auth)
     if openmetrics is not None:

@@ -25,7 +25,8 @@ from gpuwatch.model import (
     SeriesColumns,
     SeriesLimits,
 )
-from gpuwatch.promtext.parser import ParseIssue, parse
+from gpuwatch.promtext.parser import parse
+from gpuwatch.promtext.result import ParseIssue
 from gpuwatch.units import MAX_TIME_MS, MIN_TIME_MS
 
 _NAME, _LABELS, _TIME, _VALUE = (itemgetter(i) for i in range(4))

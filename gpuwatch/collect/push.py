@@ -37,7 +37,7 @@ from gpuwatch.model import (
     is_utf8,
     make_labels,
 )
-from gpuwatch.promtext.parser import ParseResult
+from gpuwatch.promtext.result import ParseResult
 
 REEMIT_INTERVAL_S = 15.0
 MAX_SERIES_PER_GROUP = 50_000

@@ -33,13 +33,9 @@ from gpuwatch.model import (
     TableSamples,
     make_labels,
 )
-from gpuwatch.promtext.parser import (
-    FamilyMeta,
-    ParsedSample,
-    Parser,
-    ParseResult,
-    is_openmetrics_content_type,
-)
+from gpuwatch.promtext.formats import is_openmetrics_content_type
+from gpuwatch.promtext.parser import Parser
+from gpuwatch.promtext.result import FamilyMeta, ParsedSample, ParseResult
 from gpuwatch.units import format_duration
 
 REPORT_NAMES = (

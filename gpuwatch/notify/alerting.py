@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from gpuwatch.notify.config import DEFAULT_TIMEOUT_S, HttpOptions, http_options, yaml_value
-from gpuwatch.notify.yamlread import check_keys, duration, fail, listing, mapping, text
+from gpuwatch.notify.receiverconfig import DEFAULT_TIMEOUT_S, HttpOptions, http_options
+from gpuwatch.notify.yamlread import check_keys, duration, fail, listing, mapping, text, yaml_value
 
 
 @dataclass(frozen=True)

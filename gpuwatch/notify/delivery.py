@@ -7,7 +7,7 @@ import ssl
 from collections.abc import Mapping
 from typing import Any
 
-from gpuwatch.notify.config import HttpOptions, Integration
+from gpuwatch.notify.receiverconfig import HttpOptions, Integration
 from gpuwatch.notify.templates import default_set, render
 from gpuwatch.templating.template import TemplateError
 

@@ -13,8 +13,8 @@ from email.utils import format_datetime, make_msgid
 from typing import Any
 
 from gpuwatch.notify.alert import text, title
-from gpuwatch.notify.config import Integration
 from gpuwatch.notify.delivery import DeliveryError, option_text, tls_context
+from gpuwatch.notify.receiverconfig import Integration
 
 
 def build_message(integration: Integration, payload: Mapping[str, Any], now_ms: int) -> EmailMessage:

@@ -30,10 +30,11 @@ from gpuwatch.errors import StoreError
 from gpuwatch.model import Labels, MetricInfo, Sample, is_utf8, make_labels, stable_labels
 from gpuwatch.notify.alert import NotifyAlert, webhook_payload
 from gpuwatch.notify.alerting import AlertingConfig
-from gpuwatch.notify.config import Integration, NotifyConfig
+from gpuwatch.notify.config import NotifyConfig
 from gpuwatch.notify.delivery import DeliveryError, backoff_s
 from gpuwatch.notify.dispatcher import Dispatcher, MutedBy, Notification, no_silences
 from gpuwatch.notify.forward import Forwarder
+from gpuwatch.notify.receiverconfig import Integration
 from gpuwatch.notify.receivers import send as send_integration
 from gpuwatch.regex import as_utf8
 from gpuwatch.rules.evaluate import FIRING, INACTIVE, Alert

@@ -17,9 +17,9 @@ import requests
 
 from gpuwatch import __version__
 from gpuwatch.notify.alert import body_lines, title
-from gpuwatch.notify.config import HttpOptions, Integration, import_apprise
 from gpuwatch.notify.delivery import DeliveryError, option_text
 from gpuwatch.notify.email import send_email
+from gpuwatch.notify.receiverconfig import HttpOptions, Integration, import_apprise
 
 USER_AGENT = f"gpuwatch/{__version__}"
 

@@ -108,3 +108,12 @@ def matchers_from(path: str, data: Mapping[str, Any], prefix: str = "") -> Match
         except MatcherError as e:
             raise fail(where, _say(e)) from None
     return sort_matchers(out)
+
+
+def yaml_value(key: str, raw: str) -> object:
+    import yaml
+
+    try:
+        return yaml.safe_load(raw)
+    except yaml.YAMLError:
+        raise fail(key, "expected YAML") from None

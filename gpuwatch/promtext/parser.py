@@ -18,15 +18,17 @@ TYPE for a name, a TYPE after that family's samples, an unknown type. OpenMetric
 plain comments, CR line endings, trailing commas, metadata after samples or repeated, a UNIT that is not
 the name's suffix, anything after `# EOF`, and a missing `# EOF`. A UTF-8 byte-order mark at the very
 start is skipped. Exemplars (OpenMetrics only) are dropped unless `keep_exemplars`.
+
+What a parse gives is in `result.py`; the formats' content types, and telling them apart, in `formats.py`.
 """
 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
-from typing import NamedTuple
 
 from gpuwatch.model import Labels
+from gpuwatch.promtext.formats import looks_like_openmetrics
+from gpuwatch.promtext.result import Exemplar, FamilyMeta, ParsedSample, ParseIssue, ParseResult
 from gpuwatch.promtext.scanner import (
     FLOAT,
     FLOAT_RE,
@@ -42,13 +44,8 @@ from gpuwatch.promtext.scanner import (
     timestamp_ms,
 )
 
-OPENMETRICS_CONTENT_TYPE = "application/openmetrics-text"
-TEXT_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 MAX_LINE_TEXT = 200
 _MAX_VALUES = 1024  # value texts remembered by a Parser (text format)
-
-# (metric name, labels sorted by name, timestamp in ms or None, value)
-ParsedSample = tuple[str, Labels, "int | None", float]
 
 _TEXT_SAMPLE = (
     rf"({METRIC_NAME})(?:[ \t]*\{{([^}}\n]*)\}}[ \t]*|[ \t]+)({FLOAT})(?:[ \t]+([-+]?\d+))?[ \t]*\r?()"
@@ -60,82 +57,6 @@ _OM_DOC = re.compile(rf"^(?:{_OM_SAMPLE}|(.*))$", re.M)
 _TEXT_PAIR = re.compile(rf'[ \t]*({LABEL_NAME})[ \t]*=[ \t]*"([^"\\]*)"[ \t]*')
 _OM_PAIR = re.compile(rf'({LABEL_NAME})="([^"\\]*)"')
 _SUFFIXES = ("", "_total", "_created", "_bucket", "_count", "_sum", "_gcount", "_gsum", "_info")
-
-
-class ParseIssue(NamedTuple):
-    """One invalid line: 1-based line number (0: not one line's fault), what is wrong, the line (truncated)."""
-
-    line_no: int
-    message: str
-    line: str
-
-    def __str__(self) -> str:
-        return f"line {self.line_no}: {self.message}" if self.line_no else self.message
-
-
-@dataclass(frozen=True)
-class FamilyMeta:
-    """HELP/TYPE/UNIT of one metric family; type `unknown` also stands for text's `untyped`."""
-
-    name: str
-    type: str = "unknown"
-    help: str = ""
-    unit: str = ""
-
-
-class Exemplar(NamedTuple):
-    """An OpenMetrics exemplar, attached to the sample at `sample_index` in `ParseResult.samples`."""
-
-    sample_index: int
-    labels: Labels
-    value: float
-    timestamp_ms: int | None
-
-
-@dataclass
-class ParseResult:
-    """Samples in input order, metadata per family, and every invalid line."""
-
-    samples: list[ParsedSample]
-    metadata: dict[str, FamilyMeta]
-    errors: list[ParseIssue]
-    is_openmetrics: bool
-    lines: int
-    exemplars: list[Exemplar] = field(default_factory=list)
-    # Text format: for each sample, the raw text of its series (the line up to the space before the
-    # value) where the line had only a series and a value, else None; the same text always names
-    # the same series, so a scraper can key its own caches on it (empty for OpenMetrics).
-    keys: list[str | None] = field(default_factory=list)
-
-    def series(self) -> dict[tuple[str, Labels], tuple[list[int | None], list[float]]]:
-        """Group the samples per series: (name, labels) -> (timestamps, values) in input order."""
-        out: dict[tuple[str, Labels], tuple[list[int | None], list[float]]] = {}
-        for name, labels, ts, value in self.samples:
-            key = (name, labels)
-            entry = out.get(key)
-            if entry is None:
-                entry = out[key] = ([], [])
-            entry[0].append(ts)
-            entry[1].append(value)
-        return out
-
-
-def is_openmetrics_content_type(content_type: str | None) -> bool | None:
-    """Tell from a Content-Type whether the body is OpenMetrics (True), text (False) or unknown (None)."""
-    if not content_type:
-        return None
-    media = content_type.split(";", 1)[0].strip().lower()
-    if media == OPENMETRICS_CONTENT_TYPE:
-        return True
-    if media == "text/plain":
-        return False
-    return None
-
-
-def looks_like_openmetrics(text: str) -> bool:
-    """Guess the format: OpenMetrics ends with `# EOF` (and at most one newline after it)."""
-    tail = text[-8:]
-    return tail.endswith("\n# EOF\n") or tail.endswith("\n# EOF") or text in ("# EOF", "# EOF\n")
 
 
 class Parser:

@@ -1,23 +1,19 @@
-"""The PromQL engine: instant and range queries over a `Queryable`, evaluated for all steps at once."""
+"""The PromQL engine: instant and range queries over a `Queryable`, the tree walked for all steps at once
+(what its selectors read, and the vectors made of it: `reads.py`)."""
 
 from __future__ import annotations
 
-import functools
 import time
 from collections.abc import Callable
-from datetime import datetime, timedelta, timezone
 from typing import Any
 
 import numpy as np
 import promql_parser as pp
 
-from gpuwatch.model import Labels, Matcher, SeriesData
 from gpuwatch.query import aggregate, binary
 from gpuwatch.query.calls import RANGE_FUNCTIONS, evaluate_call
-from gpuwatch.query.errors import PromQLEvalError, QueryTimeout, QueryTooLarge, Unsupported
+from gpuwatch.query.errors import PromQLEvalError, QueryTooLarge, Unsupported
 from gpuwatch.query.frames import (
-    NAME,
-    LabelSet,
     RangeFrame,
     RangeSeries,
     ScalarFrame,
@@ -25,41 +21,19 @@ from gpuwatch.query.frames import (
     VectorFrame,
     drop_histograms,
     drop_name,
-    is_stale_array,
-    make_labelset,
     merge_same_labels,
 )
 from gpuwatch.query.functions import MATH
 from gpuwatch.query.limits import MAX_DEPTH, MAX_LENGTH
 from gpuwatch.query.nativehist import NativeHistogramUnsupported
-from gpuwatch.query.parse import matchers_of, parse
+from gpuwatch.query.parse import parse
+from gpuwatch.query.reads import QueryReads, delta_ms
 from gpuwatch.query.source import EngineSettings, Queryable
 from gpuwatch.query.values import Matrix, Result, Sample, Scalar, Series, String, Vector
-from gpuwatch.query.windows import same_times
 
 Frame = ScalarFrame | VectorFrame | RangeFrame | StringFrame
 
 MAX_POINTS = 11_000
-_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
-
-
-@functools.lru_cache(maxsize=1 << 16)
-def _series_labels(name: str, labels: Labels) -> LabelSet:
-    return make_labelset({NAME: name, **dict(labels)})
-
-
-def series_labelset(sd: SeriesData) -> LabelSet:
-    """Return a read series' labels with `__name__` as a LabelSet (remembered: series repeat)."""
-    try:
-        return _series_labels(sd.name, sd.labels)
-    except TypeError:  # labels not hashable (a source handing out lists)
-        return make_labelset({NAME: sd.name, **dict(sd.labels)})
-
-
-def _ms(delta: timedelta | None) -> int:
-    if delta is None:
-        return 0
-    return delta // timedelta(milliseconds=1)
 
 
 def _go_div(a: int, b: int) -> int:
@@ -201,8 +175,10 @@ def _range_result(frame: Frame, ts: np.ndarray) -> Matrix:
     return Matrix([s for _, s in out])
 
 
-class _Evaluation:
-    """State of one query: fetched data, sample count, deadline."""
+class _Evaluation(QueryReads):
+    """One query's tree walk, evaluated for all its steps at once, over what it reads (`QueryReads`)."""
+
+    engine: Engine
 
     def __init__(
         self,
@@ -213,72 +189,10 @@ class _Evaluation:
         invalid_utf8: frozenset[str] = frozenset(),
         step_ms: int = 0,
     ) -> None:
-        self.engine = engine
+        super().__init__(engine, start_ms, end_ms, timeout_s)
         self.step_ms = step_ms  # 0 in an instant query, as step() is in Prometheus
         self.invalid_utf8 = invalid_utf8
-        self.start_ms = start_ms
-        self.end_ms = end_ms
-        self.lookback = engine.lookback_ms
-        self.samples = 0
-        self.deadline = engine.monotonic() + (engine.timeout_s if timeout_s is None else timeout_s)
-        self.cache: dict[tuple[Matcher, ...], tuple[int, int, list[SeriesData]]] = {}
-        self.last_cache: dict[tuple[tuple[Matcher, ...], int, int], list[SeriesData]] = {}
         self.node: Any = None  # the node being evaluated (the parent of what `eval` is given)
-
-    # Limits ----------------------------------------------------------------------------------
-
-    def check_deadline(self) -> None:
-        if self.engine.monotonic() > self.deadline:
-            raise QueryTimeout("query timed out in expression evaluation")
-
-    def _count(self, n: int) -> None:
-        self.samples += n
-        if self.samples > self.engine.max_samples:
-            raise QueryTooLarge("query processing would load too many samples into memory in query execution")
-
-    # Data ------------------------------------------------------------------------------------
-
-    def select(self, vs: Any, start_ms: int, end_ms: int, last: bool = False) -> list[SeriesData]:
-        """Read `vs` over [start_ms, end_ms]; with `last`, only each series' last sample there is needed."""
-        key = matchers_of(vs)
-        cached = self.cache.get(key)
-        if cached is not None and cached[0] <= start_ms and end_ms <= cached[1]:
-            return cached[2]
-        if last:
-            found = self.last_cache.get((key, start_ms, end_ms))
-            if found is None:
-                found = self.engine.source.select_last(list(key), start_ms, end_ms)
-                self._count(len(found))
-                found.sort(key=series_labelset)
-                self.last_cache[(key, start_ms, end_ms)] = found
-                self.check_deadline()
-            return found
-        if cached is not None:
-            start_ms, end_ms = min(start_ms, cached[0]), max(end_ms, cached[1])
-        data = self.engine.source.select(list(key), start_ms, end_ms)
-        self._count(sum(len(s.timestamps_ms) for s in data))
-        data.sort(key=series_labelset)
-        self.cache[key] = (start_ms, end_ms, data)
-        self.check_deadline()
-        return data
-
-    def times(self, node: Any, ts: np.ndarray) -> np.ndarray:
-        """Return the times a selector or subquery reads at, after `@` and `offset`."""
-        at = node.at
-        base = ts
-        if at is not None:
-            kind = str(at.type)
-            if kind.endswith("Start"):
-                at_ms = self.start_ms
-            elif kind.endswith("End"):
-                at_ms = self.end_ms
-            else:
-                when = at.at
-                if when.tzinfo is None:
-                    when = when.replace(tzinfo=timezone.utc)
-                at_ms = (when - _EPOCH) // timedelta(milliseconds=1)
-            base = np.full(len(ts), at_ms, dtype=np.int64)
-        return base - _ms(node.offset)
 
     # Evaluation ------------------------------------------------------------------------------
 
@@ -323,90 +237,9 @@ class _Evaluation:
             return self.call(node, ts)
         raise Unsupported(f"expression type {type(node).__name__}")
 
-    def vector_selector(self, vs: Any, ts: np.ndarray, want_times: bool = False) -> VectorFrame:
-        te = self.times(vs, ts)
-        n = len(ts)
-        data = self.select(vs, int(te.min()) - self.lookback + 1, int(te.max()), last=n == 1)
-        if n == 1 and not any(sd.histograms for sd in data):
-            return self._vector_at_one_step(data, int(te[0]), want_times)
-        labels: list[LabelSet] = []
-        values = np.zeros((len(data), n))
-        present = np.zeros((len(data), n), dtype=bool)
-        hist: np.ndarray | None = None
-        prev_t: np.ndarray | None = None
-        for i, sd in enumerate(data):
-            labels.append(series_labelset(sd))
-            t = sd.timestamps_ms
-            if len(t) == 0:
-                continue
-            if prev_t is None or not same_times(prev_t, t):  # series scraped together share these
-                idx = np.searchsorted(t, te, side="right") - 1
-                in_lookback = idx >= 0
-                idx = np.maximum(idx, 0)
-                tt = t[idx]
-                in_lookback &= tt > te - self.lookback
-                prev_t = t
-            vv = sd.values[idx]
-            ok = in_lookback & ~is_stale_array(vv)
-            values[i] = tt / 1000.0 if want_times else vv
-            present[i] = ok
-            if sd.histograms and not want_times:
-                if hist is None:
-                    hist = np.full((len(data), n), None, dtype=object)
-                for j in np.flatnonzero(ok).tolist():
-                    hist[i, j] = sd.histograms.get(int(tt[j]))
-        if hist is not None and not (hist != None).any():  # noqa: E711 (elementwise)
-            hist = None
-        return VectorFrame(labels, values, present, hist)
-
-    def _vector_at_one_step(self, data: list[SeriesData], at: int, want_times: bool) -> VectorFrame:
-        """`vector_selector` at one step: each series' last sample at or before `at`, the arrays built
-        once for all series (read by `select_last`, a series holds just that sample)."""
-        k = len(data)
-        times = np.zeros(k, np.int64)
-        vals = np.zeros(k)
-        found = np.zeros(k, bool)
-        for i, sd in enumerate(data):
-            t = sd.timestamps_ms
-            if not len(t):
-                continue
-            j = len(t) - 1 if t[-1] <= at else int(np.searchsorted(t, at, side="right")) - 1
-            if j >= 0:
-                times[i], vals[i], found[i] = t[j], sd.values[j], True
-        ok = found & (times > at - self.lookback) & ~is_stale_array(vals)
-        out = times / 1000.0 if want_times else vals
-        return VectorFrame([series_labelset(sd) for sd in data], out[:, None], ok[:, None])
-
-    def matrix_selector(self, ms: Any, ts: np.ndarray) -> RangeFrame:
-        vs = ms.vector_selector
-        rng = _ms(ms.range)
-        ends = self.times(vs, ts)
-        data = self.select(vs, int(ends.min()) - rng + 1, int(ends.max()))
-        series = []
-        # Staleness markers are rare: one test over all series' values first, not one per series, and
-        # none where the source knows there are none (`SeriesData.is_stale_free`).
-        any_stale = (
-            len(data) > 0
-            and not all(sd.is_stale_free for sd in data)
-            and bool(is_stale_array(np.concatenate([sd.values for sd in data])).any())
-        )
-        for sd in data:
-            keep = ~is_stale_array(sd.values) if any_stale else None
-            if keep is None or keep.all():  # no staleness markers (the usual case): no copies
-                times, kept = sd.timestamps_ms, sd.values
-            else:
-                times, kept = sd.timestamps_ms[keep], sd.values[keep]
-            hist = None
-            if sd.histograms:
-                hist = np.isin(times, np.fromiter(sd.histograms, dtype=np.int64))
-                if not hist.any():
-                    hist = None
-            series.append(RangeSeries(series_labelset(sd), times, kept, hist))
-        return RangeFrame(series, rng, ends, from_selector=vs)
-
     def subquery(self, sq: Any, ts: np.ndarray) -> RangeFrame:
-        step = _ms(sq.step) or self.engine.subquery_step_ms
-        rng = _ms(sq.range)
+        step = delta_ms(sq.step) or self.engine.subquery_step_ms
+        rng = delta_ms(sq.range)
         ends = self.times(sq, ts)
         lo = int(ends.min()) - rng
         start = step * _go_div(lo, step)

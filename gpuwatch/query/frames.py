@@ -68,7 +68,7 @@ class VectorFrame:
     values: np.ndarray  # (k, n) float64
     present: np.ndarray  # (k, n) bool
     # Native histogram samples: a (k, n) object array (None where a cell is a float), or None
-    # when the frame holds floats only. Only selectors make these; see engine._hist_ok.
+    # when the frame holds floats only. Only selectors make these; see engine._hist_mode.
     hist: np.ndarray | None = None
 
     @staticmethod

@@ -19,7 +19,7 @@ from flask.typing import ResponseReturnValue
 
 from gpuwatch.collect.importer import describe_errors, import_text
 from gpuwatch.errors import SeriesLimitExceeded, StoreError
-from gpuwatch.promtext.parser import is_openmetrics_content_type
+from gpuwatch.promtext.formats import is_openmetrics_content_type
 from gpuwatch.web.runtime import runtime
 
 bp = Blueprint("importapi", __name__)

@@ -27,7 +27,8 @@ from gpuwatch.collect.runenergy import RunEnergy
 from gpuwatch.collect.runs import SeenThrottle, list_runs, parse_run_request
 from gpuwatch.errors import SeriesLimitExceeded, StoreError
 from gpuwatch.model import Batch, RunUpdate, Sample
-from gpuwatch.promtext.parser import Parser, is_openmetrics_content_type
+from gpuwatch.promtext.formats import is_openmetrics_content_type
+from gpuwatch.promtext.parser import Parser
 from gpuwatch.web.runtime import runtime
 
 bp = Blueprint("push", __name__)
