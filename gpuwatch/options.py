@@ -293,7 +293,8 @@ OPTIONS: tuple[Option, ...] = (
         "chunk_cache_mb",
         _parse_int(0, 1_000_000),
         128,
-        "Memory (MB) for stored chunks kept decoded for queries (0: none); reused by every query that reads them.",
+        "Memory (MB) for stored chunks kept decoded for queries (0: none); reused by every query that reads them, "
+        "let go 10 minutes after the last.",
     ),
     Option(
         "lookback", _parse_positive_duration(1, 86400), 300.0, "PromQL lookback delta for instant vectors."
