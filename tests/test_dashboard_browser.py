@@ -296,6 +296,16 @@ def test_gpu_charts_mark_the_events_on_their_time_axis(demo_server, page) -> Non
     assert page.console.errors == []
 
 
+def answer_busy(route) -> None:  # type: ignore[no-untyped-def]
+    """Answer a request as gpuwatch does past its query turns (web/admission.py)."""
+    route.fulfill(
+        status=503,
+        headers={"Retry-After": "1"},
+        content_type="application/json",
+        body='{"status":"error","errorType":"unavailable","error":"too many concurrent queries (test)"}',
+    )
+
+
 def test_explore_asks_a_busy_query_again_without_a_refresh(demo_server, page) -> None:  # type: ignore[no-untyped-def]
     """Explore with auto-refresh off: a query answered busy (503 `unavailable`) twice is asked again
     within seconds and then drawn, in both the graph and the table view; never shown as an error."""
@@ -304,12 +314,7 @@ def test_explore_asks_a_busy_query_again_without_a_refresh(demo_server, page) ->
     def first_two_busy(route) -> None:  # type: ignore[no-untyped-def]
         asked.append(route.request.url)
         if len(asked) <= 2:
-            route.fulfill(
-                status=503,
-                headers={"Retry-After": "1"},
-                content_type="application/json",
-                body='{"status":"error","errorType":"unavailable","error":"too many concurrent queries (test)"}',
-            )
+            answer_busy(route)
         else:
             route.continue_()
 
@@ -339,12 +344,7 @@ def test_a_busy_server_is_asked_again_next_refresh_not_shown_as_an_error(demo_se
         asked[key] = asked.get(key, 0) + 1
         if busy.get(key, 0) < 2:
             busy[key] = busy.get(key, 0) + 1
-            route.fulfill(
-                status=503,
-                headers={"Retry-After": "1"},
-                content_type="application/json",
-                body='{"status":"error","errorType":"unavailable","error":"too many concurrent queries (test)"}',
-            )
+            answer_busy(route)
         else:
             route.continue_()
 
