@@ -140,7 +140,7 @@ def test_chunks_rewritten_after_they_were_cached_are_read_anew() -> None:
         # What the cache holds is what is stored now: the chunks before the merge and the trim are gone.
         cache = _cache(store)
         assert cache._index is not None
-        live = set(cache._index.keys(np.arange(cache._index.sid.size)))
+        live = set(cache._index.keys(np.arange(cache._index.size)))
         assert cache._where and set(cache._where) <= live
         assert cache.bytes == sum(b.nbytes for b in cache._blocks.values())
 

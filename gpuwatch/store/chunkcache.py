@@ -104,7 +104,7 @@ class SeriesView:
     ) -> None:
         block, a, b = piece
         self.generation, self.r0, self.r1 = index.generation, r0, r1
-        self.sid = int(index.sid[r0])
+        self.sid = int(index.sids(np.array([r0]))[0])
         self.block, self.a, self.b = block, a, b
         self.t = block.t[a:b] if t is None else t  # `t`: the same timestamps, another view's array
         self.v = block.v[a:b]
@@ -250,7 +250,7 @@ class ChunkCache:
         and return where each is; None if one is gone (rewritten since the index was read). The caller
         checks the generation."""
         keys = index.keys(rows)
-        ids = sorted(set(index.sid[rows].tolist()))
+        ids = sorted(set(index.sids(rows).tolist()))
         with turn(gate):
             got = cur.execute(
                 f"SELECT series_id, t_min_ms, n, h, ts, vs FROM chunks "

@@ -24,7 +24,6 @@ import duckdb
 import numpy as np
 
 Key = tuple[int, int, int, int]  # series id, first timestamp, samples, content hash
-_PLACE = np.dtype([("sid", np.int64), ("t_min", np.int64)])  # compared field by field, in this order
 
 
 class Generation:
@@ -55,7 +54,11 @@ class Generation:
 
 
 class ChunkIndex:
-    """Every chunk's place, for one generation: arrays sorted by (series, first timestamp, write order)."""
+    """Every chunk's place, for one generation: arrays sorted by (series, first timestamp, write order).
+
+    36 bytes a chunk (first and last timestamp, write order and hash as 8 bytes, the sample count as 4),
+    plus 8 a series: a chunk's series is where its position falls in `_bounds`, not stored with it (a
+    month of a lab's series is millions of chunks)."""
 
     def __init__(self, rows: dict[str, Any], generation: int) -> None:
         self.generation = generation
@@ -63,21 +66,27 @@ class ChunkIndex:
         t_min = np.asarray(rows["t_min_ms"], np.int64)
         seq = np.asarray(rows["seq"], np.int64)
         order = np.lexsort((seq, t_min, sid))
-        self.sid = sid[order]
+        sid = sid[order]
         self.t_min = t_min[order]
         self.t_max = np.asarray(rows["t_max_ms"], np.int64)[order]
-        self.n = np.asarray(rows["n"], np.int64)[order]
+        self.n = np.asarray(rows["n"], np.int32)[order]
         self.seq = seq[order]
         self.hash = np.asarray(rows["h"], np.uint64)[order]
-        top = int(self.sid[-1]) + 1 if self.sid.size else 0
-        self._bounds = np.searchsorted(self.sid, np.arange(top + 1))  # series s: rows bounds[s]:bounds[s+1]
-        self._places = np.empty(self.sid.size, _PLACE)  # (series, first timestamp), sorted: for `holds`
-        self._places["sid"], self._places["t_min"] = self.sid, self.t_min
+        top = int(sid[-1]) + 1 if sid.size else 0
+        self._bounds = np.searchsorted(sid, np.arange(top + 1))  # series s: rows bounds[s]:bounds[s+1]
 
     @classmethod
     def load(cls, cur: duckdb.DuckDBPyConnection, generation: int) -> ChunkIndex:
         rows = cur.execute("SELECT series_id, seq, n, t_min_ms, t_max_ms, h FROM chunks").fetchnumpy()
         return cls(rows, generation)
+
+    @property
+    def size(self) -> int:
+        return int(self.t_min.size)
+
+    def sids(self, rows: np.ndarray) -> np.ndarray:
+        """The series of the chunks at positions `rows`."""
+        return np.searchsorted(self._bounds, rows, side="right") - 1
 
     def rows_of(self, ids: np.ndarray, start_ms: int, end_ms: int) -> np.ndarray:
         """Positions of the chunks of series `ids` (sorted, unique) that reach into [start_ms, end_ms]."""
@@ -99,7 +108,7 @@ class ChunkIndex:
     def keys(self, rows: np.ndarray) -> list[Key]:
         return list(
             zip(
-                self.sid[rows].tolist(),
+                self.sids(rows).tolist(),
                 self.t_min[rows].tolist(),
                 self.n[rows].tolist(),
                 self.hash[rows].tolist(),
@@ -108,22 +117,32 @@ class ChunkIndex:
         )
 
     def holds(self, keys: list[Key]) -> np.ndarray:
-        """Which of `keys` are chunks of this index: a binary search per key, so the cost follows the
-        keys asked about, not the chunks stored (a month of a lab's series is millions of chunks)."""
+        """Which of `keys` are chunks of this index: a binary search per key within its series' chunks,
+        all keys at once, so the cost follows the keys asked about, not the chunks stored."""
         m = len(keys)
-        want = np.empty(m, _PLACE)
-        want["sid"] = np.fromiter((k[0] for k in keys), np.int64, m)
-        want["t_min"] = np.fromiter((k[1] for k in keys), np.int64, m)
+        sid = np.fromiter((k[0] for k in keys), np.int64, m)
+        t_min = np.fromiter((k[1] for k in keys), np.int64, m)
         n = np.fromiter((k[2] for k in keys), np.int64, m)
         h = np.fromiter((k[3] for k in keys), np.uint64, m)
         found = np.zeros(m, bool)
-        pos = np.searchsorted(self._places, want)  # the first chunk at (series, first timestamp) or after
-        pending = np.arange(m)
+        known = (sid >= 0) & (sid + 1 < self._bounds.size)
+        lo = np.where(known, self._bounds[np.where(known, sid, 0)], 0)
+        hi = np.where(known, self._bounds[np.where(known, sid + 1, 0)], 0)
+        end = hi.copy()
+        while True:  # lo: the series' first chunk starting at t_min or later
+            open_ = lo < hi
+            if not open_.any():
+                break
+            mid = (lo + hi) // 2
+            before = open_ & (self.t_min[np.minimum(mid, self.size - 1)] < t_min)
+            lo = np.where(before, mid + 1, lo)
+            hi = np.where(open_ & ~before, mid, hi)
+        pos, pending = lo, np.arange(m)
         while pending.size:  # chunks sharing a (series, first timestamp): the next one, and so on
             at = pos[pending]
-            inside = at < self._places.size
+            inside = at < end[pending]
             pending, at = pending[inside], at[inside]
-            same = self._places[at] == want[pending]
+            same = self.t_min[at] == t_min[pending]
             pending, at = pending[same], at[same]
             hit = (self.n[at] == n[pending]) & (self.hash[at] == h[pending])
             found[pending[hit]] = True

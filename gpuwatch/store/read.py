@@ -216,7 +216,7 @@ def _cached_parts(
     `pieces`) to `parts`, keeping a view of each series whose chunks follow one another; return
     whether all of them are known to hold no staleness marker."""
     stale_free = True
-    sid, n, seq = index.sid[rows], index.n[rows], index.seq[rows]
+    sid, n, seq = index.sids(rows), index.n[rows], index.seq[rows]
     lo_t, hi_t = index.t_min[rows], index.t_max[rows]
     bounds = np.r_[0, np.flatnonzero(sid[1:] != sid[:-1]) + 1, rows.size].tolist()
     for a, b in itertools.pairwise(bounds):
