@@ -73,6 +73,27 @@ def cpu_s(p: psutil.Process) -> float:
     return t.user + t.system
 
 
+def rss_parts_mib(pid: int) -> tuple[float, float, float]:
+    """Resident memory by kind of mapping (/proc/PID/smaps): glibc's main heap (`[heap]`, where every
+    thread allocates under MALLOC_ARENA_MAX=1), other anonymous memory (CPython's 1 MiB arenas, DuckDB's
+    allocator, big mmapped blocks, stacks) and file-backed pages (code, the mapped store)."""
+    parts = {"heap": 0, "anon": 0, "file": 0}
+    kind = "anon"
+    try:
+        with open(f"/proc/{pid}/smaps") as f:
+            for line in f:
+                if line.startswith("Rss:"):
+                    parts[kind] += int(line.split()[1])
+                # a mapping's header (address range, perms, offset, dev, inode, name), not a field
+                elif not line[0].isupper():
+                    fields = line.split(maxsplit=5)
+                    name = fields[5].strip() if len(fields) > 5 else ""
+                    kind = "heap" if name == "[heap]" else "file" if name.startswith("/") else "anon"
+    except OSError:
+        return math.nan, math.nan, math.nan
+    return parts["heap"] / 1024, parts["anon"] / 1024, parts["file"] / 1024
+
+
 @dataclass
 class Row:
     t_s: float
@@ -86,6 +107,9 @@ class Row:
     loadavg: float
     duckdb_mib: float  # gpuwatch's own figures on /metrics (nan where it did not answer)
     cache_mib: float
+    heap_mib: float  # RSS by kind of mapping (rss_parts_mib)
+    anon_mib: float
+    file_mib: float
 
 
 async def monitor(
@@ -122,11 +146,11 @@ async def monitor(
             Row(now - t0, serve.memory_info().rss / 2**20, 100 * (cur[1] - last[1]) / wall,
                 100 * (cur[2] - last[2]) / wall, 100 * (cur[3] - last[3]) / wall, status, health_ms,
                 cur[4] - last[4], os.getloadavg()[0], own["gpuwatch_store_duckdb_memory_bytes"],
-                own["gpuwatch_store_chunk_cache_bytes"])
+                own["gpuwatch_store_chunk_cache_bytes"], *rss_parts_mib(serve.pid))
         )  # fmt: skip
         r = rows[-1]
         print(
-            f"  {r.t_s:5.0f} s  rss {r.rss_mib:6.1f} MiB (duckdb {r.duckdb_mib:4.1f}, chunk cache {r.cache_mib:5.1f})  serve {r.serve_cpu_pct:5.1f} %  load gen {r.load_cpu_pct:5.1f} %"
+            f"  {r.t_s:5.0f} s  rss {r.rss_mib:6.1f} MiB (heap {r.heap_mib:.0f}, anon {r.anon_mib:.0f}, file {r.file_mib:.0f}; duckdb {r.duckdb_mib:4.1f}, chunk cache {r.cache_mib:5.1f})  serve {r.serve_cpu_pct:5.1f} %  load gen {r.load_cpu_pct:5.1f} %"
             f"  targets {r.targets_cpu_pct:5.1f} %  health {r.health} ({r.health_ms:.0f} ms)  {r.requests / wall:5.1f} req/s"
             f"  loadavg {r.loadavg:.2f}",
             flush=True,
@@ -370,11 +394,12 @@ def main() -> None:
         if args.csv:
             with open(args.csv, "w", newline="") as f:
                 w = csv.writer(f)
-                w.writerow(["t_s", "rss_mib", "serve_cpu_pct", "loadgen_cpu_pct", "targets_cpu_pct", "health", "health_ms", "requests", "loadavg1", "duckdb_mib", "chunk_cache_mib"])  # fmt: skip
+                w.writerow(["t_s", "rss_mib", "serve_cpu_pct", "loadgen_cpu_pct", "targets_cpu_pct", "health", "health_ms", "requests", "loadavg1", "duckdb_mib", "chunk_cache_mib", "heap_mib", "anon_mib", "file_mib"])  # fmt: skip
                 for r in rows:
                     w.writerow([f"{r.t_s:.0f}", f"{r.rss_mib:.1f}", f"{r.serve_cpu_pct:.1f}", f"{r.load_cpu_pct:.1f}",
                                 f"{r.targets_cpu_pct:.1f}", r.health, f"{r.health_ms:.0f}", r.requests, f"{r.loadavg:.2f}",
-                                f"{r.duckdb_mib:.1f}", f"{r.cache_mib:.1f}"])  # fmt: skip
+                                f"{r.duckdb_mib:.1f}", f"{r.cache_mib:.1f}", f"{r.heap_mib:.1f}", f"{r.anon_mib:.1f}",
+                                f"{r.file_mib:.1f}"])  # fmt: skip
     finally:
         if serve is not None:
             serve.terminate()
