@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import collections
+import functools
 import math
 import struct
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -136,23 +137,16 @@ def make_labels(labels: Mapping[str, str]) -> Labels:
     return tuple(pairs)
 
 
-_INTERNED_MAX = 65_536
-_interned: dict[Labels, Labels] = {}
-
-
+@functools.lru_cache(maxsize=65_536)
 def intern_labels(labels: Labels) -> Labels:
-    """Return one shared tuple for each label set (bounded; the table starts over when full).
+    """Return one shared tuple for each label set: the first equal one met (the 65,536 most recently
+    used are remembered).
 
     The store's writer finds a series by the identity of its label tuple before it hashes anything,
     and remembers each tuple it meets; a source that builds an equal tuple afresh on every tick
     (self-monitoring counters, rule outputs) would add one entry per tick and always take the slow path.
     """
-    shared = _interned.get(labels)
-    if shared is None:
-        if len(_interned) >= _INTERNED_MAX:
-            _interned.clear()
-        shared = _interned.setdefault(labels, labels)
-    return shared
+    return labels
 
 
 def stable_labels(labels: Mapping[str, str]) -> Labels:

@@ -73,6 +73,19 @@ def test_sources_that_rebuild_labels_every_tick_hand_the_writer_one_tuple(clock:
     assert jobs.counters() == [("sample", 1, 0, 0.0)]
 
 
+def test_interned_label_sets_are_bounded_and_a_busy_one_stays_shared() -> None:
+    """A source of ever-new label values (a pod per restart) does not grow the table without end, and a
+    label set met every tick keeps its one tuple however many others pass through."""
+    from gpuwatch.model import intern_labels
+
+    busy = intern_labels((("job", "busy"),))
+    for i in range(100_000):
+        intern_labels((("pod", f"pod-{i}"),))
+        if i % 1000 == 0:
+            assert intern_labels((("job", "busy"),)) is busy
+    assert intern_labels.cache_info().currsize <= 65_536
+
+
 def test_table_numbers_of_one_series_share_its_id_and_new_ids_are_dense() -> None:
     ids = SeriesIds([], next_id=10)
     known = ("k", (("a", "1"),))
