@@ -23,15 +23,15 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from gpuwatch.app import build_runtime  # noqa: E402
+from gpuwatch.app.build import build_runtime  # noqa: E402
+from gpuwatch.app.config import load  # noqa: E402
 from gpuwatch.cli.gctune import tune_for_serving  # noqa: E402
-from gpuwatch.clock import FakeClock  # noqa: E402
 from gpuwatch.collect.fetch import FetchResult  # noqa: E402
 from gpuwatch.collect.scrape import Target  # noqa: E402
 from gpuwatch.collect.targetspec import TargetSpec  # noqa: E402
-from gpuwatch.config import load  # noqa: E402
+from gpuwatch.core.clock import FakeClock  # noqa: E402
+from gpuwatch.core.model import Batch, Sample, make_labels  # noqa: E402
 from gpuwatch.demo.nvml import FakeNvml  # noqa: E402
-from gpuwatch.model import Batch, Sample, make_labels  # noqa: E402
 from gpuwatch.web import create_app  # noqa: E402
 
 

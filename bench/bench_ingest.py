@@ -27,12 +27,12 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench.scrape_targets import running_targets  # noqa: E402
-from gpuwatch.clock import FakeClock, SystemClock  # noqa: E402
 from gpuwatch.collect.fetch import FetchResult, HttpFetcher  # noqa: E402
 from gpuwatch.collect.scrape import Target  # noqa: E402
 from gpuwatch.collect.scrapeconfig import ScrapeConfig, StaticGroup  # noqa: E402
 from gpuwatch.collect.targetspec import target_specs  # noqa: E402
-from gpuwatch.model import Batch  # noqa: E402
+from gpuwatch.core.clock import FakeClock, SystemClock  # noqa: E402
+from gpuwatch.core.model import Batch  # noqa: E402
 from gpuwatch.store.core import Store  # noqa: E402
 
 

@@ -51,8 +51,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import querydata
 
-from gpuwatch.clock import SystemClock
-from gpuwatch.model import make_labels
+from gpuwatch.core.clock import SystemClock
+from gpuwatch.core.model import make_labels
 from gpuwatch.query import Engine
 from gpuwatch.store import Store
 
@@ -306,8 +306,8 @@ def serve(data_dir: str, port: int) -> None:
     """Child process: gpuwatch's Prometheus API over a read-only store, served by waitress as `gpuwatch serve`."""
     from types import SimpleNamespace
 
+    from gpuwatch.app.config import load
     from gpuwatch.cli.gctune import tune_for_serving
-    from gpuwatch.config import load
     from gpuwatch.web import create_app
     from gpuwatch.web.serving import make_server
 

@@ -38,9 +38,9 @@ def child(data: str, query: str, runs: int, days: float = 1.0, step_ms: int = 15
     from types import SimpleNamespace
     from urllib.parse import urlencode
 
+    from gpuwatch.app.config import load
     from gpuwatch.cli import gctune
-    from gpuwatch.clock import SystemClock
-    from gpuwatch.config import load
+    from gpuwatch.core.clock import SystemClock
     from gpuwatch.query import Engine
     from gpuwatch.store import Store
     from gpuwatch.web import create_app

@@ -27,8 +27,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # querydata; gpuwatch 
 
 from querydata import DAY_MS, T0_MS
 
-from gpuwatch.clock import SystemClock
-from gpuwatch.model import Matcher, make_labels
+from gpuwatch.core.clock import SystemClock
+from gpuwatch.core.model import Matcher, make_labels
 from gpuwatch.store import Store
 
 

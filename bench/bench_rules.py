@@ -45,8 +45,8 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from gpuwatch.clock import FakeClock
-from gpuwatch.model import Batch, Sample, make_labels
+from gpuwatch.core.clock import FakeClock
+from gpuwatch.core.model import Batch, Sample, make_labels
 from gpuwatch.query import Engine, Vector
 from gpuwatch.rules.load import builtin_files, load_builtin
 from gpuwatch.rules.manager import RuleManager

@@ -36,8 +36,8 @@ sys.path.insert(0, str(ROOT))
 
 from bench.bench_serve import thread_names, thread_ticks  # noqa: E402
 from bench.scrape_targets import start_targets  # noqa: E402
+from gpuwatch.core.units import parse_duration  # noqa: E402
 from gpuwatch.promtext.parser import Parser, parse  # noqa: E402
-from gpuwatch.units import parse_duration  # noqa: E402
 
 
 def free_port() -> int:

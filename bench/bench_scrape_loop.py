@@ -27,9 +27,9 @@ sys.path.insert(0, str(ROOT))
 
 from bench.scrape_targets import running_targets  # noqa: E402
 from gpuwatch.cli import gctune  # noqa: E402
-from gpuwatch.clock import SystemClock  # noqa: E402
 from gpuwatch.collect.scrapeconfig import parse_scrape_configs  # noqa: E402
 from gpuwatch.collect.scrapepool import ScrapePool  # noqa: E402
+from gpuwatch.core.clock import SystemClock  # noqa: E402
 from gpuwatch.store.core import Store  # noqa: E402
 
 

@@ -93,7 +93,7 @@ class Markers:
     """Appends a marker sample every 20 ms and notes when each was appended and each flush ended."""
 
     def __init__(self, store: Any, clock: Any) -> None:
-        from gpuwatch.model import Batch, Sample, stable_labels
+        from gpuwatch.core.model import Batch, Sample, stable_labels
 
         self._store, self._clock = store, clock
         self._sample, self._batch = Sample, Batch
@@ -138,8 +138,8 @@ class Markers:
 
 def child(n: int, labels: int, via: str, marker: bool, profile: bool, again: bool = False) -> None:
     from gpuwatch.cli.gctune import tune_for_serving
-    from gpuwatch.clock import FakeClock, SystemClock
     from gpuwatch.collect.importer import prepare, write
+    from gpuwatch.core.clock import FakeClock, SystemClock
     from gpuwatch.store import Store
 
     clock: Any = SystemClock() if marker else FakeClock(T0_MS / 1000)
@@ -161,7 +161,7 @@ def child(n: int, labels: int, via: str, marker: bool, profile: bool, again: boo
             from gpuwatch.collect.fetch import HttpFetcher
             from gpuwatch.collect.scrape import Target
             from gpuwatch.collect.targetspec import TargetSpec
-            from gpuwatch.model import make_labels
+            from gpuwatch.core.model import make_labels
 
             pages = [body(n, labels, timestamps=False).encode(), body(n, labels, n, False).encode()]
             pages.append(body(n, labels, n, False, value=2).encode())  # (--again) the second's, new values
@@ -179,7 +179,7 @@ def child(n: int, labels: int, via: str, marker: bool, profile: bool, again: boo
                 60,
             )
             if "series_limits" in TargetSpec.__dataclass_fields__:  # (not in builds before them)
-                from gpuwatch.model import NO_SERIES_LIMITS
+                from gpuwatch.core.model import NO_SERIES_LIMITS
 
                 spec = dataclasses.replace(spec, series_limits=NO_SERIES_LIMITS)
             # serve's fetch caps a page at 32 MB; a million of these lines are 88 MB

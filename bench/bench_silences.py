@@ -20,7 +20,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from gpuwatch.clock import FakeClock  # noqa: E402
+from gpuwatch.core.clock import FakeClock  # noqa: E402
 from gpuwatch.notify.matchers import parse_matcher  # noqa: E402
 from gpuwatch.notify.silences import Silence, Silences  # noqa: E402
 from gpuwatch.store import Store  # noqa: E402

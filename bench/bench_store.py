@@ -25,8 +25,8 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from gpuwatch.clock import FakeClock
-from gpuwatch.model import Batch, Labels, Matcher, Sample, make_labels
+from gpuwatch.core.clock import FakeClock
+from gpuwatch.core.model import Batch, Labels, Matcher, Sample, make_labels
 from gpuwatch.store import Store
 
 METRICS = [

@@ -22,17 +22,17 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import querydata
 
-from gpuwatch.app import build_runtime
-from gpuwatch.clock import FakeClock, SystemClock
+from gpuwatch.app.build import build_runtime
+from gpuwatch.app.config import load
 from gpuwatch.collect.fetch import FetchResult
 from gpuwatch.collect.scrapeconfig import ScrapeConfig, StaticGroup
 from gpuwatch.collect.scrapepool import ScrapePool
 from gpuwatch.collect.targetspec import TargetSpec
-from gpuwatch.config import load
+from gpuwatch.core.clock import FakeClock, SystemClock
+from gpuwatch.core.model import make_labels
 from gpuwatch.demo.engines import SglangSim, VllmSim
 from gpuwatch.demo.incidents import IncidentSchedule
 from gpuwatch.demo.nvml import FakeNvml
-from gpuwatch.model import make_labels
 from gpuwatch.store import Store
 
 

@@ -21,11 +21,11 @@ import requests
 from flask import Flask
 from flask.testing import FlaskClient
 
-from gpuwatch.app import build_runtime
-from gpuwatch.clock import FakeClock
-from gpuwatch.config import load
+from gpuwatch.app.build import build_runtime
+from gpuwatch.app.config import load
+from gpuwatch.app.runtime import Runtime
+from gpuwatch.core.clock import FakeClock
 from gpuwatch.demo.nvml import FakeNvml
-from gpuwatch.runtime import Runtime
 from gpuwatch.web import create_app
 
 ROOT = Path(__file__).resolve().parent.parent

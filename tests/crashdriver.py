@@ -27,10 +27,10 @@ from pathlib import Path
 
 import numpy as np
 
-from gpuwatch.app import build_runtime
-from gpuwatch.config import load
-from gpuwatch.model import Batch, Matcher, Sample, SeriesColumns, make_labels
-from gpuwatch.runtime import Runtime
+from gpuwatch.app.build import build_runtime
+from gpuwatch.app.config import load
+from gpuwatch.app.runtime import Runtime
+from gpuwatch.core.model import Batch, Matcher, Sample, SeriesColumns, make_labels
 
 LOAD_SERIES = 2_000
 IMPORT_SERIES = 3_000

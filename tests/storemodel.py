@@ -17,8 +17,8 @@ from unittest import mock
 import numpy as np
 from hypothesis import strategies as st
 
-from gpuwatch.clock import FakeClock
-from gpuwatch.model import STALE_NAN, Batch, Matcher, Sample, SeriesData, make_labels
+from gpuwatch.core.clock import FakeClock
+from gpuwatch.core.model import STALE_NAN, Batch, Matcher, Sample, SeriesData, make_labels
 from gpuwatch.store import Store
 from gpuwatch.store import writer as writer_module
 from gpuwatch.store.chunking import WINDOW_MS

@@ -20,17 +20,17 @@ import pytest
 from flask import Flask
 from flask.testing import FlaskClient
 
-from gpuwatch.access import AccessFile, hash_token
-from gpuwatch.app import build_runtime
+from gpuwatch.app.build import build_runtime
+from gpuwatch.app.config import load
+from gpuwatch.app.runtime import Runtime
 from gpuwatch.cli.access import access_line, run_access
 from gpuwatch.cli.main import _parser
-from gpuwatch.clock import FakeClock
-from gpuwatch.config import load
+from gpuwatch.core.clock import FakeClock
+from gpuwatch.core.units import format_rfc3339_millis as format_time
 from gpuwatch.demo.nvml import FakeNvml
-from gpuwatch.runtime import Runtime
-from gpuwatch.units import format_rfc3339_millis as format_time
 from gpuwatch.web import create_app
 from gpuwatch.web.access import ADMIN, MACHINE, READ, ROUTES, route_class
+from gpuwatch.web.credentials import AccessFile, hash_token
 
 REMOTE = {"REMOTE_ADDR": "10.9.8.7"}
 PUSH_BODY = "# TYPE job_up gauge\njob_up 1\n"

@@ -11,12 +11,12 @@ import pytest
 import yaml
 from flask.testing import FlaskClient
 
-from gpuwatch.app import build_runtime
-from gpuwatch.clock import FakeClock
-from gpuwatch.config import load
+from gpuwatch.app.build import build_runtime
+from gpuwatch.app.config import load
+from gpuwatch.app.runtime import Runtime
+from gpuwatch.core.clock import FakeClock
+from gpuwatch.core.units import format_rfc3339_millis as format_time
 from gpuwatch.demo.nvml import FakeNvml
-from gpuwatch.runtime import Runtime
-from gpuwatch.units import format_rfc3339_millis as format_time
 from tests.conftest import free_port
 
 RULES = """

@@ -11,7 +11,7 @@ import pytest
 import requests
 
 from gpuwatch.client import Backoff, Outbox, Run, Sender
-from gpuwatch.clock import FakeClock
+from gpuwatch.core.clock import FakeClock
 from tests.conftest import wait_until
 
 

@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from gpuwatch import config, options
-from gpuwatch.config import load
-from gpuwatch.errors import ConfigError
-from gpuwatch.options import DEFAULT_PORT, OPTIONS
+from gpuwatch.app import config, options
+from gpuwatch.app.config import load
+from gpuwatch.app.options import DEFAULT_PORT, OPTIONS
+from gpuwatch.core.errors import ConfigError
 
 README = Path(__file__).resolve().parent.parent / "README.md"
 CONFIGURATION = README.parent / "docs" / "configuration.md"

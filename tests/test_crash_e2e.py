@@ -31,8 +31,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from gpuwatch.clock import SystemClock
-from gpuwatch.model import Matcher
+from gpuwatch.core.clock import SystemClock
+from gpuwatch.core.model import Matcher
 from gpuwatch.store import Store
 from tests.conftest import ROOT, clean_env
 from tests.crashdriver import IMPORT_SERIES, MARKER_SAMPLES, marker_values

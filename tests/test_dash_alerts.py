@@ -11,16 +11,16 @@ from urllib.parse import quote
 import pytest
 from flask.testing import FlaskClient
 
-from gpuwatch.app import build_runtime
-from gpuwatch.clock import FakeClock
-from gpuwatch.config import load
+from gpuwatch.app.build import build_runtime
+from gpuwatch.app.config import load
+from gpuwatch.app.runtime import Runtime
+from gpuwatch.core.clock import FakeClock
+from gpuwatch.core.model import Batch, LogLine, Sample, make_labels
+from gpuwatch.core.units import format_rfc3339
 from gpuwatch.demo.nvml import FakeNvml
-from gpuwatch.model import Batch, LogLine, Sample, make_labels
 from gpuwatch.rules import manager as manager_module
-from gpuwatch.runtime import Runtime
 from gpuwatch.store import alerthistory
 from gpuwatch.store.alerthistory import StoredTransition
-from gpuwatch.units import format_rfc3339
 from gpuwatch.web import create_app
 from gpuwatch.web.dash.targets import group_targets
 

@@ -14,10 +14,10 @@ from typing import Any
 import pytest
 from prometheus_client import generate_latest
 
-from gpuwatch.clock import FakeClock
+from gpuwatch.core.clock import FakeClock
+from gpuwatch.core.errors import ScrapeError
+from gpuwatch.core.model import Batch, Sample, stable_labels
 from gpuwatch.demo.engines import SglangSim, VllmSim
-from gpuwatch.errors import ScrapeError
-from gpuwatch.model import Batch, Sample, stable_labels
 from gpuwatch.query import Engine
 from gpuwatch.query.parse import parse
 from gpuwatch.store import Store

@@ -9,10 +9,10 @@ import numpy as np
 import pytest
 from flask.testing import FlaskClient
 
-from gpuwatch.clock import FakeClock
+from gpuwatch.app.runtime import Runtime
 from gpuwatch.collect.logs import detect_event
-from gpuwatch.model import Batch, LogLine, Sample, stable_labels
-from gpuwatch.runtime import Runtime
+from gpuwatch.core.clock import FakeClock
+from gpuwatch.core.model import Batch, LogLine, Sample, stable_labels
 from gpuwatch.web.dash import trainingdata
 from gpuwatch.web.dash.smoothing import ema, reduce_indices, smooth_and_reduce
 from gpuwatch.web.dash.trainingdata import gpu_matchers, parse_compare, run_state

@@ -11,13 +11,13 @@ import pytest
 import yaml
 from flask.testing import FlaskClient
 
-from gpuwatch.app import build_runtime
-from gpuwatch.clock import FakeClock
-from gpuwatch.config import load
+from gpuwatch.app.build import build_runtime
+from gpuwatch.app.config import load
+from gpuwatch.app.runtime import Runtime
+from gpuwatch.core.clock import FakeClock
 from gpuwatch.demo.nvml import FakeNvml
 from gpuwatch.query.limits import walk
 from gpuwatch.query.parse import parse
-from gpuwatch.runtime import Runtime
 from gpuwatch.web import create_app
 from gpuwatch.web.dash import cluster, gpu, timeline
 from gpuwatch.web.dash.assets import CACHE_CONTROL

@@ -12,9 +12,9 @@ import pytest
 import requests
 from prometheus_client import generate_latest
 
-from gpuwatch.app import build_runtime
-from gpuwatch.clock import FakeClock
-from gpuwatch.config import load
+from gpuwatch.app.build import build_runtime
+from gpuwatch.app.config import load
+from gpuwatch.core.clock import FakeClock
 from gpuwatch.demo.engines import (
     SGLANG_E2E,
     SGLANG_ITL,

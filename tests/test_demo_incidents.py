@@ -16,13 +16,14 @@ from typing import Any
 import pytest
 from prometheus_client import generate_latest
 
-from gpuwatch.app import build_runtime
-from gpuwatch.clock import FakeClock
+from gpuwatch.app.build import build_runtime
+from gpuwatch.app.config import load
+from gpuwatch.app.runtime import Runtime
 from gpuwatch.collect.fetch import FetchResult
 from gpuwatch.collect.scrapeconfig import parse_scrape_configs
 from gpuwatch.collect.scrapepool import ScrapePool
 from gpuwatch.collect.targetspec import TargetSpec
-from gpuwatch.config import load
+from gpuwatch.core.clock import FakeClock
 from gpuwatch.demo.engines import SglangSim, VllmSim
 from gpuwatch.demo.incidents import (
     EXPECTED,
@@ -36,7 +37,6 @@ from gpuwatch.demo.incidents import (
 )
 from gpuwatch.demo.nvml import FakeNvml
 from gpuwatch.demo.training import TrainingSim
-from gpuwatch.runtime import Runtime
 from gpuwatch.web import create_app
 
 START = 1_800_000_000.0

@@ -7,13 +7,13 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from gpuwatch.app import build_runtime
-from gpuwatch.clock import FakeClock
+from gpuwatch.app.build import build_runtime
+from gpuwatch.app.config import load
 from gpuwatch.collect.logs import LogTailer
-from gpuwatch.config import load
+from gpuwatch.core.clock import FakeClock
+from gpuwatch.core.model import make_labels
 from gpuwatch.demo.nvml import FakeNvml
 from gpuwatch.demo.training import TRAINING_LOG_JOB, TRAINING_RUN, TrainingSim, training_log_file
-from gpuwatch.model import make_labels
 from gpuwatch.query import Engine, Vector
 
 T0 = 1_800_000_000.0

@@ -7,14 +7,14 @@ from pathlib import Path
 
 import pytest
 
-from gpuwatch.app import build_runtime
+from gpuwatch.app.build import build_runtime
+from gpuwatch.app.config import load
+from gpuwatch.app.runtime import Runtime
 from gpuwatch.cli.deploy import check_health, health_url, hostname_warning, in_container, unwritable_data_dir
 from gpuwatch.cli.main import main
-from gpuwatch.clock import FakeClock
 from gpuwatch.collect.processes import read_process_info
-from gpuwatch.config import load
+from gpuwatch.core.clock import FakeClock
 from gpuwatch.demo.nvml import FakeNvml
-from gpuwatch.runtime import Runtime
 from gpuwatch.web import create_app
 from tests.conftest import free_port
 

@@ -6,7 +6,7 @@ import math
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from gpuwatch.model import MetricInfo, Sample, make_labels
+from gpuwatch.core.model import MetricInfo, Sample, make_labels
 from gpuwatch.promtext.writer import format_text, format_value
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pynvml
 import pytest
 
-from gpuwatch.clock import FakeClock
+from gpuwatch.core.clock import FakeClock
 from gpuwatch.demo.incidents import THROTTLE, XID, IncidentSchedule
 from gpuwatch.demo.nvml import MODELS, FakeNvml
 

@@ -13,12 +13,12 @@ import requests
 from flask.testing import FlaskClient
 from prometheus_client.parser import text_string_to_metric_families
 
-from gpuwatch.clock import FakeClock, SystemClock
+from gpuwatch.app.runtime import Runtime
 from gpuwatch.collect.fetch import HttpFetcher
 from gpuwatch.collect.scrape import Target
 from gpuwatch.collect.targetspec import TargetSpec
-from gpuwatch.model import STALE_NAN, Batch, Sample, make_labels
-from gpuwatch.runtime import Runtime
+from gpuwatch.core.clock import FakeClock, SystemClock
+from gpuwatch.core.model import STALE_NAN, Batch, Sample, make_labels
 from tests.conftest import Server, clean_env, free_port, require_tool, wait_until
 
 DEMO_GPUS = 1

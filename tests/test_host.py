@@ -15,14 +15,14 @@ from typing import Any
 import psutil
 import pytest
 
-from gpuwatch.app import build_runtime
-from gpuwatch.clock import FakeClock
+from gpuwatch.app.build import build_runtime
+from gpuwatch.app.config import load
+from gpuwatch.app.runtime import Runtime
 from gpuwatch.collect.host import DISK_IGNORE, HostCollector
 from gpuwatch.collect.host_metrics import CPU_MODES, HOST_METRIC_TABLE, HOST_METRICS
-from gpuwatch.config import load
+from gpuwatch.core.clock import FakeClock
+from gpuwatch.core.model import Batch, Matcher
 from gpuwatch.demo.nvml import FakeNvml
-from gpuwatch.model import Batch, Matcher
-from gpuwatch.runtime import Runtime
 
 ROOT = Path(__file__).resolve().parent.parent
 

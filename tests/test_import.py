@@ -13,10 +13,10 @@ from flask.testing import FlaskClient
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gpuwatch.clock import FakeClock
 from gpuwatch.collect.importer import group_columns, import_text, prepare
-from gpuwatch.errors import SeriesLimitExceeded
-from gpuwatch.model import LabelLimits, Matcher, SeriesLimits
+from gpuwatch.core.clock import FakeClock
+from gpuwatch.core.errors import SeriesLimitExceeded
+from gpuwatch.core.model import LabelLimits, Matcher, SeriesLimits
 from gpuwatch.store import Store
 from gpuwatch.web import importapi
 

@@ -16,11 +16,11 @@ from pathlib import Path
 import pytest
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
-from gpuwatch.clock import FakeClock
 from gpuwatch.collect.fetch import FetchResult
 from gpuwatch.collect.scrapeconfig import parse_scrape_configs
 from gpuwatch.collect.scrapepool import ScrapePool
 from gpuwatch.collect.targetspec import TargetSpec
+from gpuwatch.core.clock import FakeClock
 from gpuwatch.demo.engines import (
     SGLANG_E2E,
     SGLANG_MODEL,

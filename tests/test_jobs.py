@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import threading
 
-from gpuwatch.clock import FakeClock
-from gpuwatch.jobs import JobRegistry
+from gpuwatch.core.clock import FakeClock
+from gpuwatch.core.jobs import JobRegistry
 
 
 def test_success_failure_and_recovery() -> None:

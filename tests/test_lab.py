@@ -12,16 +12,16 @@ from typing import Any
 import pytest
 
 import gpuwatch.client
-from gpuwatch.app import build_runtime
-from gpuwatch.clock import FakeClock
+from gpuwatch.app.build import build_runtime
+from gpuwatch.app.config import load
+from gpuwatch.app.runtime import Runtime
 from gpuwatch.collect.fetch import FetchResult
 from gpuwatch.collect.scrapeconfig import parse_scrape_configs
 from gpuwatch.collect.scrapepool import ScrapePool
 from gpuwatch.collect.targetspec import TargetSpec
-from gpuwatch.config import load
+from gpuwatch.core.clock import FakeClock
+from gpuwatch.core.errors import ScrapeError
 from gpuwatch.demo.nvml import FakeNvml
-from gpuwatch.errors import ScrapeError
-from gpuwatch.runtime import Runtime
 from gpuwatch.web import create_app
 from tests.conftest import Server, clean_env, wait_until
 

@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
+from gpuwatch.app.config import load
 from gpuwatch.collect.logconfig import LogFileConfig, parse_log_files
 from gpuwatch.collect.logs import LogRound, LogTailer, guess_level
-from gpuwatch.config import load
-from gpuwatch.errors import ConfigError
-from gpuwatch.model import LogOffset
+from gpuwatch.core.errors import ConfigError
+from gpuwatch.core.model import LogOffset
 
 T0 = 1_790_000_000_000
 PATTERNS = (r"step (?P<step>\d+).*loss[:=] ?(?P<loss>[0-9.eE+-]+)", r"lr[:=] ?(?P<learning_rate>[0-9.eE+-]+)")

@@ -8,12 +8,12 @@ from pathlib import Path
 import pytest
 from flask.testing import FlaskClient
 
-from gpuwatch.app import build_runtime
-from gpuwatch.clock import FakeClock
-from gpuwatch.config import load
+from gpuwatch.app.build import build_runtime
+from gpuwatch.app.config import load
+from gpuwatch.app.runtime import Runtime
+from gpuwatch.core.clock import FakeClock
+from gpuwatch.core.model import Matcher
 from gpuwatch.demo.nvml import FakeNvml
-from gpuwatch.model import Matcher
-from gpuwatch.runtime import Runtime
 
 LOSS = r"step (?P<step>\d+).*loss[:=] ?(?P<loss>[0-9.eE+-]+)"
 

@@ -12,7 +12,7 @@ import yaml
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
-from gpuwatch import regex
+from gpuwatch.core import regex
 from gpuwatch.notify.config import parse_notify
 from gpuwatch.notify.matchers import (
     LabelMatcher,

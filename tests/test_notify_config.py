@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 import yaml
 
-from gpuwatch.config import load
-from gpuwatch.errors import ConfigError
+from gpuwatch.app.config import load
+from gpuwatch.core.errors import ConfigError
 from gpuwatch.notify.alerting import parse_alerting
 from gpuwatch.notify.config import parse_notify
 from gpuwatch.notify.matchers import parse_matchers

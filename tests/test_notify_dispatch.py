@@ -12,8 +12,8 @@ import pytest
 import yaml
 from flask.testing import FlaskClient
 
-from gpuwatch.clock import FakeClock
-from gpuwatch.model import make_labels
+from gpuwatch.core.clock import FakeClock
+from gpuwatch.core.model import make_labels
 from gpuwatch.notify.config import parse_notify
 from gpuwatch.notify.delivery import DeliveryError
 from gpuwatch.notify.notifier import Notifier
@@ -319,8 +319,8 @@ def test_notifications_api(client: FlaskClient) -> None:
 
 
 def test_notifications_api_shows_the_log(h: Harness) -> None:
-    from gpuwatch.jobs import JobRegistry
-    from gpuwatch.runtime import Runtime
+    from gpuwatch.app.runtime import Runtime
+    from gpuwatch.core.jobs import JobRegistry
     from gpuwatch.web import create_app
 
     h.fire(alertname="Disk", instance="a")
@@ -348,8 +348,8 @@ def test_notifications_api_shows_the_log(h: Harness) -> None:
 
 
 def test_forwarding_to_alertmanager_as_prometheus_sends(tmp_path: Path, clock: FakeClock) -> None:
+    from gpuwatch.core.units import format_rfc3339 as format_time
     from gpuwatch.notify.alerting import parse_alerting
-    from gpuwatch.units import format_rfc3339 as format_time
     from tests.conftest import free_port
     from tests.webhook_server import Hook
 

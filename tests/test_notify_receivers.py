@@ -14,7 +14,7 @@ from urllib.parse import parse_qs, urlsplit
 import pytest
 import yaml
 
-from gpuwatch.model import make_labels
+from gpuwatch.core.model import make_labels
 from gpuwatch.notify.alert import NotifyAlert, fingerprint, text, title, webhook_payload
 from gpuwatch.notify.config import parse_notify
 from gpuwatch.notify.delivery import DeliveryError
@@ -293,7 +293,7 @@ def test_notify_test_command(tmp_path: Path, hook: Hook) -> None:
 
 
 def test_apprise_missing_is_a_config_error(monkeypatch: pytest.MonkeyPatch) -> None:
-    from gpuwatch.errors import ConfigError
+    from gpuwatch.core.errors import ConfigError
 
     monkeypatch.setitem(sys.modules, "apprise", None)
     with pytest.raises(ConfigError) as e:

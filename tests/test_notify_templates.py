@@ -14,7 +14,7 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gpuwatch.errors import ConfigError
+from gpuwatch.core.errors import ConfigError
 from gpuwatch.notify.config import load_templates, parse_notify
 from gpuwatch.notify.email import build_message
 from gpuwatch.notify.receivers import send

@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 import yaml
 
-from gpuwatch.clock import FakeClock
-from gpuwatch.errors import ConfigError
+from gpuwatch.core.clock import FakeClock
+from gpuwatch.core.errors import ConfigError
 from gpuwatch.notify.config import parse_notify
 from gpuwatch.notify.timeintervals import parse_time_intervals
 from tests.conftest import require_tool

@@ -11,14 +11,14 @@ from pathlib import Path
 import pynvml
 import pytest
 
-from gpuwatch.clock import FakeClock
 from gpuwatch.collect.gpu_metrics import GPU_LABELS, GPU_METRICS, render_markdown_table
 from gpuwatch.collect.nvml import GpuCollector, GpuIdentity, XidEvent
 from gpuwatch.collect.processes import parse_container_id, parse_uid, read_process_info
+from gpuwatch.core.clock import FakeClock
+from gpuwatch.core.errors import NvmlUnavailable
+from gpuwatch.core.model import Batch
 from gpuwatch.demo.incidents import IncidentSchedule
 from gpuwatch.demo.nvml import FakeNvml
-from gpuwatch.errors import NvmlUnavailable
-from gpuwatch.model import Batch
 
 ROOT = Path(__file__).resolve().parent.parent
 NAMES = {m.name for m in GPU_METRICS}

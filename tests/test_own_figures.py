@@ -11,14 +11,14 @@ import numpy as np
 import pytest
 from flask.testing import FlaskClient
 
-from gpuwatch.app import build_runtime
-from gpuwatch.clock import FakeClock
-from gpuwatch.config import load
+from gpuwatch.app.build import build_runtime
+from gpuwatch.app.config import load
+from gpuwatch.app.runtime import Runtime
+from gpuwatch.core.clock import FakeClock
+from gpuwatch.core.errors import StoreError
+from gpuwatch.core.model import Matcher, Sample, SeriesData
 from gpuwatch.demo.nvml import FakeNvml
-from gpuwatch.errors import StoreError
-from gpuwatch.model import Matcher, Sample, SeriesData
 from gpuwatch.query.recent import RecentSamples, WithRecent
-from gpuwatch.runtime import Runtime
 from gpuwatch.store import sqlrows
 from gpuwatch.web import create_app
 

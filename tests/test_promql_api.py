@@ -11,8 +11,8 @@ import pytest
 from flask import Flask
 from flask.testing import FlaskClient
 
-from gpuwatch.clock import FakeClock
-from gpuwatch.config import load
+from gpuwatch.app.config import load
+from gpuwatch.core.clock import FakeClock
 from gpuwatch.store import Store
 from gpuwatch.web.errors import register_error_handlers
 from gpuwatch.web.promapi import bp

@@ -8,8 +8,8 @@ from collections.abc import Sequence
 import numpy as np
 import pytest
 
-from gpuwatch.errors import QueryError
-from gpuwatch.model import Matcher, SeriesData, last_samples, make_labels
+from gpuwatch.core.errors import QueryError
+from gpuwatch.core.model import Matcher, SeriesData, last_samples, make_labels
 from gpuwatch.query import (
     Engine,
     Matrix,
@@ -185,7 +185,7 @@ def test_errors_are_query_errors(source: CountingSource) -> None:
 
 
 def test_staleness_and_lookback() -> None:
-    from gpuwatch.model import STALE_NAN
+    from gpuwatch.core.model import STALE_NAN
 
     store = ArrayStore()
     for t, v in [(0, 1.0), (10_000, 2.0), (20_000, STALE_NAN)]:

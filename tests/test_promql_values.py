@@ -11,7 +11,7 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from gpuwatch.model import STALE_NAN
+from gpuwatch.core.model import STALE_NAN
 from gpuwatch.query.values import (
     Matrix,
     Sample,

@@ -21,14 +21,14 @@ from hypothesis import strategies as st
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.exposition import delete_from_gateway, push_to_gateway, pushadd_to_gateway
 
-from gpuwatch.app import build_runtime
-from gpuwatch.clock import FakeClock
+from gpuwatch.app.build import build_runtime
+from gpuwatch.app.config import load
+from gpuwatch.app.runtime import Runtime
 from gpuwatch.collect.push import PushError, parse_grouping_key, parse_training, training_name
 from gpuwatch.collect.runs import SeenThrottle
-from gpuwatch.config import load
+from gpuwatch.core.clock import FakeClock
+from gpuwatch.core.model import Matcher, SeriesData, is_stale
 from gpuwatch.demo.nvml import FakeNvml
-from gpuwatch.model import Matcher, SeriesData, is_stale
-from gpuwatch.runtime import Runtime
 from gpuwatch.web import create_app
 
 

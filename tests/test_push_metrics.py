@@ -5,8 +5,8 @@ from __future__ import annotations
 from flask.testing import FlaskClient
 from prometheus_client.parser import text_string_to_metric_families
 
-from gpuwatch.clock import FakeClock
-from gpuwatch.runtime import Runtime
+from gpuwatch.app.runtime import Runtime
+from gpuwatch.core.clock import FakeClock
 
 
 def scraped(client) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:  # type: ignore[no-untyped-def]

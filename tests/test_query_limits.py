@@ -10,11 +10,11 @@ import promql_parser as pp
 import pytest
 from flask.testing import FlaskClient
 
+from gpuwatch.app.runtime import Runtime
 from gpuwatch.query import Engine
 from gpuwatch.query.errors import PromQLParseError, QueryTooLarge
 from gpuwatch.query.limits import MAX_DEPTH, check_text, nesting, walk
 from gpuwatch.query.parse import parse
-from gpuwatch.runtime import Runtime
 
 
 @pytest.mark.parametrize(

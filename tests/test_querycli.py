@@ -10,7 +10,7 @@ import requests
 
 from gpuwatch.cli.main import main
 from gpuwatch.cli.query import UsageError, format_metric, parse_duration_ms, parse_time_ms, render_table
-from gpuwatch.clock import FakeClock
+from gpuwatch.core.clock import FakeClock
 from gpuwatch.store import Store
 
 T0 = 1_700_000_000  # seconds
@@ -77,7 +77,7 @@ def test_import_bad_line_reports_file_line_and_imports_nothing(
 def _count(data_dir: Path) -> int:
     store = Store.open(data_dir, clock=FakeClock(), read_only=True)
     try:
-        from gpuwatch.model import Matcher
+        from gpuwatch.core.model import Matcher
 
         return sum(len(s.values) for s in store.select([Matcher("__name__", "=~", ".+")], 0, 2**62))
     finally:

@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 from flask.testing import FlaskClient
 
-from gpuwatch import regex
-from gpuwatch.clock import FakeClock
-from gpuwatch.model import Batch, Sample
-from gpuwatch.runtime import Runtime
+from gpuwatch.app.runtime import Runtime
+from gpuwatch.core import regex
+from gpuwatch.core.clock import FakeClock
+from gpuwatch.core.model import Batch, Sample
 
 HOSTILE = ["(a+)+$", "(.*.*)*z", "(x+x+)+y", "(a|aa)+$", "((a*)*)*b"]
 

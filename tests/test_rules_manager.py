@@ -9,17 +9,17 @@ from pathlib import Path
 import pytest
 from flask.testing import FlaskClient
 
-from gpuwatch.app import build_runtime
-from gpuwatch.clock import FakeClock
-from gpuwatch.config import load
+from gpuwatch.app.build import build_runtime
+from gpuwatch.app.config import load
+from gpuwatch.app.runtime import Runtime
+from gpuwatch.core.clock import FakeClock
+from gpuwatch.core.errors import ConfigError
+from gpuwatch.core.model import Batch, Sample, make_labels
 from gpuwatch.demo.nvml import FakeNvml
-from gpuwatch.errors import ConfigError
-from gpuwatch.model import Batch, Sample, make_labels
 from gpuwatch.query import Engine, Vector
 from gpuwatch.rules.evaluate import FIRING, INACTIVE, PENDING
 from gpuwatch.rules.load import load_builtin, load_groups
 from gpuwatch.rules.manager import RuleManager
-from gpuwatch.runtime import Runtime
 from gpuwatch.store import Store
 
 T0 = 1_800_000_000.0

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from gpuwatch.clock import FakeClock
-from gpuwatch.model import Batch, Sample, make_labels
+from gpuwatch.core.clock import FakeClock
+from gpuwatch.core.model import Batch, Sample, make_labels
 from gpuwatch.query import Engine
 from gpuwatch.rules.evaluate import FIRING
 from gpuwatch.rules.load import Group, load_builtin

@@ -10,14 +10,14 @@ import pytest
 import yaml
 from flask.testing import FlaskClient
 
-from gpuwatch.app import build_runtime, configured_rule_groups
-from gpuwatch.clock import FakeClock
-from gpuwatch.config import load
+from gpuwatch.app.build import build_runtime, configured_rule_groups
+from gpuwatch.app.config import load
+from gpuwatch.app.runtime import Runtime
+from gpuwatch.core.clock import FakeClock
+from gpuwatch.core.errors import ConfigError
 from gpuwatch.demo.nvml import FakeNvml
-from gpuwatch.errors import ConfigError
 from gpuwatch.rules.evaluate import FIRING
 from gpuwatch.rules.load import builtin_files, load_builtin
-from gpuwatch.runtime import Runtime
 from gpuwatch.web import create_app
 from tests.conftest import GPUWATCH, ROOT, clean_env, require_tool
 
@@ -290,8 +290,8 @@ def test_docs_table_lists_every_builtin_rule() -> None:
 
 
 def test_the_docs_name_every_self_metric() -> None:
+    from gpuwatch.app.runtime import SELF_METRICS
     from gpuwatch.collect.runs import RUN_METRICS
-    from gpuwatch.runtime import SELF_METRICS
 
     docs = (ROOT / "docs" / "metrics.md").read_text(encoding="utf-8")
     missing = [m.name for m in (*SELF_METRICS, *RUN_METRICS) if f"`{m.name}`" not in docs]

@@ -11,9 +11,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gpuwatch.clock import FakeClock
-from gpuwatch.errors import StoreError
-from gpuwatch.model import STALE_NAN, Batch, Sample, make_labels
+from gpuwatch.core.clock import FakeClock
+from gpuwatch.core.errors import StoreError
+from gpuwatch.core.model import STALE_NAN, Batch, Sample, make_labels
 from gpuwatch.query import Engine, Vector
 from gpuwatch.rules.load import load_groups
 from gpuwatch.rules.manager import RuleManager

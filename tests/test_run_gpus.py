@@ -10,14 +10,14 @@ from typing import Any
 import pytest
 from flask.testing import FlaskClient
 
-from gpuwatch.app import build_runtime
-from gpuwatch.clock import FakeClock
+from gpuwatch.app.build import build_runtime
+from gpuwatch.app.config import load
+from gpuwatch.app.runtime import Runtime
 from gpuwatch.collect.proctree import parse_ppid, with_descendants
 from gpuwatch.collect.runenergy import held_stretches, increase_within
-from gpuwatch.config import load
+from gpuwatch.core.clock import FakeClock
+from gpuwatch.core.model import Matcher, SeriesData, make_labels
 from gpuwatch.demo.nvml import FakeNvml
-from gpuwatch.model import Matcher, SeriesData, make_labels
-from gpuwatch.runtime import Runtime
 from gpuwatch.web import create_app
 
 DEMO_GPUS = 4  # mixed roles: 0 training, 1 inference, 2 idle, 3 warming up

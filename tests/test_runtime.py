@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from gpuwatch.clock import FakeClock
+from gpuwatch.app.runtime import Runtime
+from gpuwatch.core.clock import FakeClock
+from gpuwatch.core.model import Matcher
 from gpuwatch.demo.nvml import FakeNvml
-from gpuwatch.model import Matcher
-from gpuwatch.runtime import Runtime
 
 DEMO_GPUS = 2
 

@@ -11,17 +11,17 @@ from pathlib import Path
 import pytest
 from flask.testing import FlaskClient
 
-from gpuwatch.app import build_runtime
-from gpuwatch.clock import FakeClock
+from gpuwatch.app.build import build_runtime
+from gpuwatch.app.config import load
+from gpuwatch.app.runtime import Runtime
 from gpuwatch.collect.fetch import FetchResult
 from gpuwatch.collect.scrapeconfig import parse_scrape_configs
 from gpuwatch.collect.scrapepool import ScrapePool
 from gpuwatch.collect.targetspec import TargetSpec
-from gpuwatch.config import load
+from gpuwatch.core.clock import FakeClock
+from gpuwatch.core.errors import ScrapeError
+from gpuwatch.core.model import Batch, LabelLimits, Labels, SeriesLimits, is_stale
 from gpuwatch.demo.nvml import FakeNvml
-from gpuwatch.errors import ScrapeError
-from gpuwatch.model import Batch, LabelLimits, Labels, SeriesLimits, is_stale
-from gpuwatch.runtime import Runtime
 
 
 class FakeFetch:

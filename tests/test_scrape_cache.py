@@ -8,10 +8,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gpuwatch.clock import FakeClock
 from gpuwatch.collect import scrape
-from gpuwatch.errors import ScrapeError
-from gpuwatch.model import is_stale
+from gpuwatch.core.clock import FakeClock
+from gpuwatch.core.errors import ScrapeError
+from gpuwatch.core.model import is_stale
 from gpuwatch.promtext.parser import Parser, parse
 from gpuwatch.promtext.result import ParsedSample
 from gpuwatch.promtext.scanner import LineError, label_entry, parse_float, scan_sample, timestamp_ms

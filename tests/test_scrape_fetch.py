@@ -13,11 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from gpuwatch.clock import FakeClock
 from gpuwatch.collect.fetch import HttpFetcher
 from gpuwatch.collect.scrapeconfig import Tls
 from gpuwatch.collect.targetspec import TargetSpec
-from gpuwatch.errors import ScrapeError
+from gpuwatch.core.clock import FakeClock
+from gpuwatch.core.errors import ScrapeError
 from tests.conftest import require_tool
 
 Answer = Callable[[int], bytes | None]  # request number on this server -> raw answer; None: close at once

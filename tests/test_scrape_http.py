@@ -12,11 +12,11 @@ from pathlib import Path
 import pytest
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 
-from gpuwatch.clock import FakeClock, SystemClock
 from gpuwatch.collect.fetch import HttpFetcher
 from gpuwatch.collect.scrapeconfig import parse_scrape_configs
 from gpuwatch.collect.scrapepool import ScrapePool
-from gpuwatch.model import Batch, Labels
+from gpuwatch.core.clock import FakeClock, SystemClock
+from gpuwatch.core.model import Batch, Labels
 from tests.conftest import free_port, wait_until
 
 

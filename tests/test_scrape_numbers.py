@@ -13,13 +13,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import gpuwatch.collect.scrape as scrape_module
-from gpuwatch.clock import FakeClock
 from gpuwatch.collect.fetch import FetchResult
 from gpuwatch.collect.scrape import Target
 from gpuwatch.collect.scrapeconfig import Relabel
 from gpuwatch.collect.targetspec import TargetSpec
-from gpuwatch.errors import ScrapeError
-from gpuwatch.model import STALE_NAN, STALE_NAN_BITS, Batch, Labels, Sample, SeriesTable, TableSamples
+from gpuwatch.core.clock import FakeClock
+from gpuwatch.core.errors import ScrapeError
+from gpuwatch.core.model import STALE_NAN, STALE_NAN_BITS, Batch, Labels, Sample, SeriesTable, TableSamples
 from gpuwatch.promtext.parser import parse
 from gpuwatch.store.core import Store
 

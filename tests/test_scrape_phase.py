@@ -5,11 +5,11 @@ from __future__ import annotations
 import itertools
 from typing import Any
 
-from gpuwatch.clock import FakeClock
 from gpuwatch.collect.fetch import FetchResult
 from gpuwatch.collect.scrapeconfig import parse_scrape_configs
 from gpuwatch.collect.scrapepool import ScrapePool, phase
 from gpuwatch.collect.targetspec import TargetSpec
+from gpuwatch.core.clock import FakeClock
 
 
 class Recorder:

@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 
+from gpuwatch.app.config import load
 from gpuwatch.cli import main as cli
 from gpuwatch.collect.scrapeconfig import parse_scrape_configs, url_config
-from gpuwatch.config import load
-from gpuwatch.errors import ConfigError
+from gpuwatch.core.errors import ConfigError
 
 PROMETHEUS_YML = """
 scrape_configs:

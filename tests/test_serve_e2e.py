@@ -13,8 +13,8 @@ import pytest
 import requests
 from prometheus_client.parser import text_string_to_metric_families
 
-from gpuwatch.clock import SystemClock
-from gpuwatch.model import Matcher
+from gpuwatch.core.clock import SystemClock
+from gpuwatch.core.model import Matcher
 from gpuwatch.store import Store
 from tests.conftest import GPUWATCH, clean_env, free_port, wait_until
 

@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 import requests
 
-from gpuwatch.config import load
+from gpuwatch.app.config import load
 from tests.conftest import ROOT, clean_env, free_port, wait_until
 
 INSTALL = str(ROOT / "install.sh")

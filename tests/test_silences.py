@@ -11,8 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from gpuwatch.clock import FakeClock
-from gpuwatch.errors import StoreError
+from gpuwatch.core.clock import FakeClock
+from gpuwatch.core.errors import StoreError
+from gpuwatch.core.units import format_rfc3339_millis as format_time
 from gpuwatch.notify.matchers import LabelMatcher, parse_matcher
 from gpuwatch.notify.silences import (
     ACTIVE,
@@ -26,7 +27,6 @@ from gpuwatch.notify.silences import (
     parse_time,
 )
 from gpuwatch.store import Store
-from gpuwatch.units import format_rfc3339_millis as format_time
 
 H = 3600
 

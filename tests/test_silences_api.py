@@ -15,15 +15,15 @@ from flask import Flask
 from flask.testing import FlaskClient
 from werkzeug.serving import make_server
 
-from gpuwatch.app import build_runtime
+from gpuwatch.app.build import build_runtime
+from gpuwatch.app.config import load
+from gpuwatch.app.runtime import Runtime
 from gpuwatch.cli.main import _parser, main
 from gpuwatch.cli.silence import run_silence
-from gpuwatch.clock import FakeClock
-from gpuwatch.config import load
+from gpuwatch.core.clock import FakeClock
+from gpuwatch.core.units import format_rfc3339_millis as format_time
 from gpuwatch.demo.nvml import FakeNvml
 from gpuwatch.notify.alert import fingerprint
-from gpuwatch.runtime import Runtime
-from gpuwatch.units import format_rfc3339_millis as format_time
 from tests.conftest import free_port
 
 RULES = """

@@ -15,9 +15,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gpuwatch.clock import FakeClock
-from gpuwatch.errors import QueryError, StoreError
-from gpuwatch.model import STALE_NAN, Batch, Labels, Matcher, Sample, is_stale, make_labels
+from gpuwatch.core.clock import FakeClock
+from gpuwatch.core.errors import QueryError, StoreError
+from gpuwatch.core.model import STALE_NAN, Batch, Labels, Matcher, Sample, is_stale, make_labels
 from gpuwatch.store import Store
 
 NAME = "__name__"

@@ -12,9 +12,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gpuwatch.clock import FakeClock
-from gpuwatch.errors import StoreError
-from gpuwatch.model import Batch, Matcher, Sample, make_labels
+from gpuwatch.core.clock import FakeClock
+from gpuwatch.core.errors import StoreError
+from gpuwatch.core.model import Batch, Matcher, Sample, make_labels
 from gpuwatch.store import Store
 from gpuwatch.store.chunkcache import ChunkCache
 from gpuwatch.store.chunkindex import ChunkIndex
@@ -215,9 +215,9 @@ def test_a_store_without_a_cache_reads_the_same() -> None:
 
 
 def test_the_setting_sizes_the_cache_of_gpuwatch_serve(tmp_path: Path, clock: FakeClock, nvml: Any) -> None:
-    from gpuwatch.app import build_runtime
-    from gpuwatch.config import load
-    from gpuwatch.errors import ConfigError
+    from gpuwatch.app.build import build_runtime
+    from gpuwatch.app.config import load
+    from gpuwatch.core.errors import ConfigError
 
     settings = load(None, {"GPUWATCH_CHUNK_CACHE_MB": "16"}, {"data_dir": str(tmp_path / "d"), "demo": True})
     runtime = build_runtime(settings, "node-1", clock=clock, nvml=nvml)

@@ -9,7 +9,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gpuwatch.model import STALE_NAN
+from gpuwatch.core.model import STALE_NAN
 from gpuwatch.store import codec
 from gpuwatch.store.codec import (
     decode_chunks,

@@ -11,9 +11,9 @@ import duckdb
 import numpy as np
 import pytest
 
-from gpuwatch.clock import FakeClock
-from gpuwatch.errors import StoreError
-from gpuwatch.model import Batch, Matcher, Sample, make_labels
+from gpuwatch.core.clock import FakeClock
+from gpuwatch.core.errors import StoreError
+from gpuwatch.core.model import Batch, Matcher, Sample, make_labels
 from gpuwatch.store import Store
 from gpuwatch.store.chunking import ChunkRow
 from tests.test_store import ALL, NAME, bits, fill

@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 from hypothesis import given, settings
 
-from gpuwatch.clock import FakeClock
-from gpuwatch.model import Batch, Sample, make_labels
+from gpuwatch.core.clock import FakeClock
+from gpuwatch.core.model import Batch, Sample, make_labels
 from gpuwatch.store import Store
 from gpuwatch.store.headindex import HeadIndex
 from gpuwatch.store.read import read_samples

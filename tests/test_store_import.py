@@ -13,10 +13,10 @@ import duckdb
 import numpy as np
 import pytest
 
-from gpuwatch.clock import FakeClock
 from gpuwatch.collect.importer import prepare
-from gpuwatch.errors import SeriesLimitExceeded, StoreError
-from gpuwatch.model import Batch, Matcher, Sample, SeriesColumns, SeriesLimits, make_labels
+from gpuwatch.core.clock import FakeClock
+from gpuwatch.core.errors import SeriesLimitExceeded, StoreError
+from gpuwatch.core.model import Batch, Matcher, Sample, SeriesColumns, SeriesLimits, make_labels
 from gpuwatch.store import Store, sqlrows
 
 NOW_MS = 1_700_000_000_000

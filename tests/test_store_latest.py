@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 
-from gpuwatch.clock import FakeClock
-from gpuwatch.model import STALE_NAN, Batch, Matcher, Sample, SeriesData, last_samples, make_labels
+from gpuwatch.core.clock import FakeClock
+from gpuwatch.core.model import STALE_NAN, Batch, Matcher, Sample, SeriesData, last_samples, make_labels
 from gpuwatch.query import Engine, Vector
 from gpuwatch.store import Store
 from tests.storemodel import NAME, T0, Op, modelled_store, operations

@@ -11,17 +11,17 @@ from pathlib import Path
 
 import pytest
 
-from gpuwatch.clock import FakeClock
-from gpuwatch.errors import StoreInUse
-from gpuwatch.model import Batch, Sample
+from gpuwatch.core.clock import FakeClock
+from gpuwatch.core.errors import StoreInUse
+from gpuwatch.core.model import Batch, Sample
 from gpuwatch.store import Store
 
 HOLD = textwrap.dedent(
     """
     import sys
     from pathlib import Path
-    from gpuwatch.clock import SystemClock
-    from gpuwatch.errors import StoreInUse
+    from gpuwatch.core.clock import SystemClock
+    from gpuwatch.core.errors import StoreInUse
     from gpuwatch.store import Store
     try:
         s = Store.open(Path(sys.argv[1]), clock=SystemClock())
@@ -38,8 +38,8 @@ WRITE_FOREVER = textwrap.dedent(
     """
     import sys
     from pathlib import Path
-    from gpuwatch.clock import SystemClock
-    from gpuwatch.model import Batch, Sample
+    from gpuwatch.core.clock import SystemClock
+    from gpuwatch.core.model import Batch, Sample
     from gpuwatch.store import Store
     s = Store.open(Path(sys.argv[1]), clock=SystemClock(), flush_interval_s=0.05, compact_rows=3000)
     k = 0

@@ -11,8 +11,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gpuwatch.clock import FakeClock
-from gpuwatch.model import STALE_NAN, Batch, Matcher, Sample, make_labels
+from gpuwatch.core.clock import FakeClock
+from gpuwatch.core.model import STALE_NAN, Batch, Matcher, Sample, make_labels
 from gpuwatch.query import Engine
 from gpuwatch.query.values import Vector
 from gpuwatch.store import Store

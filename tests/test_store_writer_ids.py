@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from gpuwatch.clock import FakeClock
-from gpuwatch.model import Batch, Sample, SeriesTable
+from gpuwatch.core.clock import FakeClock
+from gpuwatch.core.model import Batch, Sample, SeriesTable
 from gpuwatch.store.core import Store
 from gpuwatch.store.seriesids import SeriesIds
 
@@ -55,8 +55,8 @@ def test_a_series_deleted_by_retention_is_created_again_for_the_same_tuple(clock
 def test_sources_that_rebuild_labels_every_tick_hand_the_writer_one_tuple(clock: FakeClock) -> None:
     """Self-monitoring counters and rule outputs build their labels afresh each tick; interned, the
     writer meets one tuple per series (found by identity) instead of one new tuple per tick."""
-    from gpuwatch.jobs import JobRegistry
-    from gpuwatch.model import stable_labels
+    from gpuwatch.core.jobs import JobRegistry
+    from gpuwatch.core.model import stable_labels
     from gpuwatch.rules.evaluate import record_samples
     from gpuwatch.rules.load import Rule
 

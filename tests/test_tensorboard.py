@@ -15,17 +15,17 @@ import numpy as np
 import pytest
 from tensorboardX import SummaryWriter
 
-from gpuwatch.app import build_runtime
+from gpuwatch.app.build import build_runtime
+from gpuwatch.app.config import load
+from gpuwatch.app.runtime import Runtime
 from gpuwatch.cli.main import main
-from gpuwatch.clock import FakeClock
 from gpuwatch.collect.importer import PreparedSeries, group_samples
 from gpuwatch.collect.tensorboard import TensorBoardWatcher, read_for_import, tb_metric_name
 from gpuwatch.collect.tfevents import HEADER_BYTES, load_codec
-from gpuwatch.config import load
+from gpuwatch.core.clock import FakeClock
+from gpuwatch.core.errors import ConfigError
+from gpuwatch.core.model import Labels, LogOffset, Matcher, RunRecord
 from gpuwatch.demo.nvml import FakeNvml
-from gpuwatch.errors import ConfigError
-from gpuwatch.model import Labels, LogOffset, Matcher, RunRecord
-from gpuwatch.runtime import Runtime
 from gpuwatch.store import Store
 from tests.conftest import Server, clean_env, free_port, wait_until
 

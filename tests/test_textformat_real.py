@@ -20,7 +20,7 @@ from prometheus_client import (
 )
 from prometheus_client.openmetrics.exposition import generate_latest as generate_latest_om
 
-from gpuwatch.model import MetricInfo, Sample, make_labels
+from gpuwatch.core.model import MetricInfo, Sample, make_labels
 from gpuwatch.promtext.parser import parse
 from gpuwatch.promtext.writer import format_text
 

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gpuwatch.units import (
+from gpuwatch.core.units import (
     GO_ZERO_TIME,
     format_duration,
     format_rfc3339,

@@ -8,13 +8,13 @@ import pytest
 from flask.testing import FlaskClient
 from prometheus_client.parser import text_string_to_metric_families
 
-from gpuwatch.app import build_runtime
-from gpuwatch.clock import FakeClock
-from gpuwatch.config import load
+from gpuwatch.app.build import build_runtime
+from gpuwatch.app.config import load
+from gpuwatch.app.runtime import Runtime
+from gpuwatch.core.clock import FakeClock
+from gpuwatch.core.errors import ConfigError
+from gpuwatch.core.model import Matcher
 from gpuwatch.demo.nvml import FakeNvml
-from gpuwatch.errors import ConfigError
-from gpuwatch.model import Matcher
-from gpuwatch.runtime import Runtime
 from gpuwatch.web import create_app
 
 
@@ -142,7 +142,7 @@ def test_health_is_degraded_while_writes_fail_and_recovers(
 ) -> None:
     import duckdb
 
-    from gpuwatch.errors import StoreError
+    from gpuwatch.core.errors import StoreError
     from gpuwatch.store import sqlrows
 
     real = sqlrows.insert_columns

@@ -11,10 +11,10 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, TextIO
 
-from gpuwatch.access import PASSWORD_ROLES, ROLES, AccessError, AccessFile
-from gpuwatch.clock import Clock, SystemClock
-from gpuwatch.config import load
-from gpuwatch.errors import GpuwatchError
+from gpuwatch.app.config import load
+from gpuwatch.core.clock import Clock, SystemClock
+from gpuwatch.core.errors import GpuwatchError
+from gpuwatch.web.credentials import PASSWORD_ROLES, ROLES, AccessError, AccessFile
 
 TOKEN_ENV = "GPUWATCH_TOKEN"
 

@@ -14,7 +14,7 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-from gpuwatch.config import Settings
+from gpuwatch.app.config import Settings
 
 # Docker's default host name: the first 12 hex digits of the container id.
 _CONTAINER_ID_HOSTNAME = re.compile(r"[0-9a-f]{12}")

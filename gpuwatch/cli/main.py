@@ -17,12 +17,12 @@ from types import FrameType
 from typing import TYPE_CHECKING
 
 from gpuwatch import __version__
+from gpuwatch.app.config import Settings, load
 from gpuwatch.cli.logthrottle import LogThrottle
-from gpuwatch.config import Settings, load
-from gpuwatch.errors import GpuwatchError, NvmlUnavailable, StoreError, StoreInUse
+from gpuwatch.core.errors import GpuwatchError, NvmlUnavailable, StoreError, StoreInUse
 
 if TYPE_CHECKING:  # the type only: `gpuwatch smi` and `query` start without loading the whole app
-    from gpuwatch.runtime import Runtime
+    from gpuwatch.app.runtime import Runtime
 
 log = logging.getLogger("gpuwatch")
 
@@ -118,7 +118,7 @@ def _hostname(settings: Settings) -> str:
 
 
 def _serve(settings: Settings) -> int:
-    from gpuwatch.app import build_runtime
+    from gpuwatch.app.build import build_runtime
     from gpuwatch.cli.access import access_line
     from gpuwatch.cli.deploy import hostname_warning, in_container, unwritable_data_dir
     from gpuwatch.cli.gctune import tune_for_serving
@@ -224,10 +224,10 @@ def _close(runtime: Runtime) -> bool:
 
 
 def _smi(settings: Settings) -> int:
-    from gpuwatch.app import make_nvml
+    from gpuwatch.app.build import make_nvml
     from gpuwatch.cli.smi import format_smi
-    from gpuwatch.clock import SystemClock
     from gpuwatch.collect.nvml import GpuCollector
+    from gpuwatch.core.clock import SystemClock
 
     with tempfile.TemporaryDirectory(prefix="gpuwatch-smi-") as tmp:
         nvml = make_nvml(settings, SystemClock(), _hostname(settings))
@@ -279,8 +279,8 @@ def _rules_check(files: Sequence[Path]) -> int:
 
 
 def _notify_test(args: argparse.Namespace, env: dict[str, str]) -> int:
-    from gpuwatch.app import external_url
-    from gpuwatch.clock import SystemClock
+    from gpuwatch.app.build import external_url
+    from gpuwatch.core.clock import SystemClock
     from gpuwatch.notify.config import load_templates
     from gpuwatch.notify.delivery import DeliveryError
     from gpuwatch.notify.testsend import UnknownReceiver, send_test

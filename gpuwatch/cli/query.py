@@ -16,11 +16,11 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 import requests
 
-from gpuwatch import units
-from gpuwatch.clock import Clock, SystemClock
-from gpuwatch.config import Settings, load
-from gpuwatch.errors import ConfigError, GpuwatchError, StoreInUse
-from gpuwatch.model import LabelLimits
+from gpuwatch.app.config import Settings, load
+from gpuwatch.core import units
+from gpuwatch.core.clock import Clock, SystemClock
+from gpuwatch.core.errors import ConfigError, GpuwatchError, StoreInUse
+from gpuwatch.core.model import LabelLimits
 
 if TYPE_CHECKING:
     from gpuwatch.cli.tbimport import EventImport

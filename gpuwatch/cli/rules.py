@@ -6,9 +6,9 @@ import sys
 from collections.abc import Mapping
 from pathlib import Path
 
-from gpuwatch.app import configured_rule_groups
-from gpuwatch.config import load
-from gpuwatch.errors import ConfigError
+from gpuwatch.app.build import configured_rule_groups
+from gpuwatch.app.config import load
+from gpuwatch.core.errors import ConfigError
 from gpuwatch.rules.load import RuleFileError
 from gpuwatch.rules.pack import export_text
 

@@ -18,13 +18,13 @@ from urllib.parse import quote
 
 import requests
 
+from gpuwatch.app.config import load
 from gpuwatch.cli.access import add_token_arguments, auth_headers
 from gpuwatch.cli.query import UsageError, parse_duration_ms, parse_time_ms
-from gpuwatch.clock import Clock, SystemClock
-from gpuwatch.config import load
-from gpuwatch.errors import ConfigError, GpuwatchError
+from gpuwatch.core.clock import Clock, SystemClock
+from gpuwatch.core.errors import ConfigError, GpuwatchError
+from gpuwatch.core.units import format_rfc3339_millis as format_time
 from gpuwatch.notify.matchers import format_matcher, parse_matcher
-from gpuwatch.units import format_rfc3339_millis as format_time
 
 HTTP_TIMEOUT_S = 30.0
 

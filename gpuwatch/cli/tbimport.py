@@ -19,8 +19,8 @@ import requests
 from gpuwatch.collect.importer import Prepared, SeriesSink, group_columns, write
 from gpuwatch.collect.tensorboard import EVENT_FILE_MARK, TbImport, read_for_import, run_updates
 from gpuwatch.collect.tfevents import load_codec
-from gpuwatch.errors import GpuwatchError
-from gpuwatch.model import LabelLimits, RunUpdate
+from gpuwatch.core.errors import GpuwatchError
+from gpuwatch.core.model import LabelLimits, RunUpdate
 
 POST_OBJECTS = 2000  # training points per push request (the server takes up to 10,000)
 POST_BYTES = 4 * 1024 * 1024  # and bytes (it takes up to 8 MiB)

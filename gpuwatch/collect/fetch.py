@@ -14,10 +14,10 @@ from typing import Any, NamedTuple
 from urllib.parse import urlencode
 
 from gpuwatch import __version__
-from gpuwatch.clock import Clock
 from gpuwatch.collect.scrapeconfig import Auth, Tls
 from gpuwatch.collect.targetspec import TargetSpec
-from gpuwatch.errors import ScrapeError
+from gpuwatch.core.clock import Clock
+from gpuwatch.core.errors import ScrapeError
 
 # Text 0.0.4 only. prometheus_client 0.23-0.26 mangles `vllm:` names when it answers in OpenMetrics, and
 # its choose_encoder() ignores q-values: any mention of application/openmetrics-text gets OpenMetrics.

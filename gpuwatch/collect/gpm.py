@@ -18,7 +18,7 @@ import re
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
-from gpuwatch.model import Labels, make_labels
+from gpuwatch.core.model import Labels, make_labels
 
 MIB = 1 << 20
 MIG_LABELS: tuple[str, ...] = ("GPU_I_ID", "GPU_I_PROFILE")

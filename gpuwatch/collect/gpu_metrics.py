@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from gpuwatch.model import MetricInfo
+from gpuwatch.core.model import MetricInfo
 
 # Labels on every per-GPU sample, as dcgm-exporter writes them (`Hostname` as in release 4.5.3-4.8.2).
 GPU_LABELS: tuple[str, ...] = ("gpu", "UUID", "modelName", "Hostname", "pci_bus_id")

@@ -20,7 +20,7 @@ from typing import Any
 import psutil
 
 from gpuwatch.collect.host_metrics import CPU_MODES, HOST_METRICS, MEMINFO_FIELDS
-from gpuwatch.model import Batch, Labels, Sample, make_labels
+from gpuwatch.core.model import Batch, Labels, Sample, make_labels
 
 __all__ = ["DISK_IGNORE", "HOST_METRICS", "HostCollector"]
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from gpuwatch.model import MetricInfo
+from gpuwatch.core.model import MetricInfo
 
 # Modes of `node_cpu_seconds_total`, as node_exporter's cpu collector names them.
 CPU_MODES: tuple[str, ...] = ("user", "nice", "system", "idle", "iowait", "irq", "softirq", "steal")

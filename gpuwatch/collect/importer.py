@@ -17,7 +17,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from gpuwatch.model import (
+from gpuwatch.core.model import (
     DEFAULT_LABEL_LIMITS,
     NO_SERIES_LIMITS,
     LabelLimits,
@@ -25,9 +25,9 @@ from gpuwatch.model import (
     SeriesColumns,
     SeriesLimits,
 )
+from gpuwatch.core.units import MAX_TIME_MS, MIN_TIME_MS
 from gpuwatch.promtext.parser import parse
 from gpuwatch.promtext.result import ParseIssue
-from gpuwatch.units import MAX_TIME_MS, MIN_TIME_MS
 
 _NAME, _LABELS, _TIME, _VALUE = (itemgetter(i) for i in range(4))
 # A C-level loop (`map`, `dict.fromkeys`) holds the GIL until it ends: over a million samples that was

@@ -6,7 +6,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from gpuwatch.errors import ConfigError
+from gpuwatch.core.errors import ConfigError
 
 _NAME = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*$")
 _KEYS = ("path", "run", "patterns", "from_beginning", "job")

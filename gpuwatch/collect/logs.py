@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import BinaryIO, NamedTuple, Protocol
 
 from gpuwatch.collect.logconfig import LogFileConfig
-from gpuwatch.model import Batch, LogLine, LogOffset, MetricInfo, Sample, stable_labels
+from gpuwatch.core.model import Batch, LogLine, LogOffset, MetricInfo, Sample, stable_labels
 
 MAX_BYTES_PER_ROUND = 4 * 1024 * 1024
 MAX_LINE_CHARS = 4096

@@ -16,8 +16,8 @@ from gpuwatch.collect.gpu_status import GpuIdentity, GpuProcess, GpuStatus, XidE
 from gpuwatch.collect.nvml_device import GpuState, NvmlDevices
 from gpuwatch.collect.processes import ProcessInfo, read_process_info
 from gpuwatch.collect.usage import UsageMeter
-from gpuwatch.errors import NvmlUnavailable
-from gpuwatch.model import Batch, Labels, Sample, make_labels
+from gpuwatch.core.errors import NvmlUnavailable
+from gpuwatch.core.model import Batch, Labels, Sample, make_labels
 
 __all__ = [
     "DEMO_HINT",

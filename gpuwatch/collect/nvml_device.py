@@ -20,7 +20,7 @@ from typing import Any
 from gpuwatch.collect.gpm import GpmSampler, MigInstance, find_instances, read_instance
 from gpuwatch.collect.gpu_metrics import THROTTLE_REASONS
 from gpuwatch.collect.gpu_status import GpuIdentity
-from gpuwatch.model import Labels, make_labels
+from gpuwatch.core.model import Labels, make_labels
 
 MIB = 1 << 20
 _PSTATE_UNKNOWN = 32

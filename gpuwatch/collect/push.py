@@ -26,8 +26,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from gpuwatch.errors import GpuwatchError
-from gpuwatch.model import (
+from gpuwatch.core.errors import GpuwatchError
+from gpuwatch.core.model import (
     DEFAULT_LABEL_LIMITS,
     STALE_NAN,
     LabelLimits,

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from gpuwatch.collect.scrapeconfig import LABEL_NAME, Relabel
-from gpuwatch.regex import expand
+from gpuwatch.core.regex import expand
 
 
 def relabel(labels: dict[str, str], rules: Sequence[Relabel]) -> dict[str, str] | None:  # noqa: C901 - one branch per relabel action, as Prometheus's own switch

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from gpuwatch.collect.rungpus import INFO_METRIC, GpuRef
-from gpuwatch.model import Matcher, MetricInfo, RunRecord, Sample, SeriesData, is_stale, stable_labels
+from gpuwatch.core.model import Matcher, MetricInfo, RunRecord, Sample, SeriesData, is_stale, stable_labels
 
 ENERGY_METRIC = "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION"
 MJ_PER_KWH = 3.6e9

@@ -20,7 +20,7 @@ from typing import Any, Protocol
 
 from gpuwatch.collect.proctree import parent_map, with_descendants
 from gpuwatch.collect.runs import RUN_STATUS_MAX_SILENCE_MS
-from gpuwatch.model import Matcher, MetricInfo, RunRecord, Sample, SeriesData, is_stale, stable_labels
+from gpuwatch.core.model import Matcher, MetricInfo, RunRecord, Sample, SeriesData, is_stale, stable_labels
 
 INFO_METRIC = "gpuwatch_run_gpu_info"
 PROCESS_METRIC = "gpuwatch_process_gpu_memory_bytes"

@@ -10,7 +10,7 @@ from dataclasses import replace
 from typing import Any, Protocol
 
 from gpuwatch.collect.push import MAX_NAME, PushError
-from gpuwatch.model import (
+from gpuwatch.core.model import (
     Matcher,
     MetricInfo,
     RunRecord,

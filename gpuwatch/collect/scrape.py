@@ -18,12 +18,12 @@ from typing import Any, cast
 
 import numpy as np
 
-from gpuwatch.clock import Clock
 from gpuwatch.collect.fetch import Fetch
 from gpuwatch.collect.relabel import relabel
 from gpuwatch.collect.targetspec import TargetSpec
-from gpuwatch.errors import ScrapeError
-from gpuwatch.model import (
+from gpuwatch.core.clock import Clock
+from gpuwatch.core.errors import ScrapeError
+from gpuwatch.core.model import (
     STALE_NAN,
     Batch,
     Labels,
@@ -33,10 +33,10 @@ from gpuwatch.model import (
     TableSamples,
     make_labels,
 )
+from gpuwatch.core.units import format_duration
 from gpuwatch.promtext.formats import is_openmetrics_content_type
 from gpuwatch.promtext.parser import Parser
 from gpuwatch.promtext.result import FamilyMeta, ParsedSample, ParseResult
-from gpuwatch.units import format_duration
 
 REPORT_NAMES = (
     "up",

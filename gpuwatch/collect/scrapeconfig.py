@@ -15,10 +15,10 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import parse_qsl, urlsplit
 
-from gpuwatch import regex
-from gpuwatch.errors import ConfigError
-from gpuwatch.regex import Regex
-from gpuwatch.units import parse_duration
+from gpuwatch.core import regex
+from gpuwatch.core.errors import ConfigError
+from gpuwatch.core.regex import Regex
+from gpuwatch.core.units import parse_duration
 
 DEFAULT_TIMEOUT_S = 10.0
 DEFAULT_PATH = "/metrics"

@@ -21,13 +21,13 @@ from typing import Any
 
 import yaml
 
-from gpuwatch.clock import Clock
 from gpuwatch.collect.fetch import Fetch, HttpFetcher
 from gpuwatch.collect.scrape import Target
 from gpuwatch.collect.scrapeconfig import ScrapeConfig, StaticGroup, targets_group
 from gpuwatch.collect.targetspec import TargetSpec, target_specs
-from gpuwatch.errors import ConfigError
-from gpuwatch.model import (
+from gpuwatch.core.clock import Clock
+from gpuwatch.core.errors import ConfigError
+from gpuwatch.core.model import (
     DEFAULT_LABEL_LIMITS,
     DEFAULT_SERIES_LIMITS,
     Batch,

@@ -8,7 +8,7 @@ from urllib.parse import urlencode
 
 from gpuwatch.collect.relabel import relabel
 from gpuwatch.collect.scrapeconfig import Auth, Relabel, ScrapeConfig, StaticGroup, Tls
-from gpuwatch.model import (
+from gpuwatch.core.model import (
     DEFAULT_LABEL_LIMITS,
     DEFAULT_SERIES_LIMITS,
     LabelLimits,
@@ -16,7 +16,7 @@ from gpuwatch.model import (
     SeriesLimits,
     make_labels,
 )
-from gpuwatch.units import format_duration
+from gpuwatch.core.units import format_duration
 
 
 @dataclass(frozen=True)

@@ -34,7 +34,7 @@ from gpuwatch.collect.importer import PreparedSeries, group_samples
 from gpuwatch.collect.logs import MAX_LINE_CHARS, guess_level
 from gpuwatch.collect.push import TRAINING_JOB, training_name
 from gpuwatch.collect.tfevents import FOOTER_BYTES, HEADER_BYTES, Codec
-from gpuwatch.model import (
+from gpuwatch.core.model import (
     Labels,
     LogLine,
     LogOffset,

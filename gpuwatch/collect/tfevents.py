@@ -21,7 +21,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from gpuwatch.errors import ConfigError
+from gpuwatch.core.errors import ConfigError
 
 HEADER_BYTES = 12  # uint64 length + uint32 masked CRC of the length
 FOOTER_BYTES = 4  # uint32 masked CRC of the data

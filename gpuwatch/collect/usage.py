@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from gpuwatch.model import MetricInfo, Sample, stable_labels
+from gpuwatch.core.model import MetricInfo, Sample, stable_labels
 
 MJ_PER_KWH = 3.6e9
 

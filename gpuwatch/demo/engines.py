@@ -16,7 +16,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
-from gpuwatch.clock import Clock
+from gpuwatch.core.clock import Clock
 from gpuwatch.demo.incidents import LATENCY, IncidentSchedule
 
 VLLM_MODEL = "meta-llama/Llama-3.1-8B-Instruct"

@@ -30,7 +30,7 @@ from typing import Any
 
 import pynvml
 
-from gpuwatch.clock import Clock, SystemClock
+from gpuwatch.core.clock import Clock, SystemClock
 from gpuwatch.demo.incidents import XID, IncidentSchedule
 from gpuwatch.demo.nvmldevice import DeviceCalls
 from gpuwatch.demo.nvmlstructs import (

@@ -14,7 +14,7 @@ from typing import Any
 
 import pynvml
 
-from gpuwatch.clock import Clock
+from gpuwatch.core.clock import Clock
 from gpuwatch.demo.incidents import XID, IncidentSchedule
 from gpuwatch.demo.nvmlstructs import (
     FakeFieldValue,

@@ -24,8 +24,8 @@ from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 from prometheus_client import make_wsgi_app
 
-from gpuwatch.clock import Clock, SystemClock
 from gpuwatch.collect.scrapeconfig import ScrapeConfig, StaticGroup
+from gpuwatch.core.clock import Clock, SystemClock
 from gpuwatch.demo.engines import SglangSim, VllmSim
 from gpuwatch.demo.incidents import IncidentSchedule
 from gpuwatch.demo.training import TrainingSim

@@ -12,8 +12,8 @@ from pathlib import Path
 from typing import IO, Any
 
 from gpuwatch import client
-from gpuwatch.clock import Clock
 from gpuwatch.collect.logconfig import LogFileConfig
+from gpuwatch.core.clock import Clock
 from gpuwatch.demo.incidents import STALL, IncidentSchedule
 
 log = logging.getLogger("gpuwatch.demo.sources")

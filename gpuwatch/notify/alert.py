@@ -8,8 +8,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from gpuwatch.model import Labels
-from gpuwatch.units import format_rfc3339 as format_time
+from gpuwatch.core.model import Labels
+from gpuwatch.core.units import format_rfc3339 as format_time
 
 _FNV_OFFSET = 14695981039346656037
 _FNV_PRIME = 1099511628211

@@ -17,6 +17,7 @@ from urllib.parse import quote
 import yaml
 
 from gpuwatch import __version__
+from gpuwatch.core.units import format_rfc3339_millis as format_time
 from gpuwatch.notify.alert import fingerprint
 from gpuwatch.notify.config import NotifyConfig
 from gpuwatch.notify.matchers import LabelMatcher, parse_matcher
@@ -24,7 +25,6 @@ from gpuwatch.notify.notifier import Notifier
 from gpuwatch.notify.route import Route
 from gpuwatch.notify.silences import SilenceError, Silences
 from gpuwatch.rules.evaluate import FIRING, Alert
-from gpuwatch.units import format_rfc3339_millis as format_time
 
 RESEND_DELAY_S = 60.0  # Prometheus's --rules.alert.resend-delay default
 API_VERSION = "0.25.0"  # the Alertmanager release whose API v2 this follows (amtool compares minor versions)

@@ -14,12 +14,12 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpuwatch.clock import Clock
+from gpuwatch.core.clock import Clock
+from gpuwatch.core.units import format_rfc3339 as format_time
 from gpuwatch.notify.alert import NotifyAlert
 from gpuwatch.notify.alerting import AlertingConfig, AlertmanagerTarget
 from gpuwatch.notify.delivery import DeliveryError, backoff_s
 from gpuwatch.notify.receivers import post_json
-from gpuwatch.units import format_rfc3339 as format_time
 
 RETRY_MAX_S = 60.0
 

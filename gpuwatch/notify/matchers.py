@@ -4,8 +4,8 @@
 A matcher has a name, an operator (`=`, `!=`, `=~`, `!~`) and a value. A label an alert lacks matches
 as the empty string. A regex matches the whole value: Alertmanager compiles `^(?:value)$` with Go's
 RE2, so `.` does not match a newline, and the anchors wrap the text as written (`a)|(b` is accepted and
-matches values starting with `a` or ending with `b`, as in Alertmanager); `gpuwatch.regex` is RE2 too.
-Not PromQL's selector matcher (`gpuwatch.model.Matcher`).
+matches values starting with `a` or ending with `b`, as in Alertmanager); `gpuwatch.core.regex` is RE2 too.
+Not PromQL's selector matcher (`gpuwatch.core.model.Matcher`).
 
 Two textual forms, both Alertmanager's: one matcher as amtool and the API's `filter` take it
 (`parse_matcher`, Go's `labels.ParseMatcher`) and a comma list, optionally in braces, as the
@@ -20,9 +20,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpuwatch import regex
-from gpuwatch.errors import GpuwatchError
-from gpuwatch.regex import Regex
+from gpuwatch.core import regex
+from gpuwatch.core.errors import GpuwatchError
+from gpuwatch.core.regex import Regex
 
 OPS = ("=", "!=", "=~", "!~")  # Alertmanager's MatchType order, which sorting uses
 _OP_FLAGS = {"=": (False, True), "!=": (False, False), "=~": (True, True), "!~": (True, False)}

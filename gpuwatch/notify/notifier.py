@@ -25,9 +25,11 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, Protocol
 from urllib.parse import quote
 
-from gpuwatch.clock import Clock
-from gpuwatch.errors import StoreError
-from gpuwatch.model import Labels, MetricInfo, Sample, is_utf8, make_labels, stable_labels
+from gpuwatch.core.clock import Clock
+from gpuwatch.core.errors import StoreError
+from gpuwatch.core.model import Labels, MetricInfo, Sample, is_utf8, make_labels, stable_labels
+from gpuwatch.core.regex import as_utf8
+from gpuwatch.core.units import format_rfc3339 as format_time
 from gpuwatch.notify.alert import NotifyAlert, webhook_payload
 from gpuwatch.notify.alerting import AlertingConfig
 from gpuwatch.notify.config import NotifyConfig
@@ -36,11 +38,9 @@ from gpuwatch.notify.dispatcher import Dispatcher, MutedBy, Notification, no_sil
 from gpuwatch.notify.forward import Forwarder
 from gpuwatch.notify.receiverconfig import Integration
 from gpuwatch.notify.receivers import send as send_integration
-from gpuwatch.regex import as_utf8
 from gpuwatch.rules.evaluate import FIRING, INACTIVE, Alert
 from gpuwatch.rules.load import Rule
 from gpuwatch.store.notify import Delivery, NewNotification, NotifyEntry, QueuedNotification
-from gpuwatch.units import format_rfc3339 as format_time
 
 log = logging.getLogger("gpuwatch.notify")
 

@@ -15,13 +15,13 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
-from gpuwatch.clock import Clock
-from gpuwatch.model import DEFAULT_LABEL_LIMITS, LabelLimits
+from gpuwatch.core.clock import Clock
+from gpuwatch.core.model import DEFAULT_LABEL_LIMITS, LabelLimits
+from gpuwatch.core.regex import as_utf8
+from gpuwatch.core.units import GO_ZERO_TIME
 from gpuwatch.notify.alert import fingerprint
 from gpuwatch.notify.api import AmAlert
 from gpuwatch.notify.silences import SilenceError, parse_time
-from gpuwatch.regex import as_utf8
-from gpuwatch.units import GO_ZERO_TIME
 
 RESOLVE_TIMEOUT_MS = 5 * 60 * 1000  # Alertmanager's global.resolve_timeout default
 RESOLVED_RETENTION_MS = 15 * 60 * 1000

@@ -21,12 +21,12 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
-from gpuwatch import regex
-from gpuwatch.clock import Clock
-from gpuwatch.errors import GpuwatchError, StoreError
-from gpuwatch.model import SilenceRecord, is_utf8
+from gpuwatch.core import regex
+from gpuwatch.core.clock import Clock
+from gpuwatch.core.errors import GpuwatchError, StoreError
+from gpuwatch.core.model import SilenceRecord, is_utf8
+from gpuwatch.core.units import format_rfc3339_millis, parse_rfc3339_ms
 from gpuwatch.notify.matchers import LABEL_NAME, LabelMatcher, MatcherError, matches_all
-from gpuwatch.units import format_rfc3339_millis, parse_rfc3339_ms
 
 log = logging.getLogger("gpuwatch.notify.silences")
 

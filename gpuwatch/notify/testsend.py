@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from gpuwatch.clock import Clock
-from gpuwatch.model import make_labels
+from gpuwatch.core.clock import Clock
+from gpuwatch.core.model import make_labels
 from gpuwatch.notify.alert import NotifyAlert, webhook_payload
 from gpuwatch.notify.config import NotifyConfig
 from gpuwatch.notify.delivery import DeliveryError

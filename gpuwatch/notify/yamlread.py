@@ -7,7 +7,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from gpuwatch.errors import ConfigError
+from gpuwatch.core.errors import ConfigError
+from gpuwatch.core.units import parse_duration
 from gpuwatch.notify.matchers import (
     LABEL_NAME,
     LabelMatcher,
@@ -17,7 +18,6 @@ from gpuwatch.notify.matchers import (
     parse_matchers,
     sort_matchers,
 )
-from gpuwatch.units import parse_duration
 
 
 def fail(path: str, message: str) -> ConfigError:

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import re
 
-from gpuwatch.model import Labels
+from gpuwatch.core.model import Labels
 from gpuwatch.promtext.formats import looks_like_openmetrics
 from gpuwatch.promtext.result import Exemplar, FamilyMeta, ParsedSample, ParseIssue, ParseResult
 from gpuwatch.promtext.scanner import (

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
-from gpuwatch.model import Labels
+from gpuwatch.core.model import Labels
 
 # (metric name, labels sorted by name, timestamp in ms or None, value)
 ParsedSample = tuple[str, Labels, "int | None", float]

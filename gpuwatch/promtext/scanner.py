@@ -12,7 +12,7 @@ import re
 from collections.abc import Iterable
 from typing import NamedTuple
 
-from gpuwatch.model import Labels
+from gpuwatch.core.model import Labels
 
 METRIC_NAME = r"[a-zA-Z_:][a-zA-Z0-9_:]*"
 LABEL_NAME = r"[a-zA-Z_][a-zA-Z0-9_]*"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping
 
-from gpuwatch.model import Labels, MetricInfo, Sample
+from gpuwatch.core.model import Labels, MetricInfo, Sample
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from gpuwatch.errors import QueryError
+from gpuwatch.core.errors import QueryError
 
 
 class PromQLParseError(QueryError):

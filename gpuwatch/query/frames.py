@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from gpuwatch.model import STALE_NAN_BITS
+from gpuwatch.core.model import STALE_NAN_BITS
 from gpuwatch.query.errors import PromQLEvalError
 
 # A label set: sorted (name, value) pairs, `__name__` included where kept, no empty values.

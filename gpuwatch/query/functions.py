@@ -7,10 +7,10 @@ from collections.abc import Callable
 
 import numpy as np
 
-from gpuwatch import regex
+from gpuwatch.core import regex
+from gpuwatch.core.regex import Regex
 from gpuwatch.query.errors import PromQLEvalError
 from gpuwatch.query.frames import NAME, LabelSet, VectorFrame, drop_name, label_value, merge_same_labels
-from gpuwatch.regex import Regex
 
 
 def _sgn(v: np.ndarray) -> np.ndarray:

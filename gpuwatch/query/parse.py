@@ -12,7 +12,7 @@ from typing import Any
 
 import promql_parser as pp
 
-from gpuwatch.model import Matcher
+from gpuwatch.core.model import Matcher
 from gpuwatch.query.durations import (
     check_modifier_use,
     has_negative_at,

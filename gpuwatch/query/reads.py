@@ -16,7 +16,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from gpuwatch.model import Labels, Matcher, SeriesData
+from gpuwatch.core.model import Labels, Matcher, SeriesData
 from gpuwatch.query.errors import QueryTimeout, QueryTooLarge
 from gpuwatch.query.frames import (
     NAME,

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Protocol
 
-from gpuwatch.model import Matcher, SeriesData
+from gpuwatch.core.model import Matcher, SeriesData
 
 
 class Queryable(Protocol):

@@ -7,10 +7,10 @@ from collections.abc import Mapping
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
-from gpuwatch.model import Labels
+from gpuwatch.core.model import Labels
+from gpuwatch.core.units import format_rfc3339
 from gpuwatch.rules.evaluate import FIRING, INACTIVE, PENDING, Alert
 from gpuwatch.rules.load import Rule
-from gpuwatch.units import format_rfc3339
 
 if TYPE_CHECKING:
     from gpuwatch.rules.manager import GroupState, RuleStatus

@@ -18,11 +18,11 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from gpuwatch.errors import ConfigError, QueryError
+from gpuwatch.core.errors import ConfigError, QueryError
+from gpuwatch.core.units import parse_duration
 from gpuwatch.query.parse import parse as parse_promql
 from gpuwatch.rules.load import load_builtin
 from gpuwatch.rules.template import check_template
-from gpuwatch.units import parse_duration
 
 LANGUAGES = ("en", "zh")
 _KEYS = ("disable", "override")

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
-from gpuwatch.model import Labels, Sample, make_labels, stable_labels
+from gpuwatch.core.model import Labels, Sample, make_labels, stable_labels
 from gpuwatch.rules.load import Rule
 from gpuwatch.rules.template import render
 

@@ -12,10 +12,10 @@ from typing import Any
 
 import yaml
 
-from gpuwatch.errors import GpuwatchError, QueryError
+from gpuwatch.core.errors import GpuwatchError, QueryError
+from gpuwatch.core.units import parse_duration
 from gpuwatch.query.parse import parse as parse_promql
 from gpuwatch.rules.template import check_template
-from gpuwatch.units import parse_duration
 
 _METRIC_NAME = re.compile(r"^[a-zA-Z_:][a-zA-Z0-9_:]*$")
 _LABEL_NAME = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*$")

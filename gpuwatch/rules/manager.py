@@ -18,9 +18,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from gpuwatch.clock import Clock
-from gpuwatch.errors import QueryError, StoreError
-from gpuwatch.model import STALE_NAN, Batch, Labels, Sample
+from gpuwatch.core.clock import Clock
+from gpuwatch.core.errors import QueryError, StoreError
+from gpuwatch.core.model import STALE_NAN, Batch, Labels, Sample
 from gpuwatch.query import Scalar, Vector
 from gpuwatch.query.values import Result
 from gpuwatch.rules.config import BuiltinRules

@@ -9,9 +9,9 @@ from typing import Any
 
 import yaml
 
+from gpuwatch.core.units import format_duration
 from gpuwatch.rules.config import LANGUAGES, BuiltinRules
 from gpuwatch.rules.load import Group, Rule
-from gpuwatch.units import format_duration
 
 
 class _Dumper(yaml.SafeDumper):

@@ -7,8 +7,8 @@ from collections.abc import Iterable
 
 import promql_parser as pp
 
-from gpuwatch.errors import QueryError
-from gpuwatch.model import Matcher, matcher_predicate
+from gpuwatch.core.errors import QueryError
+from gpuwatch.core.model import Matcher, matcher_predicate
 from gpuwatch.query.limits import walk
 from gpuwatch.query.parse import matchers_of, parse
 from gpuwatch.rules.roundcache import NAME

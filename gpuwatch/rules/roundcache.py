@@ -27,7 +27,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from gpuwatch.model import Labels, Matcher, Sample, SeriesData, last_samples, matcher_predicate
+from gpuwatch.core.model import Labels, Matcher, Sample, SeriesData, last_samples, matcher_predicate
 from gpuwatch.query.source import Queryable
 
 NAME = "__name__"

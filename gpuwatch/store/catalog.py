@@ -11,7 +11,7 @@ import threading
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
-from gpuwatch.model import Labels, Matcher, matcher_predicate
+from gpuwatch.core.model import Labels, Matcher, matcher_predicate
 
 NAME = "__name__"
 

@@ -27,8 +27,8 @@ import threading
 import duckdb
 import numpy as np
 
-from gpuwatch.clock import Clock
-from gpuwatch.model import STALE_NAN_BITS
+from gpuwatch.core.clock import Clock
+from gpuwatch.core.model import STALE_NAN_BITS
 from gpuwatch.store.chunkindex import ChunkIndex, Generation, Key
 from gpuwatch.store.codec import decode_chunks
 from gpuwatch.store.readgate import ReadGate, turn

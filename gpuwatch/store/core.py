@@ -20,9 +20,17 @@ from typing import Any
 import duckdb
 import numpy as np
 
-from gpuwatch.clock import Clock
-from gpuwatch.errors import StoreError, one_line
-from gpuwatch.model import NO_SERIES_LIMITS, Batch, Labels, Matcher, SeriesColumns, SeriesData, SeriesLimits
+from gpuwatch.core.clock import Clock
+from gpuwatch.core.errors import StoreError, one_line
+from gpuwatch.core.model import (
+    NO_SERIES_LIMITS,
+    Batch,
+    Labels,
+    Matcher,
+    SeriesColumns,
+    SeriesData,
+    SeriesLimits,
+)
 from gpuwatch.store import alerthistory as history_table
 from gpuwatch.store import logs as logs_table
 from gpuwatch.store import schema

@@ -6,7 +6,7 @@ import fcntl
 import os
 from pathlib import Path
 
-from gpuwatch.errors import StoreInUse
+from gpuwatch.core.errors import StoreInUse
 
 
 class DirLock:

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 import duckdb
 import numpy as np
 
-from gpuwatch.model import LogLine, LogOffset
+from gpuwatch.core.model import LogLine, LogOffset
 
 
 def write(cur: duckdb.DuckDBPyConnection, lines: Sequence[LogLine], offsets: Sequence[LogOffset]) -> None:

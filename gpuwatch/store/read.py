@@ -12,7 +12,7 @@ from typing import Any, cast
 import duckdb
 import numpy as np
 
-from gpuwatch.model import STALE_NAN_BITS
+from gpuwatch.core.model import STALE_NAN_BITS
 from gpuwatch.store.chunkcache import ChunkCache, Piece
 from gpuwatch.store.chunkindex import ChunkIndex, Key
 from gpuwatch.store.chunking import dedupe_last, dedupe_last_order

@@ -7,7 +7,7 @@ from typing import Any
 
 import duckdb
 
-from gpuwatch.model import RunRecord, RunUpdate
+from gpuwatch.core.model import RunRecord, RunUpdate
 
 _COLUMNS = (
     "name, status, start_ms, end_ms, total_steps, config, host, gpus, last_step, last_seen_ms, updated_ms, "

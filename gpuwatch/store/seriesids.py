@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from gpuwatch.model import Labels, MinuteCounts, Sample, SeriesLimits, SeriesTable, make_labels
+from gpuwatch.core.model import Labels, MinuteCounts, Sample, SeriesLimits, SeriesTable, make_labels
 from gpuwatch.store.catalog import Entry
 
 _KEY_NAME, _KEY_LABELS = itemgetter(0), itemgetter(1)

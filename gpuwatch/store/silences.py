@@ -7,7 +7,7 @@ from collections.abc import Sequence
 
 import duckdb
 
-from gpuwatch.model import SilenceRecord
+from gpuwatch.core.model import SilenceRecord
 
 
 def _matchers(text: str) -> tuple[tuple[str, str, bool, bool], ...]:

@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 import orjson
 
-from gpuwatch.model import Labels, SeriesColumns, SeriesLimits
+from gpuwatch.core.model import Labels, SeriesColumns, SeriesLimits
 from gpuwatch.store.catalog import Entry
 from gpuwatch.store.chunking import ChunkRow, encode_series
 from gpuwatch.store.seriesids import SeriesIds

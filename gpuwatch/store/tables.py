@@ -13,8 +13,8 @@ from typing import Any, TypeVar
 
 import duckdb
 
-from gpuwatch.errors import StoreError, one_line
-from gpuwatch.model import LogLine, LogOffset, RunRecord, RunUpdate, SilenceRecord
+from gpuwatch.core.errors import StoreError, one_line
+from gpuwatch.core.model import LogLine, LogOffset, RunRecord, RunUpdate, SilenceRecord
 from gpuwatch.store import alerthistory as history_table
 from gpuwatch.store import alerts as alerts_table
 from gpuwatch.store import logs as logs_table

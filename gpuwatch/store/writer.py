@@ -25,9 +25,9 @@ from typing import Any
 import duckdb
 import numpy as np
 
-from gpuwatch.clock import Clock
-from gpuwatch.errors import StoreError, one_line
-from gpuwatch.model import Batch, Labels, SeriesColumns, SeriesLimits, TableSamples
+from gpuwatch.core.clock import Clock
+from gpuwatch.core.errors import StoreError, one_line
+from gpuwatch.core.model import Batch, Labels, SeriesColumns, SeriesLimits, TableSamples
 from gpuwatch.store import rewrite, sqlrows
 from gpuwatch.store.catalog import Catalog
 from gpuwatch.store.chunkindex import Generation

@@ -15,9 +15,9 @@ from decimal import Decimal
 from typing import Any
 from urllib.parse import quote_plus
 
-from gpuwatch import regex
+from gpuwatch.core import regex
+from gpuwatch.core.regex import Regex
 from gpuwatch.query.values import format_value
-from gpuwatch.regex import Regex
 
 
 class TemplateError(Exception):

@@ -24,8 +24,8 @@ from urllib.parse import urlsplit
 from flask import Flask, Request, Response, jsonify, redirect, render_template, request, session, url_for
 from flask.sessions import SecureCookieSessionInterface
 
-from gpuwatch.access import AccessError, AccessFile, role_at_least
-from gpuwatch.clock import Clock
+from gpuwatch.core.clock import Clock
+from gpuwatch.web.credentials import AccessError, AccessFile, role_at_least
 from gpuwatch.web.ratelimit import RateLimiter
 
 log = logging.getLogger("gpuwatch.web")

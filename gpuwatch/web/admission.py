@@ -41,7 +41,7 @@ class Admission:
     @classmethod
     def of(cls, settings: object) -> Admission:
         """The turns `settings` allow (`query_max_concurrency`, `query_max_queued`, waiting at most
-        `query_timeout`); a partial settings object (a test's, a bench's) gets options.py's defaults."""
+        `query_timeout`); a partial settings object (a test's, a bench's) gets `app/options.py`'s defaults."""
         return cls(
             getattr(settings, "query_max_concurrency", 4),
             getattr(settings, "query_max_queued", 16),

@@ -11,8 +11,8 @@ from flask import Blueprint, Response, current_app, jsonify, request
 from flask.blueprints import BlueprintSetupState
 from flask.typing import ResponseReturnValue
 
-from gpuwatch import regex
-from gpuwatch.errors import StoreError
+from gpuwatch.core import regex
+from gpuwatch.core.errors import StoreError
 from gpuwatch.notify import api as amapi
 from gpuwatch.notify.matchers import MatcherError
 from gpuwatch.notify.silences import SilenceError, Silences, parse_postable

@@ -7,7 +7,7 @@ import logging
 from flask import Flask, jsonify, render_template, request
 from werkzeug.exceptions import HTTPException
 
-from gpuwatch.errors import GpuwatchError
+from gpuwatch.core.errors import GpuwatchError
 
 log = logging.getLogger("gpuwatch.web")
 

@@ -24,8 +24,8 @@ import re
 from flask import Blueprint, Response, request
 from flask.typing import ResponseReturnValue
 
-from gpuwatch.errors import GpuwatchError
-from gpuwatch.model import Labels, Matcher, is_stale
+from gpuwatch.core.errors import GpuwatchError
+from gpuwatch.core.model import Labels, Matcher, is_stale
 from gpuwatch.promtext.writer import CONTENT_TYPE, encode_text, format_federate
 from gpuwatch.query.parse import selector_matchers
 from gpuwatch.web.queryapi import BadData, request_params

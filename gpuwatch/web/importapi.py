@@ -18,7 +18,7 @@ from flask import Blueprint, jsonify, request
 from flask.typing import ResponseReturnValue
 
 from gpuwatch.collect.importer import describe_errors, import_text
-from gpuwatch.errors import SeriesLimitExceeded, StoreError
+from gpuwatch.core.errors import SeriesLimitExceeded, StoreError
 from gpuwatch.promtext.formats import is_openmetrics_content_type
 from gpuwatch.web.runtime import runtime
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from gpuwatch.model import Matcher, SeriesData, is_stale
+from gpuwatch.core.model import Matcher, SeriesData, is_stale
 
 # Figures the overview shows, by metric name.
 OVERVIEW_METRICS = (

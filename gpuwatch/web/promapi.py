@@ -14,9 +14,9 @@ from flask import Blueprint, jsonify
 from flask.typing import ResponseReturnValue
 
 import gpuwatch
-from gpuwatch.model import Matcher
+from gpuwatch.core.model import Matcher
+from gpuwatch.core.units import MAX_TIME_MS, MIN_TIME_MS
 from gpuwatch.query.parse import selector_matchers
-from gpuwatch.units import MAX_TIME_MS, MIN_TIME_MS
 from gpuwatch.web.queryapi import (
     KNOWN_ERRORS,
     BadData,

@@ -25,8 +25,8 @@ from flask.typing import ResponseReturnValue
 from gpuwatch.collect.push import PushError, families_from, parse_grouping_key, parse_training
 from gpuwatch.collect.runenergy import RunEnergy
 from gpuwatch.collect.runs import SeenThrottle, list_runs, parse_run_request
-from gpuwatch.errors import SeriesLimitExceeded, StoreError
-from gpuwatch.model import Batch, RunUpdate, Sample
+from gpuwatch.core.errors import SeriesLimitExceeded, StoreError
+from gpuwatch.core.model import Batch, RunUpdate, Sample
 from gpuwatch.promtext.formats import is_openmetrics_content_type
 from gpuwatch.promtext.parser import Parser
 from gpuwatch.web.runtime import runtime

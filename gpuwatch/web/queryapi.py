@@ -7,7 +7,8 @@ from __future__ import annotations
 
 from flask import Response, current_app, request
 
-from gpuwatch.errors import GpuwatchError, QueryError
+from gpuwatch.core.errors import GpuwatchError, QueryError
+from gpuwatch.core.units import parse_duration_ms, parse_time_ms
 from gpuwatch.query import (
     Engine,
     PromQLEvalError,
@@ -18,7 +19,6 @@ from gpuwatch.query import (
 )
 from gpuwatch.query.engine import MAX_POINTS
 from gpuwatch.query.values import Result, to_prometheus_json_bytes
-from gpuwatch.units import parse_duration_ms, parse_time_ms
 from gpuwatch.web.runtime import WebRuntime
 
 Params = dict[str, list[str]]

@@ -12,11 +12,10 @@ from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from flask import current_app
 
-from gpuwatch.access import AccessFile
-from gpuwatch.clock import Clock
 from gpuwatch.collect.push import PushGroups
-from gpuwatch.jobs import JobRegistry
-from gpuwatch.model import LabelLimits, Labels, MetricInfo, SeriesLimits
+from gpuwatch.core.clock import Clock
+from gpuwatch.core.jobs import JobRegistry
+from gpuwatch.core.model import LabelLimits, Labels, MetricInfo, SeriesLimits
 from gpuwatch.notify.config import NotifyConfig
 from gpuwatch.notify.notifier import Notifier
 from gpuwatch.notify.received import ReceivedAlerts
@@ -24,6 +23,7 @@ from gpuwatch.notify.silences import Silences
 from gpuwatch.query.source import EngineSettings, Queryable
 from gpuwatch.rules.manager import RuleManager
 from gpuwatch.web.access import AccessSettings
+from gpuwatch.web.credentials import AccessFile
 
 if TYPE_CHECKING:  # the type only: importing the store would load DuckDB into every route module
     from gpuwatch.store import Store

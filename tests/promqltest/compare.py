@@ -6,7 +6,7 @@ import math
 import sys
 from typing import Any
 
-from gpuwatch.model import is_stale
+from gpuwatch.core.model import is_stale
 from gpuwatch.query import Matrix, Scalar, Vector
 from tests.promqltest.reader import HISTOGRAM, OMITTED, Case
 

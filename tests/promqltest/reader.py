@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gpuwatch.model import STALE_NAN
+from gpuwatch.core.model import STALE_NAN
 from gpuwatch.query.nativehist import NativeHistogram
 
 

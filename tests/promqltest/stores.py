@@ -10,8 +10,8 @@ from typing import Protocol
 
 import numpy as np
 
-from gpuwatch.clock import FakeClock
-from gpuwatch.model import Matcher, SeriesData, last_samples, make_labels
+from gpuwatch.core.clock import FakeClock
+from gpuwatch.core.model import Matcher, SeriesData, last_samples, make_labels
 from gpuwatch.query.nativehist import NativeHistogram
 
 Key = tuple[tuple[str, str], ...]

@@ -11,7 +11,7 @@ from typing import Any
 from flask import Blueprint, request
 from flask.typing import ResponseReturnValue
 
-from gpuwatch.model import Matcher
+from gpuwatch.core.model import Matcher
 from gpuwatch.web.dash.page import page_json, render_page
 from gpuwatch.web.dash.panel import Panel, check_unique
 from gpuwatch.web.overview import GpuRow, NodeRow, Selectable, read_nodes, read_overview

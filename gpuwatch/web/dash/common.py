@@ -7,9 +7,9 @@ from collections.abc import Callable
 
 from flask import abort, request
 
+from gpuwatch.core.units import parse_time_ms
 from gpuwatch.query import Engine
 from gpuwatch.query.values import Result
-from gpuwatch.units import parse_time_ms
 from gpuwatch.web.runtime import WebRuntime
 
 InstantQuery = Callable[[str, int], Result]

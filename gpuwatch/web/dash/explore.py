@@ -9,7 +9,7 @@ import re
 from flask import Blueprint, jsonify, request
 from flask.typing import ResponseReturnValue
 
-from gpuwatch.errors import QueryError
+from gpuwatch.core.errors import QueryError
 from gpuwatch.query.errors import PromQLParseError
 from gpuwatch.query.parse import parse
 from gpuwatch.web.dash.page import page_json, render_page

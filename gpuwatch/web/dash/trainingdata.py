@@ -13,7 +13,7 @@ import numpy as np
 
 from gpuwatch.collect.logs import detect_event
 from gpuwatch.collect.runs import list_runs
-from gpuwatch.model import LogLine, Matcher, RunRecord, SeriesData, is_stale
+from gpuwatch.core.model import LogLine, Matcher, RunRecord, SeriesData, is_stale
 from gpuwatch.query.values import Vector
 from gpuwatch.web.dash.common import InstantQuery
 from gpuwatch.web.dash.panel import promql_string

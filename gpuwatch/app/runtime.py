@@ -1,5 +1,5 @@
 """The running process: what each scheduled job does (sample the GPUs, the host, runs, logs and
-TensorBoard files; apply retention), gpuwatch's own figures, and start and stop (`app.py` builds it)."""
+TensorBoard files; apply retention), gpuwatch's own figures, and start and stop (`build.py` builds it)."""
 
 from __future__ import annotations
 
@@ -11,8 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpuwatch import __version__
-from gpuwatch.access import AccessFile
-from gpuwatch.clock import Clock
+from gpuwatch.app.config import Settings
 from gpuwatch.collect.host import HostCollector
 from gpuwatch.collect.logs import LogTailer
 from gpuwatch.collect.nvml import EXPECT_GPUS_HINT, GpuCollector
@@ -26,10 +25,10 @@ from gpuwatch.collect.runs import (
 from gpuwatch.collect.scrapeconfig import ScrapeConfig, url_config
 from gpuwatch.collect.scrapepool import ScrapePool
 from gpuwatch.collect.tensorboard import TensorBoardWatcher
-from gpuwatch.config import Settings
+from gpuwatch.core.clock import Clock
+from gpuwatch.core.jobs import JobRegistry
+from gpuwatch.core.model import Batch, Labels, MetricInfo, Sample, stable_labels
 from gpuwatch.demo.sources import DemoSources
-from gpuwatch.jobs import JobRegistry
-from gpuwatch.model import Batch, Labels, MetricInfo, Sample, stable_labels
 from gpuwatch.notify.notifier import Notifier
 from gpuwatch.notify.received import ReceivedAlerts
 from gpuwatch.notify.silences import Silences
@@ -38,6 +37,7 @@ from gpuwatch.query.recent import RecentSamples, WithRecent
 from gpuwatch.rules.manager import RuleManager
 from gpuwatch.store import Store
 from gpuwatch.web.admission import Admission
+from gpuwatch.web.credentials import AccessFile
 
 log = logging.getLogger("gpuwatch")
 

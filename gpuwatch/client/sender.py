@@ -1,6 +1,6 @@
 """How the training SDK sends: a transport (`requests`, with a bearer token), a bounded outbox that drops
-the oldest when full, exponential backoff, and the sender thread's one attempt at a batch. `client.py`
-builds runs on them; like it, this needs only `requests`."""
+the oldest when full, exponential backoff, and the sender thread's one attempt at a batch. The SDK's
+`__init__.py` builds runs on them; like it, this needs only `requests`."""
 
 from __future__ import annotations
 

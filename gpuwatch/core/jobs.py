@@ -8,7 +8,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from gpuwatch.clock import Clock
+from gpuwatch.core.clock import Clock
 
 log = logging.getLogger("gpuwatch.jobs")
 

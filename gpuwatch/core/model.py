@@ -13,9 +13,9 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from gpuwatch import regex
-from gpuwatch.errors import QueryError, SeriesLimitExceeded
-from gpuwatch.regex import Regex
+from gpuwatch.core import regex
+from gpuwatch.core.errors import QueryError, SeriesLimitExceeded
+from gpuwatch.core.regex import Regex
 
 # A label set: (name, value) pairs sorted by name; never contains "__name__".
 Labels = tuple[tuple[str, str], ...]

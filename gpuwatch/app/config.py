@@ -13,13 +13,13 @@ from typing import Any
 
 import yaml
 
+from gpuwatch.app.options import OPTIONS
 from gpuwatch.collect.logconfig import LogFileConfig
 from gpuwatch.collect.scrapeconfig import ScrapeConfig
-from gpuwatch.errors import ConfigError
-from gpuwatch.model import LabelLimits, SeriesLimits
+from gpuwatch.core.errors import ConfigError
+from gpuwatch.core.model import LabelLimits, SeriesLimits
 from gpuwatch.notify.alerting import AlertingConfig
 from gpuwatch.notify.config import NotifyConfig
-from gpuwatch.options import OPTIONS
 from gpuwatch.rules.config import BuiltinRules
 
 

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from gpuwatch.errors import GpuwatchError
+from gpuwatch.core.errors import GpuwatchError
 
 ROLES = ("viewer", "machine", "admin")
 PASSWORD_ROLES = ("viewer", "admin")

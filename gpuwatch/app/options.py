@@ -13,10 +13,10 @@ from typing import Any
 
 from gpuwatch.collect.logconfig import parse_log_files
 from gpuwatch.collect.scrapeconfig import parse_scrape_configs, parse_scrape_urls
+from gpuwatch.core.units import format_duration, parse_duration
 from gpuwatch.notify.alerting import AlertingConfig, parse_alerting
 from gpuwatch.notify.config import NotifyConfig, parse_notify
 from gpuwatch.rules.config import BuiltinRules, parse_builtin_rules, parse_language
-from gpuwatch.units import format_duration, parse_duration
 
 
 def _parse_int(lo: int, hi: int) -> Callable[[object], int]:

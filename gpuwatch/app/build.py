@@ -8,8 +8,8 @@ import socket
 from pathlib import Path
 from typing import Any
 
-from gpuwatch.access import AccessFile
-from gpuwatch.clock import Clock, SystemClock
+from gpuwatch.app.config import Settings
+from gpuwatch.app.runtime import SELF_METRICS, Runtime, scrape_pool
 from gpuwatch.collect.host import HOST_METRICS, HostCollector
 from gpuwatch.collect.logs import LOG_METRICS, LogTailer
 from gpuwatch.collect.nvml import DEMO_HINT, EXPECT_GPUS_HINT, GPU_METRICS, GpuCollector, load_nvml
@@ -23,13 +23,13 @@ from gpuwatch.collect.runs import (
 from gpuwatch.collect.tensorboard import TB_METRICS, TensorBoardWatcher
 from gpuwatch.collect.tfevents import TensorBoardUnavailable, load_codec
 from gpuwatch.collect.usage import USAGE_METRICS
-from gpuwatch.config import Settings
+from gpuwatch.core.clock import Clock, SystemClock
+from gpuwatch.core.errors import ConfigError, NvmlUnavailable
+from gpuwatch.core.jobs import JobRegistry
 from gpuwatch.demo.incidents import IncidentSchedule
 from gpuwatch.demo.nvml import FakeNvml
 from gpuwatch.demo.sources import DemoSources, local_url
 from gpuwatch.demo.training import training_log_file
-from gpuwatch.errors import ConfigError, NvmlUnavailable
-from gpuwatch.jobs import JobRegistry
 from gpuwatch.notify.config import load_templates
 from gpuwatch.notify.dispatcher import MutedBy, no_silences
 from gpuwatch.notify.notifier import NOTIFY_METRICS, Notifier, NotifyStore
@@ -39,9 +39,9 @@ from gpuwatch.query import Engine
 from gpuwatch.rules.load import Group, RuleFileError
 from gpuwatch.rules.manager import RuleManager, RuleStore, configured_groups
 from gpuwatch.rules.roundcache import RoundCache
-from gpuwatch.runtime import SELF_METRICS, Runtime, scrape_pool
 from gpuwatch.store import Store
 from gpuwatch.web.admission import Admission
+from gpuwatch.web.credentials import AccessFile
 
 log = logging.getLogger("gpuwatch")
 

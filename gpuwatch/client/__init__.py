@@ -59,9 +59,9 @@ from collections.abc import Iterator, Mapping, MutableMapping
 from pathlib import Path
 from typing import Any
 
-from gpuwatch.clock import Clock, SystemClock
-from gpuwatch.runmeta import RunConfig, declared_gpus, env_setting, process_report
-from gpuwatch.sender import Backoff, Outbox, Sender, Transport, requests_transport
+from gpuwatch.client.runmeta import RunConfig, declared_gpus, env_setting, process_report
+from gpuwatch.client.sender import Backoff, Outbox, Sender, Transport, requests_transport
+from gpuwatch.core.clock import Clock, SystemClock
 
 __all__ = [
     "Backoff",

@@ -1,0 +1,4 @@
+"""Plain data and the pieces every layer uses: samples, label sets, matchers and series (`model.py`),
+the `GpuwatchError` tree (`errors.py`), RE2 regexes as Prometheus and Alertmanager anchor them
+(`regex.py`), the only clock (`clock.py`), durations and times as users write them (`units.py`) and the
+scheduled-job wrapper (`jobs.py`). The core imports nothing else of gpuwatch."""
