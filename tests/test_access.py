@@ -26,11 +26,11 @@ from gpuwatch.app.runtime import Runtime
 from gpuwatch.cli.access import access_line, run_access
 from gpuwatch.cli.main import _parser
 from gpuwatch.core.clock import FakeClock
+from gpuwatch.core.credentials import AccessFile, hash_token
 from gpuwatch.core.units import format_rfc3339_millis as format_time
 from gpuwatch.demo.nvml import FakeNvml
 from gpuwatch.web import create_app
 from gpuwatch.web.access import ADMIN, MACHINE, READ, ROUTES, route_class
-from gpuwatch.web.credentials import AccessFile, hash_token
 
 REMOTE = {"REMOTE_ADDR": "10.9.8.7"}
 PUSH_BODY = "# TYPE job_up gauge\njob_up 1\n"

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from gpuwatch.web.credentials import AccessFile
+from gpuwatch.core.credentials import AccessFile
 from tests.conftest import ROOT, Server, clean_env, free_port, require_tool, wait_until
 
 

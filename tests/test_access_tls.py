@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import requests
 
-from gpuwatch.web.credentials import AccessFile
+from gpuwatch.core.credentials import AccessFile
 from tests.conftest import Server, clean_env, free_port, wait_until
 
 

@@ -76,7 +76,7 @@ def test_sources_that_rebuild_labels_every_tick_hand_the_writer_one_tuple(clock:
 def test_interned_label_sets_are_bounded_and_a_busy_one_stays_shared() -> None:
     """A source of ever-new label values (a pod per restart) does not grow the table without end, and a
     label set met every tick keeps its one tuple however many others pass through."""
-    from gpuwatch.model import intern_labels
+    from gpuwatch.core.model import intern_labels
 
     busy = intern_labels((("job", "busy"),))
     for i in range(100_000):

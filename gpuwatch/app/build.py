@@ -24,6 +24,7 @@ from gpuwatch.collect.tensorboard import TB_METRICS, TensorBoardWatcher
 from gpuwatch.collect.tfevents import TensorBoardUnavailable, load_codec
 from gpuwatch.collect.usage import USAGE_METRICS
 from gpuwatch.core.clock import Clock, SystemClock
+from gpuwatch.core.credentials import AccessFile
 from gpuwatch.core.errors import ConfigError, NvmlUnavailable
 from gpuwatch.core.jobs import JobRegistry
 from gpuwatch.demo.incidents import IncidentSchedule
@@ -41,7 +42,6 @@ from gpuwatch.rules.manager import RuleManager, RuleStore, configured_groups
 from gpuwatch.rules.roundcache import RoundCache
 from gpuwatch.store import Store
 from gpuwatch.web.admission import Admission
-from gpuwatch.web.credentials import AccessFile
 
 log = logging.getLogger("gpuwatch")
 

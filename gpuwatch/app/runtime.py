@@ -26,6 +26,7 @@ from gpuwatch.collect.scrapeconfig import ScrapeConfig, url_config
 from gpuwatch.collect.scrapepool import ScrapePool
 from gpuwatch.collect.tensorboard import TensorBoardWatcher
 from gpuwatch.core.clock import Clock
+from gpuwatch.core.credentials import AccessFile
 from gpuwatch.core.jobs import JobRegistry
 from gpuwatch.core.model import Batch, Labels, MetricInfo, Sample, stable_labels
 from gpuwatch.demo.sources import DemoSources
@@ -37,7 +38,6 @@ from gpuwatch.query.recent import RecentSamples, WithRecent
 from gpuwatch.rules.manager import RuleManager
 from gpuwatch.store import Store
 from gpuwatch.web.admission import Admission
-from gpuwatch.web.credentials import AccessFile
 
 log = logging.getLogger("gpuwatch")
 

@@ -13,8 +13,8 @@ from typing import Any, TextIO
 
 from gpuwatch.app.config import load
 from gpuwatch.core.clock import Clock, SystemClock
+from gpuwatch.core.credentials import PASSWORD_ROLES, ROLES, AccessError, AccessFile
 from gpuwatch.core.errors import GpuwatchError
-from gpuwatch.web.credentials import PASSWORD_ROLES, ROLES, AccessError, AccessFile
 
 TOKEN_ENV = "GPUWATCH_TOKEN"
 

@@ -6,10 +6,10 @@ from pathlib import Path
 
 from flask import Blueprint, Flask
 
+from gpuwatch.core.credentials import AccessFile
 from gpuwatch.web import admission
 from gpuwatch.web.access import Gate, install
 from gpuwatch.web.alertmanager import bp as alertmanager_bp
-from gpuwatch.web.credentials import AccessFile
 from gpuwatch.web.dash import alerts as dash_alerts
 from gpuwatch.web.dash import assets as dash_assets
 from gpuwatch.web.dash import cluster as dash_cluster

@@ -25,7 +25,7 @@ from flask import Flask, Request, Response, jsonify, redirect, render_template, 
 from flask.sessions import SecureCookieSessionInterface
 
 from gpuwatch.core.clock import Clock
-from gpuwatch.web.credentials import AccessError, AccessFile, role_at_least
+from gpuwatch.core.credentials import AccessError, AccessFile, role_at_least
 from gpuwatch.web.ratelimit import RateLimiter
 
 log = logging.getLogger("gpuwatch.web")

@@ -14,6 +14,7 @@ from flask import current_app
 
 from gpuwatch.collect.push import PushGroups
 from gpuwatch.core.clock import Clock
+from gpuwatch.core.credentials import AccessFile
 from gpuwatch.core.jobs import JobRegistry
 from gpuwatch.core.model import LabelLimits, Labels, MetricInfo, SeriesLimits
 from gpuwatch.notify.config import NotifyConfig
@@ -23,7 +24,6 @@ from gpuwatch.notify.silences import Silences
 from gpuwatch.query.source import EngineSettings, Queryable
 from gpuwatch.rules.manager import RuleManager
 from gpuwatch.web.access import AccessSettings
-from gpuwatch.web.credentials import AccessFile
 
 if TYPE_CHECKING:  # the type only: importing the store would load DuckDB into every route module
     from gpuwatch.store import Store
