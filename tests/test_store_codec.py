@@ -10,14 +10,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gpuwatch.core.model import STALE_NAN
-from gpuwatch.store import codec
+from gpuwatch.store import codec, decodemany
 from gpuwatch.store.codec import (
-    decode_chunks,
     decode_times,
     decode_values,
     encode_times,
     encode_values,
 )
+from gpuwatch.store.decodemany import decode_chunks
 
 
 def old_encode_times(t: np.ndarray) -> bytes:
@@ -81,7 +81,7 @@ def test_decode_chunks_equals_one_by_one(
     vs = [encode_values(v) for _, v, _ in chunks]
     ns = np.array([t.size for t, _, _ in chunks], np.int64)
     # `grouped`: unshuffle chunks grouped by width and size (as when they alternate a lot), not in runs
-    with mock.patch.object(codec, "_RUN_SLACK", -1 if grouped else 16):
+    with mock.patch.object(decodemany, "_RUN_SLACK", -1 if grouped else 16):
         got_t, got_v = decode_chunks(ns, ts, vs)
     want_t = np.concatenate([decode_times(b, int(n)) for b, n in zip(ts, ns, strict=True)])
     want_v = np.concatenate([decode_values(b, int(n)) for b, n in zip(vs, ns, strict=True)])

@@ -16,12 +16,12 @@ from gpuwatch.store.chunking import (
     encode_series,
 )
 from gpuwatch.store.codec import (
-    decode_chunks,
     encode_times,
     encode_times_rows,
     encode_values,
     encode_values_rows,
 )
+from gpuwatch.store.decodemany import decode_chunks
 from tests.test_store_codec import _bits, chunk
 
 

@@ -9,7 +9,8 @@ Layout (what is on disk, and why):
 - `chunks`: compaction moves the head into one row per series and 2-hour window, holding the
   timestamps as delta-of-delta (or, when perfectly regular, just the first time and the step) and
   the values as decimal-scaled deltas (or Gorilla-style XOR), byte-shuffled and zlib-compressed
-  (`codec.py`); a query fetches all its chunks in one statement and decodes them in batches. Compactions made during a window leave several
+  (`codec.py`); a query fetches all its chunks in one statement and decodes them in batches
+  (`decodemany.py`). Compactions made during a window leave several
   small chunks per series; once the window has closed they are merged into one. Bulk
   `append_series` calls of >= 1024 samples skip the head and become chunks directly.
 

@@ -30,7 +30,7 @@ import numpy as np
 from gpuwatch.core.clock import Clock
 from gpuwatch.core.model import STALE_NAN_BITS
 from gpuwatch.store.chunkindex import ChunkIndex, Generation, Key
-from gpuwatch.store.codec import decode_chunks
+from gpuwatch.store.decodemany import decode_chunks
 from gpuwatch.store.readgate import ReadGate, turn
 
 _ENTRY_OVERHEAD = 200  # bytes of Python objects per cached chunk besides its arrays

@@ -16,7 +16,8 @@ from gpuwatch.core.model import STALE_NAN_BITS
 from gpuwatch.store.chunkcache import ChunkCache, Piece
 from gpuwatch.store.chunkindex import ChunkIndex, Key
 from gpuwatch.store.chunking import dedupe_last, dedupe_last_order
-from gpuwatch.store.codec import decode_chunks, decode_times
+from gpuwatch.store.codec import decode_times
+from gpuwatch.store.decodemany import decode_chunks
 from gpuwatch.store.headindex import HeadIndex
 from gpuwatch.store.readgate import ReadGate, turn
 
@@ -78,7 +79,7 @@ def read_samples(
     """Return {series id: (timestamps, values)} with start_ms <= t <= end_ms; empty series left out.
 
     All chunks of all the series are fetched in one statement and decoded together
-    (`codec.decode_chunks`); each series' samples are then a slice of the concatenation. The head
+    (`decodemany.decode_chunks`); each series' samples are then a slice of the concatenation. The head
     table is left out of the statement where `head_index` shows it holds nothing of these series in
     range (and the read repeated with it if the writer marked head rows meanwhile). Each statement
     runs in one of `gate`'s turns, the decoding after it in none.

@@ -13,7 +13,7 @@ import numpy as np
 
 from gpuwatch.store import sqlrows
 from gpuwatch.store.chunking import WINDOW_MS, ChunkRow, dedupe_sorted, encode_many, encode_series, merge_rows
-from gpuwatch.store.codec import decode_chunks
+from gpuwatch.store.decodemany import decode_chunks
 
 MERGE_BLOCK = 1 << 18  # merging closed windows decodes and re-encodes about this many samples at a time
 MERGE_BYTES = 8 << 20  # ... and reads about this many bytes of chunks from DuckDB a transaction
