@@ -1,8 +1,9 @@
 """An import on its way into the database: its rows prepared a slice at a time for a transaction of
 its own, its new series kept out of the writer's id map until that transaction commits.
 
-The writer thread (writer.py) takes an import in steps, doing its ordinary drain and flush between
-them, so that samples from GPUs and scrapes keep reaching the database while a big import is written:
+The writer thread (writer.py; the steps are in importsteps.py) takes an import in steps, doing its
+ordinary drain and flush between them, so that samples from GPUs and scrapes keep reaching the database
+while a big import is written:
 
 1. count: its series are looked up in the writer's id map, a slice at a time, and the new ones are
    counted against the series limits (SeriesLimitExceeded: nothing written, no transaction begun);

@@ -2,17 +2,17 @@
 
 Every change to the database happens here, on the writer's own cursor, so DuckDB never sees two
 writers; an import is written on a second cursor, in a transaction of its own that the thread feeds a
-slice at a time between its ordinary flushes (staged.py). Other threads hand work over through the
-queue and, when they need a result (flush, compact, retention, an import), wait on a Future. A
-database error is logged and counted in `write_errors`; the data it concerned stays buffered and is
-retried on the next flush (an import's: rolled back and refused), and the thread keeps going.
+slice at a time between its ordinary flushes (staged.py; the writer's steps are in importsteps.py).
+Other threads hand work over through the queue and, when they need a result (flush, compact,
+retention, an import), wait on a Future. A database error is logged and counted in `write_errors`;
+the data it concerned stays buffered and is retried on the next flush (an import's: rolled back and
+refused), and the thread keeps going.
 """
 
 from __future__ import annotations
 
 import collections
 import contextlib
-import dataclasses
 import functools
 import logging
 import queue
@@ -27,7 +27,7 @@ import numpy as np
 
 from gpuwatch.core.clock import Clock
 from gpuwatch.core.errors import StoreError, one_line
-from gpuwatch.core.model import Batch, Labels, SeriesColumns, SeriesLimits, TableSamples
+from gpuwatch.core.model import Batch, Labels, SeriesLimits, TableSamples
 from gpuwatch.store import rewrite, sqlrows
 from gpuwatch.store.catalog import Catalog
 from gpuwatch.store.chunkindex import Generation
@@ -37,10 +37,11 @@ from gpuwatch.store.chunking import (
     encode_series,
 )
 from gpuwatch.store.headindex import HeadIndex
+from gpuwatch.store.importsteps import ImportSteps
 from gpuwatch.store.latest import Latest
 from gpuwatch.store.readgate import ReadGate
 from gpuwatch.store.seriesids import SeriesIds
-from gpuwatch.store.staged import BULK_MIN, ImportSlice, StagedImport, labels_json
+from gpuwatch.store.staged import BULK_MIN, StagedImport, labels_json
 
 log = logging.getLogger(__name__)
 
@@ -78,7 +79,7 @@ def _changes_chunks(method: Callable[..., Any]) -> Callable[..., Any]:
     return wrapped
 
 
-class Writer:
+class Writer(ImportSteps):
     """Own all writes to one database; run `start()` once, then talk to it through the queue."""
 
     def __init__(
@@ -304,112 +305,6 @@ class Writer:
     def admit(self, keys: Iterable[tuple[str, Labels]], limits: SeriesLimits) -> None:
         """Count the new series among `keys` (a push's) against `limits`, or raise SeriesLimitExceeded."""
         self._ids.admit(keys, limits, self._clock.monotonic())
-
-    # -- imports (staged.py) --------------------------------------------------------------------------
-
-    def submit_import(self, columns: SeriesColumns, limits: SeriesLimits) -> Future[None]:
-        """Queue an import to be written in a transaction of its own, all or nothing (any thread). Its
-        Future is done when it has committed, or raises SeriesLimitExceeded if its new series are more
-        than `limits` allow, or StoreError if the database refused it: nothing of it written."""
-        fut: Future[None] = Future()
-        job = StagedImport(
-            columns,
-            limits,
-            fut,
-            slice_series=self.import_slice_series,
-            slice_samples=self.import_slice_samples,
-        )
-        self.queue.put(("import", job))
-        return fut
-
-    def _step_import(self) -> None:
-        """Take the first import one step on: a slice looked up or written, or its commit."""
-        job = self._imports[0]
-        try:
-            if not job.is_started:
-                job.is_started = True
-                if not job.future.set_running_or_notify_cancel():
-                    self._imports.popleft()
-                    return
-                self._ids.made = []
-            if not job.is_begun:
-                if not job.is_counted:
-                    job.count_slice(self._ids)
-                if job.is_counted:
-                    self._begin_import(job)
-            elif not job.is_written:
-                self._write_slice(job.write_slice(self._ids))
-                if self.after_import_slice is not None:
-                    self.after_import_slice()
-            else:
-                self._commit_import(job)
-                self._end_import(job)
-                job.future.set_result(None)
-        except (duckdb.Error, OSError) as exc:
-            self._end_import(job)
-            self._count_error("import", exc, "rolled back")
-            job.future.set_exception(StoreError(f"store write failed: {one_line(exc)}"))
-        except BaseException as exc:
-            self._end_import(job)
-            job.future.set_exception(exc)
-            if not isinstance(exc, Exception):
-                raise
-
-    def _finish_import(self) -> None:
-        """Write the import under way, if any, to its end (those queued after it wait)."""
-        while self._imports and self._imports[0].is_started:
-            self._step_import()
-
-    def _begin_import(self, job: StagedImport) -> None:
-        job.limits.admit(job.new_series(), self._ids.recent, self._clock.monotonic())
-        self._guarded(self.flush)  # what was appended before the import is older than it (seq)
-        job.seq = self._next_seq(job.seqs_needed)
-        self._import_cur.execute("BEGIN TRANSACTION")
-        job.is_begun = True
-        self._noted = []
-
-    def _write_slice(self, rows: ImportSlice) -> None:
-        cur = self._import_cur
-        if rows.series is not None:
-            sqlrows.insert_columns(cur, "series", rows.series)
-        if rows.head is not None:
-            sqlrows.insert_columns(cur, "head", rows.head)
-        sqlrows.insert_chunks(cur, rows.chunks)
-
-    def _commit_import(self, job: StagedImport) -> None:
-        cur = self._import_cur
-        moved = job.collisions(self._ids.made or [], self._ids)
-        head = job.head
-        ids = np.concatenate([h[0] for h in head]) if head else np.zeros(0, np.int32)
-        t_ms = np.concatenate([h[1] for h in head]) if head else np.zeros(0, np.int64)
-        values = np.concatenate([h[2] for h in head]) if head else np.zeros(0)
-        chunks = job.chunks
-        if moved:  # label sets a live write made meanwhile: one series, the live one
-            rewrite.move_series(cur, moved)
-            for mine, live in moved.items():
-                ids[ids == mine] = live
-            chunks = [
-                dataclasses.replace(r, series_id=moved[r.series_id]) if r.series_id in moved else r
-                for r in chunks
-            ]
-        self.head_index.add(ids, t_ms)  # before the rows can be seen (headindex.py)
-        with self.chunk_generation.changing() if chunks else contextlib.nullcontext():
-            cur.execute("COMMIT")
-        job.is_begun = False
-        self._ids.publish(job.staged)
-        self._catalog.add_grouped(job.by_id, job.by_name)
-        newer = np.unique(np.concatenate(self._noted)) if self._noted else None
-        self.latest.note(chunks, ids, t_ms, values, newer=newer)
-        self._head_rows += ids.size
-        self._chunks_since_compact += len(chunks)
-
-    def _end_import(self, job: StagedImport) -> None:
-        self._imports.popleft()
-        if job.is_begun:
-            sqlrows.rollback(self._import_cur)
-            job.is_begun = False
-        self._ids.made = None
-        self._noted = None
 
     def _buffer(self, ids: np.ndarray, t_ms: np.ndarray, values: np.ndarray) -> None:
         self._pending.append((ids, t_ms, values))
