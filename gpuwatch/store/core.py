@@ -1,10 +1,11 @@
 """The `Store`: an embedded DuckDB time-series database with one writer thread.
 
 Threads: `append`/`append_series` only enqueue. The writer thread owns every write (see `writer.py`).
-Reads run on the calling thread with a cursor of its own (DuckDB connections must not be shared
-between threads, duckdb/duckdb#6248), so any number of threads may read; at most `READERS` sample
-read statements run in DuckDB at once, and none while the writer compacts (`readgate.py`). `flush`, `compact`,
-`apply_retention` and `close` hand their work to the writer and wait for it.
+Reads (what selectors read: `selection.py`) run on the calling thread with a cursor of its own (DuckDB
+connections must not be shared between threads, duckdb/duckdb#6248), so any number of threads may read;
+at most `READERS` sample read statements run in DuckDB at once, and none while the writer compacts
+(`readgate.py`). `flush`, `compact`, `apply_retention` and `close` hand their work to the writer and
+wait for it.
 """
 
 from __future__ import annotations
@@ -28,19 +29,18 @@ from gpuwatch.core.model import (
     Labels,
     Matcher,
     SeriesColumns,
-    SeriesData,
     SeriesLimits,
 )
 from gpuwatch.store import alerthistory as history_table
 from gpuwatch.store import logs as logs_table
 from gpuwatch.store import schema
-from gpuwatch.store.catalog import Catalog, Entry, Snapshot, match
+from gpuwatch.store.catalog import Catalog, Entry, Snapshot
 from gpuwatch.store.chunkcache import ChunkCache
 from gpuwatch.store.chunkindex import Generation
 from gpuwatch.store.headindex import HeadIndex
 from gpuwatch.store.lock import DirLock
-from gpuwatch.store.read import CachedRead, ids_with_samples, read_samples, read_samples_cached
 from gpuwatch.store.readgate import ReadGate
+from gpuwatch.store.selection import SeriesSelection
 from gpuwatch.store.tables import SideTables
 from gpuwatch.store.writer import _STOP, Writer
 
@@ -51,14 +51,13 @@ _BACKPRESSURE_ITEMS = 64
 
 
 MEMORY_LIMIT_MB = 64
-_MATCHED_MAX = 256  # selectors whose matched series are remembered (Store._match)
 CHUNK_CACHE_MB = 128  # decoded chunks kept for reads (chunkcache.py); the `chunk_cache_mb` setting
 # Sample read statements in DuckDB at once (readgate.py); DuckDB runs one thread a statement, so two keep both
 # cores of a small machine busy.
 READERS = 2
 
 
-class Store(SideTables):
+class Store(SeriesSelection, SideTables):
     """Time-series samples in DuckDB (and the appliance's other tables: `tables.py`); build it with
     `Store.open`."""
 
@@ -292,118 +291,6 @@ class Store(SideTables):
                 self._cursors.append(cur)
             self._local.cursor = cur
         return cur
-
-    def _heads(self) -> HeadIndex:
-        # Read-only: nothing writes the file while it is open (the directory lock), so the head is
-        # read once, on first use.
-        if self._head_index is None:
-            self._head_index = HeadIndex.load(self._cursor())
-        return self._head_index
-
-    def _snapshot(self) -> Snapshot:
-        if self._closed:
-            raise StoreError("the store is closed")
-        return self._catalog.snapshot()
-
-    def _read(self, ids: Sequence[int], start_ms: int, end_ms: int) -> CachedRead:
-        cur, heads = self._cursor(), self._heads()
-        if self._chunks is not None:
-            found = read_samples_cached(cur, ids, start_ms, end_ms, heads, self._chunks, self._gate)
-            if found is not None:
-                return found
-        return CachedRead(read_samples(cur, ids, start_ms, end_ms, heads, self._gate), False)
-
-    def _match(self, matchers: Sequence[Matcher]) -> list[Entry]:
-        """`match` on the current snapshot, remembered while the snapshot stays (do not change it)."""
-        snap, key = self._snapshot(), tuple(matchers)
-        matched = self._matched
-        if matched[0] is not snap or len(matched[1]) >= _MATCHED_MAX:
-            # Only the current snapshot's: an older one (the whole catalog) is not kept alive here.
-            matched = self._matched = (snap, {})
-        entries = matched[1].get(key)
-        if entries is None:
-            entries = matched[1][key] = match(snap, matchers)
-        return entries
-
-    def select(self, matchers: Sequence[Matcher], start_ms: int, end_ms: int) -> list[SeriesData]:
-        """Return the series matching all matchers with their samples in [start_ms, end_ms]."""
-        entries = self._match(matchers)
-        try:
-            read = self._read([e.series_id for e in entries], start_ms, end_ms)
-        except duckdb.Error as exc:
-            raise StoreError(f"store read failed: {one_line(exc)}") from None
-        found, clean = read.samples, read.is_stale_free
-        return [
-            SeriesData(e.name, e.labels, *found[e.series_id], is_stale_free=clean)
-            for e in entries
-            if e.series_id in found
-        ]
-
-    def select_last(self, matchers: Sequence[Matcher], start_ms: int, end_ms: int) -> list[SeriesData]:
-        """Return what `select` returns cut to each series' last sample: for an instant selector.
-
-        Answered from the newest sample of each series kept in memory (`latest.py`) where it is
-        provably the newest stored one; the other series are read from the database."""
-        entries = self._match(matchers)
-        if not entries:
-            return []
-        ids = np.fromiter((e.series_id for e in entries), np.int64, len(entries))
-        if self._writer is None:
-            known, t, v = np.zeros(ids.size, bool), ids, ids.astype(np.float64)
-        else:
-            known, t, v = self._writer.latest.lookup(ids)
-        vouched = known & (t <= end_ms)
-        found: dict[int, tuple[np.ndarray, np.ndarray]] = {}
-        rest = ids[~vouched].tolist()
-        if rest:
-            try:
-                found = self._read(rest, start_ms, end_ms).samples
-            except duckdb.Error as exc:
-                raise StoreError(f"store read failed: {one_line(exc)}") from None
-        out = []
-        for i, e in enumerate(entries):
-            if vouched[i]:
-                if t[i] >= start_ms:  # (views: `lookup` returned arrays of their own)
-                    out.append(SeriesData(e.name, e.labels, t[i : i + 1], v[i : i + 1]))
-            elif e.series_id in found:
-                st, sv = found[e.series_id]
-                out.append(SeriesData(e.name, e.labels, st[-1:], sv[-1:]))
-        return out
-
-    def _entries(self, matchers: Sequence[Matcher], start_ms: int | None, end_ms: int | None) -> list[Entry]:
-        entries = match(self._snapshot(), matchers)
-        if start_ms is None and end_ms is None:
-            return entries
-        lo = -(2**63) if start_ms is None else start_ms
-        hi = 2**63 - 1 if end_ms is None else end_ms
-        try:
-            with self._gate.reading():
-                keep = ids_with_samples(self._cursor(), [e.series_id for e in entries], lo, hi)
-        except duckdb.Error as exc:
-            raise StoreError(f"store read failed: {one_line(exc)}") from None
-        return [e for e in entries if e.series_id in keep]
-
-    def series(self, matchers: Sequence[Matcher], start_ms: int, end_ms: int) -> list[dict[str, str]]:
-        """Return the label sets (with `__name__`) of matching series that have samples in range."""
-        return [dict(e.label_map) for e in self._entries(matchers, start_ms, end_ms)]
-
-    def label_names(
-        self, matchers: Sequence[Matcher] = (), start_ms: int | None = None, end_ms: int | None = None
-    ) -> list[str]:
-        """Return the sorted label names (with `__name__`) used by matching series."""
-        names = {k for e in self._entries(matchers, start_ms, end_ms) for k in e.label_map}
-        return sorted(names)
-
-    def label_values(
-        self,
-        label: str,
-        matchers: Sequence[Matcher] = (),
-        start_ms: int | None = None,
-        end_ms: int | None = None,
-    ) -> list[str]:
-        """Return the sorted values of `label` among matching series."""
-        entries = self._entries(matchers, start_ms, end_ms)
-        return sorted({e.label_map[label] for e in entries if label in e.label_map})
 
     # -- housekeeping ---------------------------------------------------------------------------------
 
