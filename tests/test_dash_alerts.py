@@ -18,7 +18,7 @@ from gpuwatch.core.clock import FakeClock
 from gpuwatch.core.model import Batch, LogLine, Sample, make_labels
 from gpuwatch.core.units import format_rfc3339
 from gpuwatch.demo.nvml import FakeNvml
-from gpuwatch.rules import manager as manager_module
+from gpuwatch.rules.state import HISTORY_LENGTH
 from gpuwatch.store import alerthistory
 from gpuwatch.store.alerthistory import StoredTransition
 from gpuwatch.web import create_app
@@ -127,7 +127,7 @@ def test_alerts_page_data_and_a_silence_from_an_alert(
 def test_history_is_bounded(runtime: Runtime, clock: FakeClock) -> None:
     manager = runtime.rules
     assert manager is not None
-    assert manager._history.maxlen == manager_module.HISTORY_LENGTH
+    assert manager._history.maxlen == HISTORY_LENGTH
     for i in range(6):
         _hot(runtime, clock, 90 if i % 2 == 0 else 60)  # pending, dropped, pending, ...
         clock.advance(15)

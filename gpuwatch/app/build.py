@@ -38,8 +38,9 @@ from gpuwatch.notify.received import ReceivedAlerts
 from gpuwatch.notify.silences import Silences
 from gpuwatch.query import Engine
 from gpuwatch.rules.load import Group, RuleFileError
-from gpuwatch.rules.manager import RuleManager, RuleStore, configured_groups
+from gpuwatch.rules.manager import RuleManager, configured_groups
 from gpuwatch.rules.roundcache import RoundCache
+from gpuwatch.rules.state import RuleStore
 from gpuwatch.store import Store
 from gpuwatch.web.admission import Admission
 

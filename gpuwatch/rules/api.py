@@ -13,7 +13,7 @@ from gpuwatch.rules.evaluate import FIRING, INACTIVE, PENDING, Alert
 from gpuwatch.rules.load import Rule
 
 if TYPE_CHECKING:
-    from gpuwatch.rules.manager import GroupState, RuleStatus
+    from gpuwatch.rules.state import GroupState, RuleStatus
 
 
 def format_value_e(v: float) -> str:

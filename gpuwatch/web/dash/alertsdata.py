@@ -12,7 +12,7 @@ from gpuwatch.notify.api import AmAlert
 from gpuwatch.rules.api import rule_json
 from gpuwatch.rules.evaluate import FIRING, INACTIVE, PENDING, Alert
 from gpuwatch.rules.load import Rule
-from gpuwatch.rules.manager import GroupState, HistoryEntry
+from gpuwatch.rules.state import GroupState, HistoryEntry
 
 MutedBy = Callable[[Mapping[str, str], int], list[str]]
 EXPLORE_BEFORE_MS = 3600_000  # an alert's Explore range starts this long before it became active
