@@ -104,7 +104,7 @@ class SeriesView:
     ) -> None:
         block, a, b = piece
         self.generation, self.r0, self.r1 = index.generation, r0, r1
-        self.sid = int(index.sids(np.array([r0]))[0])
+        self.sid = index.sid_at(r0)
         self.block, self.a, self.b = block, a, b
         self.t = block.t[a:b] if t is None else t  # `t`: the same timestamps, another view's array
         self.v = block.v[a:b]

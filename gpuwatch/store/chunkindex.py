@@ -88,6 +88,10 @@ class ChunkIndex:
         """The series of the chunks at positions `rows`."""
         return np.searchsorted(self._bounds, rows, side="right") - 1
 
+    def sid_at(self, row: int) -> int:
+        """The series of the chunk at position `row`."""
+        return int(np.searchsorted(self._bounds, row, side="right")) - 1
+
     def rows_of(self, ids: np.ndarray, start_ms: int, end_ms: int) -> np.ndarray:
         """Positions of the chunks of series `ids` (sorted, unique) that reach into [start_ms, end_ms]."""
         ids = ids[ids < self._bounds.size - 1]
