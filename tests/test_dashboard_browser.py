@@ -134,6 +134,26 @@ def test_range_refresh_and_theme_live_in_the_url(demo_server, page) -> None:  # 
     assert page.console.errors == []
 
 
+def test_dark_charts_draw_grid_lines_in_the_themes_colour(demo_server, page) -> None:  # type: ignore[no-untyped-def]
+    # Plotly's default grid is near white: over a heatmap's empty cells it drew white lines in dark mode.
+    page.goto(f"{demo_server.url}/?{LIVE}&theme=dark")
+    wait_panels(page)
+    assert page.locator("#panel-util .heatmaplayer").count() > 0
+    strokes = page.evaluate(
+        """() => {
+              const probe = document.createElement('div');
+              probe.style.color = getComputedStyle(document.documentElement).getPropertyValue('--grid');
+              document.body.appendChild(probe);
+              const grid = getComputedStyle(probe).color.replace(/ /g, '');
+              const seen = new Set();
+              document.querySelectorAll('.gridlayer path').forEach(p => seen.add(p.style.stroke.replace(/ /g, '')));
+              return { grid: grid, seen: [...seen] };
+            }"""
+    )
+    assert strokes["seen"] and set(strokes["seen"]) == {strokes["grid"]}, strokes
+    assert page.console.errors == []
+
+
 def test_auto_refresh_asks_again_and_zoom_pauses_it(demo_server, page) -> None:  # type: ignore[no-untyped-def]
     host = hostname(demo_server)
     page.goto(f"{demo_server.url}/gpus/{host}/0?from=now-5m&to=now&refresh=1s")

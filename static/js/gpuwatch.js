@@ -485,7 +485,8 @@
       (s.values || []).forEach(function (v) { var k = Math.round((v[0] * 1000 - start) / step); if (k >= 0 && k < n) row[k] = parseFloat(v[1]); });
       z.push(row); y.push(gw.esc(gw.seriesName(s.metric, panel.legend)));
     });
-    layout.yaxis = { type: 'category', automargin: true, autorange: 'reversed', tickfont: { size: 10 } };
+    // No row grid: Plotly's default (near white) showed through empty cells in dark mode.
+    layout.yaxis = { type: 'category', automargin: true, autorange: 'reversed', tickfont: { size: 10 }, showgrid: false };
     layout.margin.b = 44;  // its two-line date ticks (no legend below it makes room for them)
     if (opts.start !== undefined) layout.xaxis.range = [gw.localTime(opts.start), gw.localTime(opts.end)];
     layout.height = Math.max(panel.height || 240, 40 + 14 * y.length);

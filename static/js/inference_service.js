@@ -74,7 +74,7 @@
       var layout = { uirevision: gw.rangeKey(), margin: { l: 80, r: 12, t: 8, b: 44 }, height: Math.max(260, 30 + 14 * y.length),
         paper_bgcolor: 'rgba(0,0,0,0)', plot_bgcolor: 'rgba(0,0,0,0)', font: { color: c.fg, size: 11 },
         xaxis: { type: 'date', gridcolor: c.grid, range: [gw.localTime(r.start), gw.localTime(r.end)] },
-        yaxis: { type: 'category', automargin: true, tickfont: { size: 10 } } };
+        yaxis: { type: 'category', automargin: true, tickfont: { size: 10 }, showgrid: false } };
       var chart = el.querySelector('.gw-chart');
       if (!chart) { el.innerHTML = ''; chart = gw.el('div', { class: 'gw-chart' }); el.appendChild(chart); }
       section.dataset.state = 'data';
