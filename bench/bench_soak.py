@@ -310,6 +310,7 @@ def main() -> None:
     ap.add_argument("--targets", type=int, default=20)
     ap.add_argument("--every", type=float, default=10.0, help="seconds between RSS/CPU/health rows")
     ap.add_argument("--csv", help="write the rows to this CSV file")
+    ap.add_argument("--mallinfo", metavar="CSV", help="write glibc's heap figures (bench/memprobe.py) here")
     ap.add_argument("--keep-log", help="copy gpuwatch's log to this file")
     ap.add_argument(
         "--env", action="append", default=[], metavar="KEY=VALUE", help="extra GPUWATCH_* setting"
@@ -334,9 +335,12 @@ def main() -> None:
         env.update(GPUWATCH_DEMO_GPUS=str(args.gpus), GPUWATCH_DEMO_SOURCES="false")
         env.update(kv.split("=", 1) for kv in args.env)
         log_path = Path(tmp) / "serve.log"
+        probe = ["-m", "gpuwatch.cli.main"]
+        if args.mallinfo:
+            probe = [str(ROOT / "bench" / "memprobe.py"), args.mallinfo, str(args.every), "--"]
         with open(log_path, "wb") as log:
             serve = subprocess.Popen(
-                [sys.executable, "-m", "gpuwatch.cli.main", "serve", "--demo", "--host", "127.0.0.1",
+                [sys.executable, *probe, "serve", "--demo", "--host", "127.0.0.1",
                  "--port", str(port), "--data-dir", str(Path(tmp) / "data"), "--config", str(config)],
                 env=env, stdout=log, stderr=subprocess.STDOUT,
             )  # fmt: skip
