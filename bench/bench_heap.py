@@ -7,7 +7,8 @@
 `requests`: a runtime on a fake clock (16 simulated GPUs, 20 minutes of samples, 32 MB chunk cache),
 then the cluster page's panel queries over those 20 minutes plus its JSON twin through the Flask app
 (no socket), 260 requests a round, the same every round; after each round glibc's heap (`mallinfo2`) and
-CPython's block count. `--no-in-clause` turns off DuckDB's `in_clause` optimizer, which rewrites an IN
+CPython's block count. `--moving`: a sample a second after each page's requests, the window following
+the clock (through the 2-hour window's close and compaction past round 260). `--no-in-clause` turns off DuckDB's `in_clause` optimizer, which rewrites an IN
 list of 6 or more constants into a join.
 `joins`: DuckDB alone, an in-memory database, one hash join (2,000 x 64 rows) at a time; the heap every
 5,000. `in-list`: a read of 8 to 2,432 of 36,000 series from a head table of 4.3 M rows, with the
@@ -47,7 +48,7 @@ def heap() -> str:
     return f"heap {m.arena / 1e6:6.1f} MB, in use {m.uordblks / 1e6:6.1f}, free {m.fordblks / 1e6:6.1f}"
 
 
-def requests(rounds: int, no_in_clause: bool) -> None:
+def requests(rounds: int, no_in_clause: bool, moving: bool) -> None:
     from bench.soaktabs import builtin_vars, fill
     from gpuwatch.app.build import build_runtime
     from gpuwatch.app.config import load
@@ -86,6 +87,11 @@ def requests(rounds: int, no_in_clause: bool) -> None:
                     )
                 client.get("/api/ui/cluster")
                 n += len(queries) + 1
+                if moving:  # a sample a second, the charts' window following it
+                    rt.jobs.run("sample")
+                    clock.advance(1)
+                    rt.store.flush()
+                    end = clock.now_ms() / 1000
             gc.collect()
             print(
                 f"round {r:4d}, {n:7,} requests: {heap()}, python blocks {sys.getallocatedblocks():,}",
@@ -141,11 +147,14 @@ def main() -> None:
     r = sub.add_parser("requests")
     r.add_argument("--rounds", type=int, default=120)
     r.add_argument("--no-in-clause", action="store_true")
+    r.add_argument(
+        "--moving", action="store_true", help="sample and move the charts' window every 13 requests"
+    )
     sub.add_parser("joins").add_argument("--joins", type=int, default=120_000)
     sub.add_parser("in-list")
     args = ap.parse_args()
     if args.what == "requests":
-        requests(args.rounds, args.no_in_clause)
+        requests(args.rounds, args.no_in_clause, args.moving)
     elif args.what == "joins":
         joins(args.joins)
     else:
