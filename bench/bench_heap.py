@@ -8,7 +8,8 @@
 then the cluster page's panel queries over those 20 minutes plus its JSON twin through the Flask app
 (no socket), 260 requests a round, the same every round; after each round glibc's heap (`mallinfo2`) and
 CPython's block count. `--moving`: a sample a second after each page's requests, the window following
-the clock (through the 2-hour window's close and compaction past round 260). `--no-in-clause` turns off DuckDB's `in_clause` optimizer, which rewrites an IN
+the clock (through the 2-hour window's close and compaction past round 260). `--threads`: a page's
+requests from that many threads at once. `--no-in-clause` turns off DuckDB's `in_clause` optimizer, which rewrites an IN
 list of 6 or more constants into a join.
 `joins`: DuckDB alone, an in-memory database, one hash join (2,000 x 64 rows) at a time; the heap every
 5,000. `in-list`: a read of 8 to 2,432 of 36,000 series from a head table of 4.3 M rows, with the
@@ -18,11 +19,13 @@ list of 6 or more constants into a join.
 from __future__ import annotations
 
 import argparse
+import concurrent.futures
 import ctypes
 import gc
 import statistics
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -48,7 +51,7 @@ def heap() -> str:
     return f"heap {m.arena / 1e6:6.1f} MB, in use {m.uordblks / 1e6:6.1f}, free {m.fordblks / 1e6:6.1f}"
 
 
-def requests(rounds: int, no_in_clause: bool, moving: bool) -> None:
+def requests(rounds: int, no_in_clause: bool, moving: bool, threads: int) -> None:
     from bench.soaktabs import builtin_vars, fill
     from gpuwatch.app.build import build_runtime
     from gpuwatch.app.config import load
@@ -70,7 +73,16 @@ def requests(rounds: int, no_in_clause: bool, moving: bool) -> None:
         if no_in_clause:
             # a global setting: one cursor of the store sets it for all
             rt.store._cursor().execute("SET disabled_optimizers = 'in_clause'")
-        client = create_app(rt).test_client()
+        app = create_app(rt)
+        client = app.test_client()
+        local = threading.local()
+
+        def get(path: str, params: dict[str, object] | None = None) -> None:
+            if not hasattr(local, "client"):
+                local.client = app.test_client()
+            local.client.get(path, query_string=params)
+
+        pool = concurrent.futures.ThreadPoolExecutor(threads)
         twin = client.get("/api/ui/cluster").get_json()
         end_ms = clock.now_ms()
         values = {**twin["variables"], **builtin_vars(end_ms - 1_200_000, end_ms, 10)}
@@ -80,12 +92,14 @@ def requests(rounds: int, no_in_clause: bool, moving: bool) -> None:
         n = 0
         for r in range(rounds):
             for _ in range(20):
-                for q in queries:
-                    client.get(
-                        "/api/v1/query_range",
-                        query_string={"query": q, "start": end - 1200, "end": end, "step": 10},
-                    )
-                client.get("/api/ui/cluster")
+                asked = [
+                    ("/api/v1/query_range", {"query": q, "start": end - 1200, "end": end, "step": 10})
+                    for q in queries
+                ]
+                for f in [
+                    pool.submit(get, path, params) for path, params in [*asked, ("/api/ui/cluster", None)]
+                ]:
+                    f.result()
                 n += len(queries) + 1
                 if moving:  # a sample a second, the charts' window following it
                     rt.jobs.run("sample")
@@ -97,6 +111,7 @@ def requests(rounds: int, no_in_clause: bool, moving: bool) -> None:
                 f"round {r:4d}, {n:7,} requests: {heap()}, python blocks {sys.getallocatedblocks():,}",
                 flush=True,
             )
+        pool.shutdown()
     finally:
         rt.close()
 
@@ -150,11 +165,14 @@ def main() -> None:
     r.add_argument(
         "--moving", action="store_true", help="sample and move the charts' window every 13 requests"
     )
+    r.add_argument(
+        "--threads", type=int, default=1, help="a page's 13 requests from this many threads at once"
+    )
     sub.add_parser("joins").add_argument("--joins", type=int, default=120_000)
     sub.add_parser("in-list")
     args = ap.parse_args()
     if args.what == "requests":
-        requests(args.rounds, args.no_in_clause, args.moving)
+        requests(args.rounds, args.no_in_clause, args.moving, args.threads)
     elif args.what == "joins":
         joins(args.joins)
     else:
