@@ -35,12 +35,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-
-class MallInfo2(ctypes.Structure):
-    _fields_ = [(name, ctypes.c_size_t) for name in (
-        "arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks", "uordblks", "fordblks",
-        "keepcost")]  # fmt: skip
-
+from bench.memprobe import MallInfo2  # noqa: E402
 
 _libc = ctypes.CDLL("libc.so.6")
 _libc.mallinfo2.restype = MallInfo2
