@@ -1,6 +1,6 @@
 """New series per second through import or scrape: N new series of one sample each, into a real store.
 
-Usage: python bench/bench_series.py [--series 100000 300000 1000000] [--via import|scrape] [--labels 6]
+Usage: python bench/bench_series.py [--series 100000 300000 1000000] [--via import|scrape|victoria] [--labels 6]
        [--marker] [--again] [--root DIR] [--profile]
 
 Builds a Prometheus text body of N series `bench_new_series{pod="...",node="...",l0..}` and times it
@@ -12,6 +12,8 @@ sets it (`cli/gctune.py`):
 - `--via scrape`: the body without timestamps, as prometheus_client writes a page (formatted here: a
   registry of a million children takes minutes to build), served over HTTP on 127.0.0.1 and scraped
   once by a real `Target` (fetch, parse, labels, staleness), its batches appended and flushed.
+- `--via victoria`: the same bodies, timestamped, into a fresh VictoriaMetrics (`victoria-metrics` on
+  PATH) by `POST /api/v1/import/prometheus` and `/internal/force_flush`, its process's CPU meanwhile.
 Then N more new series into the same store (flat per series, or not?). Each N runs in a process of
 its own. Prints series/s by the wall clock and by the process's CPU time (all threads: on a shared
 machine the steadier figure), and the RSS growth per series while the store is open, also after a
@@ -35,6 +37,7 @@ import dataclasses
 import gc
 import http.server
 import pstats
+import socket
 import subprocess
 import sys
 import tempfile
@@ -48,9 +51,11 @@ T0_MS = 1_800_000_000_000
 MARKER_EVERY_S = 0.02
 
 
-def body(n: int, labels: int, offset: int = 0, timestamps: bool = True, value: int = 1) -> str:
+def body(
+    n: int, labels: int, offset: int = 0, timestamps: bool = True, value: int = 1, t_ms: int = T0_MS
+) -> str:
     extra = ",".join(f'l{j}="value-{j}"' for j in range(labels - 2))
-    stamp = f" {T0_MS}" if timestamps else ""
+    stamp = f" {t_ms}" if timestamps else ""
     head = "# HELP bench_new_series A new series.\n# TYPE bench_new_series gauge\n"
     return head + "".join(
         f'bench_new_series{{pod="pod-{offset + i:07d}",node="node-{(offset + i) % 97}",{extra}}} {value}{stamp}\n'
@@ -243,17 +248,74 @@ def child(n: int, labels: int, via: str, marker: bool, profile: bool, again: boo
         pstats.Stats(prof).sort_stats("cumulative").print_stats(25)
 
 
+def victoria(n: int, labels: int) -> None:
+    """The same two bodies into a fresh VictoriaMetrics (`victoria-metrics` on PATH) over HTTP:
+    `POST /api/v1/import/prometheus`, then `/internal/force_flush`; its process's CPU over that span."""
+    import psutil
+    import requests
+
+    t_ms = int(time.time() * 1000) - 60_000  # VictoriaMetrics refuses samples far in the future
+    texts = [body(n, labels, t_ms=t_ms).encode(), body(n, labels, offset=n, t_ms=t_ms).encode()]
+    with tempfile.TemporaryDirectory() as tmp, socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+        s.close()
+        proc = subprocess.Popen(
+            ["victoria-metrics", f"-storageDataPath={tmp}/vm", f"-httpListenAddr=127.0.0.1:{port}",
+             "-retentionPeriod=10y", "-loggerLevel=ERROR"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )  # fmt: skip
+        base = f"http://127.0.0.1:{port}"
+        try:
+            for _ in range(200):
+                try:
+                    if requests.get(f"{base}/health", timeout=1).ok:
+                        break
+                except requests.ConnectionError:
+                    time.sleep(0.05)
+            vm = psutil.Process(proc.pid)
+            time.sleep(1)
+            rss0 = vm.memory_info().rss
+            took, cpu = [], []
+            for k in range(2):
+                c = vm.cpu_times()
+                c0, t0 = c.user + c.system, time.perf_counter()
+                requests.post(
+                    f"{base}/api/v1/import/prometheus", data=texts[k], timeout=600
+                ).raise_for_status()
+                requests.get(f"{base}/internal/force_flush", timeout=600).raise_for_status()
+                took.append(time.perf_counter() - t0)
+                c = vm.cpu_times()
+                cpu.append(c.user + c.system - c0)
+                if k == 0:
+                    grown = vm.memory_info().rss - rss0
+            got = requests.get(f"{base}/api/v1/series/count", timeout=60).json()["data"]
+        finally:
+            proc.terminate()
+            proc.wait(30)
+    print(
+        f"{n:>8} series into VictoriaMetrics, {labels} labels: {took[0]:6.2f} s = {n / took[0]:>9,.0f} series/s "
+        f"(CPU {cpu[0]:.2f} s = {n / cpu[0]:,.0f}/s); next {n}: {took[1]:6.2f} s (CPU {cpu[1]:.2f} s); "
+        f"RSS +{grown / 2**20:.0f} MB ({grown / n:,.0f} B/series); series counted {got}",
+        flush=True,
+    )
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     p.add_argument("--series", type=int, nargs="+", default=[100_000, 300_000, 1_000_000])
     p.add_argument("--labels", type=int, default=6)
-    p.add_argument("--via", choices=["import", "scrape"], default="import")
+    p.add_argument("--via", choices=["import", "scrape", "victoria"], default="import")
     p.add_argument("--marker", action="store_true")
     p.add_argument("--root", type=Path, default=ROOT, help="the gpuwatch tree to measure")
     p.add_argument("--profile", action="store_true")
     p.add_argument("--again", action="store_true", help="(scrape) then the second page's series again")
     p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args()
+    if args.via == "victoria":
+        for n in args.series:
+            victoria(n, args.labels)
+        return
     if args.child:
         sys.path.insert(0, str(args.root.resolve()))
         child(args.series[0], args.labels, args.via, args.marker, args.profile, args.again)

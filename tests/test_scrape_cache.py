@@ -266,6 +266,19 @@ def test_a_page_bigger_than_the_cache_bound_is_still_cached_at_the_next_parse() 
     assert len(parser._series) <= 100
 
 
+def test_label_pieces_a_page_repeats_outlive_the_piece_cache_clearing() -> None:
+    """A page of more new series than the bound clears the piece cache as it goes; the oldest pieces
+    (those repeated on every line) are kept, so every sample's `job` pair stays one object and equal
+    label sets stay identical, while the cache stays within its bound."""
+    parser = Parser(max_cache=100)
+    page = "".join(f'm{{job="x",i="{i}"}} {i}\n' for i in range(1000)).encode()
+    got = parser.parse(page, openmetrics=False).samples
+    assert [s[3] for s in got] == [float(i) for i in range(1000)]
+    assert got[-1][1] == (("i", "999"), ("job", "x"))
+    assert len({id(next(p for p in s[1] if p[0] == "job")) for s in got}) == 1
+    assert len(parser._pairs[False]) <= 101
+
+
 def test_a_target_bigger_than_the_cache_bound_keeps_its_series_numbers(
     clock: FakeClock, monkeypatch: pytest.MonkeyPatch
 ) -> None:

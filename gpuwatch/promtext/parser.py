@@ -24,6 +24,7 @@ What a parse gives is in `result.py`; the formats' content types, and telling th
 
 from __future__ import annotations
 
+import itertools
 import re
 
 from gpuwatch.core.model import Labels
@@ -56,6 +57,7 @@ _TEXT_DOC = re.compile(rf"^(?:{_TEXT_SAMPLE}|(.*))$", re.M)
 _OM_DOC = re.compile(rf"^(?:{_OM_SAMPLE}|(.*))$", re.M)
 _TEXT_PAIR = re.compile(rf'[ \t]*({LABEL_NAME})[ \t]*=[ \t]*"([^"\\]*)"[ \t]*')
 _OM_PAIR = re.compile(rf'({LABEL_NAME})="([^"\\]*)"')
+_KEEP_PAIRS = 4096  # label pieces kept when the piece cache is cleared (the oldest)
 _SUFFIXES = ("", "_total", "_created", "_bucket", "_count", "_sum", "_gcount", "_gsum", "_info")
 
 
@@ -92,8 +94,14 @@ class Parser:
             pieces.pop()
         cache, names = self._pairs[om], self._names
         if len(cache) > self.max_cache:
+            # Keep the oldest pieces: those a page repeats on many lines (`job="x"`, a histogram's
+            # `le`) are met first, and the same pair objects keep equal label sets identical, which
+            # later dict lookups compare by identity (a million new series: ~1,700 instructions each).
+            keep = dict(itertools.islice(cache.items(), min(_KEEP_PAIRS, self.max_cache // 2)))
             cache.clear()
+            cache.update(keep)
             names.clear()
+            names.update(name for name, _ in keep.values())
         pattern = _OM_PAIR if om else _TEXT_PAIR
         pairs = []
         for piece in pieces:
