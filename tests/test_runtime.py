@@ -55,3 +55,12 @@ def test_self_metrics_are_stored(runtime: Runtime, clock: FakeClock) -> None:
         "gpuwatch_store_series",
         "gpuwatch_job_runs_total",
     } <= names
+
+
+def test_the_schedulers_own_log_lines_name_the_job(runtime: Runtime) -> None:
+    """APScheduler words a skipped or missed run as `Execution of job "<job>" skipped ...`: the job is
+    named as `/-/jobs` names it ("rules"), not by the function that runs them all."""
+    runtime.start()
+    scheduled = {str(job).split(" (trigger")[0] for job in runtime._scheduler.get_jobs()}
+    assert scheduled == set(runtime.jobs.names())
+    assert "rules" in scheduled

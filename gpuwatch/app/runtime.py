@@ -383,6 +383,7 @@ class Runtime:
                 args=[name],
                 seconds=interval,
                 id=name,
+                name=name,  # what the scheduler's log lines call it ("rules", not "JobRegistry.run")
                 executor="inline" if name == "sample" else "default",
                 misfire_grace_time=max(1, int(interval)),
             )
