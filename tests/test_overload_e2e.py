@@ -7,11 +7,15 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
+from pathlib import Path
 
 import numpy as np
 import pytest
 import requests
 
+from gpuwatch.core.clock import SystemClock
+from gpuwatch.core.model import Matcher
+from gpuwatch.store import Store
 from tests.conftest import Server, clean_env, wait_until
 
 pytestmark = pytest.mark.slow
@@ -34,19 +38,24 @@ def _ask_slow(server: Server, stop: threading.Event, answers: list[tuple[int, st
         answers.append((r.status_code, error_type, r.headers.get("Retry-After", "")))
 
 
-def _gpu_times(server: Server) -> np.ndarray | None:
-    """The stored times of GPU 0's utilisation over 10 minutes; None when the query was refused (busy)."""
-    r = server.get("/api/v1/query", params={"query": 'DCGM_FI_DEV_GPU_UTIL{gpu="0"}[10m]'})
-    if r.status_code == 503:
-        return None
+def _latest_gpu_ms(server: Server) -> int | None:
+    """When GPU 0's utilisation was last sampled, from `/federate`: it takes no query turn, so it
+    answers however busy the queries keep the server."""
+    r = server.get("/federate", params={"match[]": 'DCGM_FI_DEV_GPU_UTIL{gpu="0"}'})
     assert r.status_code == 200, r.text
-    found = r.json()["data"]["result"]
-    return np.array([float(t) for t, _ in found[0]["values"]]) if found else np.zeros(0)
+    lines = [x for x in r.text.splitlines() if x.startswith("DCGM_FI_DEV_GPU_UTIL{")]
+    return int(lines[0].split()[-1]) if lines else None
 
 
-def _new_samples_since(server: Server, start: float) -> int:
-    times = _gpu_times(server)
-    return -1 if times is None else int((times > start).sum())
+def _stored_gpu_times_s(data_dir: Path, since_ms: int) -> np.ndarray:
+    """GPU 0's utilisation sample times (s) from `since_ms` on, read from the store once gpuwatch has exited."""
+    store = Store.open(data_dir, clock=SystemClock())
+    try:
+        matchers = [Matcher("__name__", "=", "DCGM_FI_DEV_GPU_UTIL"), Matcher("gpu", "=", "0")]
+        (series,) = store.select(matchers, since_ms, 2**62)
+        return series.timestamps_ms / 1000
+    finally:
+        store.close()
 
 
 def _refused(server: Server) -> float:
@@ -64,10 +73,9 @@ def test_slow_queries_past_the_limits_are_503_while_health_and_sampling_go_on(
         GPUWATCH_QUERY_MAX_QUEUED="1",
     )
     server = serve("--demo", env=env)
-    wait_until(lambda: _new_samples_since(server, 0) >= 3, 30, "no GPU samples")
-    times = _gpu_times(server)
-    assert times is not None
-    start = times[-1]
+    wait_until(lambda: _latest_gpu_ms(server) is not None, 30, "no GPU samples")
+    start_ms = _latest_gpu_ms(server)
+    assert start_ms is not None
     stop = threading.Event()
     answers: list[tuple[int, str, str]] = []
     clients = [threading.Thread(target=_ask_slow, args=(server, stop, answers)) for _ in range(CLIENTS)]
@@ -78,13 +86,11 @@ def test_slow_queries_past_the_limits_are_503_while_health_and_sampling_go_on(
         wait_until(lambda: any(a[0] == 503 for a in answers), 60, "no query was refused")
         for _ in range(5):  # while the clients keep every turn taken
             health.append(server.get("/-/health").status_code)
-        # ~6 s of samples while the clients keep the turns taken, measured in stored samples
-        wait_until(lambda: _new_samples_since(server, start) >= 6, 120, "sampling stopped")
-        got: list[np.ndarray | None] = []
-        wait_until(lambda: got.append(_gpu_times(server)) or got[-1] is not None, 60, "always busy")
-        seen = list(answers)
+        # ~6 s of samples while the clients keep the turns taken
+        wait_until(lambda: (_latest_gpu_ms(server) or 0) >= start_ms + 6000, 120, "sampling stopped")
         # /metrics counts the refusals (the sample job's figure, a sample interval behind)
         wait_until(lambda: _refused(server) > 0, 30, "gpuwatch_queries_refused_total stayed 0")
+        seen = list(answers)
         rc = server.stop()  # SIGTERM with the clients still asking
     finally:
         stop.set()
@@ -97,9 +103,8 @@ def test_slow_queries_past_the_limits_are_503_while_health_and_sampling_go_on(
     assert 200 in statuses, "no slow query was answered"
     refused = [a for a in seen if a[0] == 503]
     assert all(a[1:] == ("unavailable", "1") for a in refused), refused[:5]
-    times = got[-1]
-    assert times is not None
-    during = times[times >= start]
+    # every sample taken meanwhile, from the store (the API's queries were the busy ones)
+    during = _stored_gpu_times_s(server.data_dir, start_ms)
     gaps = np.diff(during)
     assert during.size >= 6 and gaps.max() <= 2.0, f"gaps over 2 sample intervals: {gaps[gaps > 2.0]}"
     assert "Traceback" not in server.log
