@@ -37,7 +37,6 @@ import dataclasses
 import gc
 import http.server
 import pstats
-import socket
 import subprocess
 import sys
 import tempfile
@@ -254,12 +253,13 @@ def victoria(n: int, labels: int) -> None:
     import psutil
     import requests
 
+    sys.path.insert(0, str(ROOT))
+    from bench.bench_query import free_port, wait_http
+
     t_ms = int(time.time() * 1000) - 60_000  # VictoriaMetrics refuses samples far in the future
     texts = [body(n, labels, t_ms=t_ms).encode(), body(n, labels, offset=n, t_ms=t_ms).encode()]
-    with tempfile.TemporaryDirectory() as tmp, socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-        s.close()
+    with tempfile.TemporaryDirectory() as tmp:
+        port = free_port()
         proc = subprocess.Popen(
             ["victoria-metrics", f"-storageDataPath={tmp}/vm", f"-httpListenAddr=127.0.0.1:{port}",
              "-retentionPeriod=10y", "-loggerLevel=ERROR"],
@@ -267,12 +267,7 @@ def victoria(n: int, labels: int) -> None:
         )  # fmt: skip
         base = f"http://127.0.0.1:{port}"
         try:
-            for _ in range(200):
-                try:
-                    if requests.get(f"{base}/health", timeout=1).ok:
-                        break
-                except requests.ConnectionError:
-                    time.sleep(0.05)
+            wait_http(f"{base}/health", proc)
             vm = psutil.Process(proc.pid)
             time.sleep(1)
             rss0 = vm.memory_info().rss
