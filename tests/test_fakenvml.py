@@ -15,7 +15,7 @@ from gpuwatch.demo.nvml import MODELS, FakeNvml
 
 COLLECTOR_SOURCES = [
     Path(__file__).resolve().parent.parent / "gpuwatch" / "collect" / name
-    for name in ("nvml.py", "nvml_device.py", "gpm.py")
+    for name in ("nvml.py", "nvml_device.py", "nvml_events.py", "gpm.py", "mig.py")
 ]
 
 
@@ -34,7 +34,7 @@ def nvml(clock: FakeClock) -> FakeNvml:
 def _collector_names() -> set[str]:
     names: set[str] = set()
     for path in COLLECTOR_SOURCES:
-        names |= set(re.findall(r"\bnvml\.(\w+)", path.read_text()))
+        names |= set(re.findall(r"\bnvml\.((?:nvml|NVML|c_nvml)\w+)", path.read_text()))
     return names
 
 

@@ -1,4 +1,4 @@
-"""GPM (GPU Performance Monitoring, Hopper and later) and MIG instances, read through NVML.
+"""GPM (GPU Performance Monitoring, Hopper and later): what the SMs did between two samples.
 
 NVML's utilization says only that some kernel ran in the sample period; GPM measures what the SMs did
 between two samples: SM activity and occupancy, tensor-core and FP pipe activity, DRAM bandwidth, NVLink
@@ -6,23 +6,20 @@ traffic. Each GPU keeps two sample buffers: every tick takes a new sample and as
 `nvmlGpmMetricsGet(previous, new)`, so the figures cover one tick and the first tick has none. Devices
 without GPM (`nvmlGpmQueryDeviceSupport` says no, or a call is NotSupported) have no such series.
 
-A GPU in MIG mode shows each GPU instance: its memory (`nvmlDeviceGetMemoryInfo` on the MIG handle) and
-its GPM figures (`nvmlGpmMigSampleGet`), labelled `GPU_I_ID` and `GPU_I_PROFILE` as dcgm-exporter does;
-the whole-GPU utilization NVML does not give under MIG stays absent.
+Failures are local and retried: a sample buffer that cannot be allocated, or a sample the driver
+refuses (NotSupported while a profiler such as Nsight or DCGM holds the counters), stop the figures of
+that one sampler (a GPU, or one GPU instance under MIG) for `RETRY_MS`, then it tries again. Only a
+metric id the driver does not know is dropped for good.
 """
 
 from __future__ import annotations
 
 import contextlib
-import re
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
-from gpuwatch.core.model import Labels, make_labels
-
 MIB = 1 << 20
-MIG_LABELS: tuple[str, ...] = ("GPU_I_ID", "GPU_I_PROFILE")
-_PROFILE = re.compile(r"(\d+g\.\d+gb(?:\+\w+)?)\s*$")
+RETRY_MS = 60_000  # a sampler that failed waits this long before trying again
 
 
 class GpmField(NamedTuple):
@@ -60,7 +57,9 @@ class GpmSampler:
         self.prev: Any = None
         self.cur: Any = None
         self.has_prev = False
+        self.retry_at_ms = 0
         self.fields = {f.metric_id: f for f in GPM_FIELDS}
+        self.key = "gpm_sample" if gi_id is None else f"gpm_mig_sample:{gi_id}"
 
     def reset(self) -> None:
         """Forget the previous sample (the GPU was lost): the next tick starts a new interval."""
@@ -74,20 +73,28 @@ class GpmSampler:
         self.prev = self.cur = None
         self.has_prev = False
 
-    def read(self, nvml: Any, query: Query, handle: Any, f: dict[str, float]) -> list[GpmField]:
-        """Take a sample; with the previous one, add the figures to `f`. Return the fields found unsupported."""
-        if self.prev is None:
-            self.prev = query("gpm_alloc", nvml.nvmlGpmSampleAlloc)
-            self.cur = query("gpm_alloc", nvml.nvmlGpmSampleAlloc)
-            if self.prev is None or self.cur is None:
-                return []
-        if self.gi_id is None:
-            got = query("gpm_sample", nvml.nvmlGpmSampleGet, handle, self.cur)
-        else:
-            got = query("gpm_mig_sample", nvml.nvmlGpmMigSampleGet, handle, self.gi_id, self.cur)
-        if got is None:
-            self.has_prev = False
+    def _pause(self, nvml: Any, now_ms: int) -> list[GpmField]:
+        self.free(nvml)
+        self.retry_at_ms = now_ms + RETRY_MS
+        return []
+
+    def read(self, nvml: Any, query: Query, handle: Any, f: dict[str, float], now_ms: int) -> list[GpmField]:
+        """Take a sample; with the previous one, add the figures to `f`. Return the fields found unsupported.
+
+        `query(key, fn, *args, sticky=False)` calls NVML (None on failure, without giving up for good)."""
+        if now_ms < self.retry_at_ms:
             return []
+        if self.prev is None or self.cur is None:
+            self.prev = self.prev or query("gpm_alloc", nvml.nvmlGpmSampleAlloc, sticky=False)
+            self.cur = self.cur or query("gpm_alloc", nvml.nvmlGpmSampleAlloc, sticky=False)
+            if self.prev is None or self.cur is None:
+                return self._pause(nvml, now_ms)
+        if self.gi_id is None:
+            got = query(self.key, nvml.nvmlGpmSampleGet, handle, self.cur, sticky=False)
+        else:
+            got = query(self.key, nvml.nvmlGpmMigSampleGet, handle, self.gi_id, self.cur, sticky=False)
+        if got is None:
+            return self._pause(nvml, now_ms)
         dropped: list[GpmField] = []
         if self.has_prev and self.fields:
             fields = list(self.fields.values())
@@ -98,7 +105,7 @@ class GpmSampler:
             mg.sample2 = self.cur
             for k, field in enumerate(fields):
                 mg.metrics[k].metricId = field.metric_id
-            if query("gpm_metrics", nvml.nvmlGpmMetricsGet, mg) is not None:
+            if query("gpm_metrics", nvml.nvmlGpmMetricsGet, mg, sticky=False) is not None:
                 for k, field in enumerate(fields):
                     m = mg.metrics[k]
                     if m.nvmlReturn == nvml.NVML_SUCCESS:
@@ -109,60 +116,3 @@ class GpmSampler:
         self.prev, self.cur = self.cur, self.prev
         self.has_prev = True
         return dropped
-
-
-class MigInstance:
-    """One GPU instance of a GPU in MIG mode."""
-
-    def __init__(self, gi_id: int, profile: str, handle: Any, labels: Labels) -> None:
-        self.gi_id = gi_id
-        self.profile = profile
-        self.handle = handle
-        self.labels = labels
-        self.gpm = GpmSampler(gi_id)
-
-
-def mig_profile(name: str) -> str:
-    """The profile ("3g.40gb") at the end of a MIG device's name ("NVIDIA H100 80GB HBM3 MIG 3g.40gb")."""
-    found = _PROFILE.search(name)
-    return found.group(1) if found else ""
-
-
-def find_instances(
-    nvml: Any, query: Query, handle: Any, label_map: dict[str, str], warn: Callable[[str], None]
-) -> list[MigInstance] | None:
-    """The GPU instances of a GPU in MIG mode; None when MIG is off or unsupported."""
-    mode = query("mig_mode", nvml.nvmlDeviceGetMigMode, handle)
-    if not mode or mode[0] != nvml.NVML_DEVICE_MIG_ENABLE:
-        return None
-    count = query("mig_count", nvml.nvmlDeviceGetMaxMigDeviceCount, handle) or 0
-    out: list[MigInstance] = []
-    for slot in range(int(count)):
-        try:
-            mig = nvml.nvmlDeviceGetMigDeviceHandleByIndex(handle, slot)
-        except nvml.NVMLError_NotFound:  # an empty slot
-            continue
-        except nvml.NVMLError as exc:
-            warn(f"MIG device {slot}: {type(exc).__name__}: {exc}")
-            continue
-        gi_id = query("mig_gi_id", nvml.nvmlDeviceGetGpuInstanceId, mig)
-        if gi_id is None:
-            continue
-        name = query("mig_name", nvml.nvmlDeviceGetName, mig)
-        profile = mig_profile(str(name or ""))
-        labels = make_labels({**label_map, "GPU_I_ID": str(gi_id), "GPU_I_PROFILE": profile})
-        out.append(MigInstance(int(gi_id), profile, mig, labels))
-    return out
-
-
-def read_instance(nvml: Any, query: Query, parent: Any, inst: MigInstance, gpm: bool) -> dict[str, float]:
-    """Memory (MiB) and, where GPM answers, the GPM figures of one GPU instance."""
-    f: dict[str, float] = {}
-    mem = query("mig_memory", nvml.nvmlDeviceGetMemoryInfo, inst.handle)
-    if mem is not None:
-        f["DCGM_FI_DEV_FB_USED"] = mem.used // MIB
-        f["DCGM_FI_DEV_FB_FREE"] = mem.free // MIB
-        f["DCGM_FI_DEV_FB_TOTAL"] = mem.total // MIB
-    if gpm:
-        inst.gpm.read(nvml, query, parent, f)
-    return f

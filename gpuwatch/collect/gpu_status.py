@@ -24,6 +24,7 @@ class GpuProcess:
     user: str
     container_id: str
     used_memory_bytes: int | None  # None where the driver does not report it
+    gpu_instance: str = ""  # the GPU instance id (GPU_I_ID) under MIG
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,10 @@ from typing import Any
 
 from gpuwatch.collect.gpu_metrics import GPU_METRICS
 from gpuwatch.collect.gpu_status import GpuIdentity, GpuProcess, GpuStatus, XidEvent
+from gpuwatch.collect.mig import MigInstance
 from gpuwatch.collect.nvml_device import GpuState, NvmlDevices
+from gpuwatch.collect.nvml_events import XidEvents
+from gpuwatch.collect.nvml_processes import NvmlProcess
 from gpuwatch.collect.processes import ProcessInfo, read_process_info
 from gpuwatch.collect.usage import UsageMeter
 from gpuwatch.core.errors import NvmlUnavailable
@@ -37,7 +40,9 @@ EXPECT_GPUS_HINT = (
     "GPUs were expected here: start the container with `--gpus all` "
     "(the host needs the NVIDIA driver and the NVIDIA Container Toolkit)"
 )
-_MAX_EVENTS_PER_WAIT = 256
+# NVML says the PCIe byte counters "can be wrapped"; a 32-bit wrap is taken as one, anything else that
+# goes down (a 64-bit wrap, a reset) skips one tick's rate. A rate above this is not a PCIe link's.
+_PCIE_MAX_BYTES_PER_S = 1 << 40
 
 
 def load_nvml() -> Any:
@@ -76,9 +81,8 @@ class GpuCollector:
         self._gpus: list[GpuState] = []
         self._lock = threading.Lock()  # GPU state: collect, snapshot
         self._events_lock = threading.Lock()  # XID state, shared with wait_events
-        self._wait_lock = threading.Lock()  # held while waiting on the event set
         self._stopping = threading.Event()
-        self._event_set: Any = None
+        self._events = XidEvents(nvml, self._log, self._stopping)
         self._is_open = False
         self._proc_info: dict[int, ProcessInfo] = {}
         self._usage = UsageMeter()
@@ -109,15 +113,26 @@ class GpuCollector:
             raise NvmlUnavailable(f"no NVIDIA GPU found (NVML reports 0 GPUs); {self._hint}")
         self._is_open = True
         self._stopping.clear()
+        self._dev.use_driver_processes()
         self.driver_version = self._dev.query(None, "driver_version", nvml.nvmlSystemGetDriverVersion)
         self._gpus = [GpuState(i, self._hostname) for i in range(count)]
         for gpu in self._gpus:
             gpu.fields = dict(self._dev.field_table)
             self._dev.attach(gpu)
-        self._event_set = self._dev.query(None, "xid_events", nvml.nvmlEventSetCreate)
-        for gpu in self._gpus:
-            self._register_events(gpu)
+        self._events = XidEvents(nvml, self._log, self._stopping)
+        self._events.open(self._gpus)
         return [gpu.identity for gpu in self._gpus]
+
+    @property
+    def events_state(self) -> str:
+        """Whether XID events are registered (for `gpuwatch doctor`)."""
+        return self._events.state
+
+    @property
+    def process_layout(self) -> str:
+        """How process lists are read: the driver symbol and struct size, or the binding's call."""
+        reader = self._dev.driver_processes
+        return reader.layout if reader is not None else "the binding's nvmlDeviceGetComputeRunningProcesses"
 
     def _describe(self, exc: BaseException) -> str:
         nvml = self._nvml
@@ -131,31 +146,18 @@ class GpuCollector:
             return "driver library and kernel module differ; reload the nvidia module or reboot"
         return str(exc)
 
-    def _register_events(self, gpu: GpuState) -> None:
-        nvml = self._nvml
-        if self._event_set is not None and not gpu.is_lost:
-            self._dev.query(
-                gpu,
-                "xid_events",
-                nvml.nvmlDeviceRegisterEvents,
-                gpu.handle,
-                nvml.nvmlEventTypeXidCriticalError,
-                self._event_set,
-            )
-
     def _reprobe(self, gpu: GpuState) -> None:
+        was_lost = gpu.is_lost
         self._dev.attach(gpu)
-        if not gpu.is_lost:
-            self._log.warning("GPU %d (%s) answers again", gpu.index, gpu.identity.uuid)
-            self._register_events(gpu)
+        if gpu.is_sampled:
+            if was_lost:
+                self._log.warning("GPU %d (%s) answers again", gpu.index, gpu.identity.uuid)
+            self._events.request(gpu)  # registered by the thread that waits on the set
 
     def close(self) -> None:
         """Free the event set and shut NVML down; stop the wait_events thread first (or it returns within its timeout)."""
         self._stopping.set()
-        with self._wait_lock:
-            if self._event_set is not None:
-                self._dev.query(None, "event_set_free", self._nvml.nvmlEventSetFree, self._event_set)
-                self._event_set = None
+        self._events.close()
         with self._lock:
             if self._is_open:
                 for gpu in self._gpus:
@@ -177,9 +179,15 @@ class GpuCollector:
             if value is None:
                 continue
             prev = gpu.prev_counters.get(counter)
-            if prev is not None and timestamp_ms > prev[0] and value >= prev[1]:
-                f[rate] = (value - prev[1]) * 1000.0 / (timestamp_ms - prev[0])
             gpu.prev_counters[counter] = (timestamp_ms, value)
+            if prev is None or timestamp_ms <= prev[0]:
+                continue
+            delta = value - prev[1]
+            if delta < 0 and prev[1] < 1 << 32 and value < 1 << 32:
+                delta += 1 << 32  # a 32-bit counter wrapped
+            per_s = delta * 1000.0 / (timestamp_ms - prev[0])
+            if 0 <= per_s <= _PCIE_MAX_BYTES_PER_S:
+                f[rate] = per_s
         if self._pcie_fallback and not any(n.startswith("gpuwatch_pcie_") for n in gpu.fields.values()):
             nvml = self._nvml
             for key, direction, rate in (
@@ -190,7 +198,7 @@ class GpuCollector:
                 if kib is not None:
                     f[rate] = kib * 1024.0
 
-    def _process(self, pid: int, used: int | None) -> GpuProcess:
+    def _process(self, pid: int, used: int | None, gpu_instance: str = "") -> GpuProcess:
         info = self._proc_info.get(pid)
         if info is None:
             info = read_process_info(self._proc_root, pid)
@@ -199,7 +207,7 @@ class GpuCollector:
                 if name:
                     info = ProcessInfo(PurePath(str(name)).name, info.user, info.container_id)
             self._proc_info[pid] = info
-        return GpuProcess(pid, info.name, info.user, info.container_id, used)
+        return GpuProcess(pid, info.name, info.user, info.container_id, used, gpu_instance)
 
     def collect(self, timestamp_ms: int) -> Batch:
         """Sample every GPU once; one sample per (metric, GPU), all stamped `timestamp_ms`."""
@@ -210,45 +218,22 @@ class GpuCollector:
                 raise RuntimeError("GpuCollector.collect() before open()")
             self._dev.now_ms = timestamp_ms
             for gpu in self._gpus:
-                if gpu.is_lost and timestamp_ms >= gpu.next_probe_ms:
+                if not gpu.is_sampled and timestamp_ms >= gpu.next_probe_ms:
                     self._reprobe(gpu)
+                if gpu.unavailable is not None:
+                    continue  # cannot be opened (said once): nothing to report, not lost
                 reading = None if gpu.is_lost else self._dev.read(gpu)
-                labels = gpu.labels
                 if reading is None:
-                    samples.append(Sample("gpuwatch_gpu_lost", labels, 1.0))
+                    samples.append(Sample("gpuwatch_gpu_lost", gpu.labels, 1.0))
                 else:
-                    figures, procs = reading
-                    self._pcie_rates(gpu, figures, timestamp_ms)
-                    samples.extend([Sample(name, labels, value) for name, value in figures.items()])
-                    for mig_labels, mig_figures in gpu.mig_readings:  # GPU instances (MIG mode)
-                        samples.extend([Sample(n, mig_labels, v) for n, v in mig_figures.items()])
-                    mask = figures.get("DCGM_FI_DEV_CLOCKS_EVENT_REASONS")
-                    if mask is not None:
-                        bits = int(mask)
-                        samples.extend(
-                            [
-                                Sample("gpuwatch_clock_throttled", rl, 1.0 if bits & bit else 0.0)
-                                for bit, rl in gpu.throttle_labels
-                            ]
-                        )
-                    users = set()
-                    for p in procs:
-                        seen.add(p.pid)
-                        users.add(self._process(p.pid, p.usedGpuMemory).user)
-                        if p.usedGpuMemory is not None:
-                            proc = self._process(p.pid, p.usedGpuMemory)
-                            samples.append(
-                                Sample(
-                                    "gpuwatch_process_gpu_memory_bytes",
-                                    self._process_labels(gpu, proc),
-                                    float(p.usedGpuMemory),
-                                )
-                            )
-                    samples.append(Sample("gpuwatch_gpu_lost", labels, 0.0))
-                    energy = figures.get("DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION")
+                    self._pcie_rates(gpu, reading.figures, timestamp_ms)
+                    self._gpu_samples(gpu, reading.figures, samples)
+                    users = self._process_samples(gpu, reading.processes, samples, seen)
+                    samples.append(Sample("gpuwatch_gpu_lost", gpu.labels, 0.0))
+                    energy = reading.figures.get("DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION")
                     self._usage.observe(self._hostname, gpu.index, timestamp_ms, users, energy)
                 with self._events_lock:
-                    samples.append(Sample("DCGM_FI_DEV_XID_ERRORS", labels, float(gpu.last_xid)))
+                    samples.append(Sample("DCGM_FI_DEV_XID_ERRORS", gpu.labels, float(gpu.last_xid)))
                     for xid, n in gpu.xid_counts.items():
                         samples.append(
                             Sample("gpuwatch_xid_errors_total", gpu.labels_with("xid", str(xid)), float(n))
@@ -257,18 +242,53 @@ class GpuCollector:
                 del self._proc_info[pid]
         return Batch(timestamp_ms, samples)
 
+    @staticmethod
+    def _gpu_samples(gpu: GpuState, figures: dict[str, float], samples: list[Sample]) -> None:
+        labels = gpu.labels
+        samples.extend([Sample(name, labels, value) for name, value in figures.items()])
+        for mig_labels, mig_figures in gpu.mig_readings:  # GPU instances (MIG mode)
+            samples.extend([Sample(n, mig_labels, v) for n, v in mig_figures.items()])
+        mask = figures.get("DCGM_FI_DEV_CLOCKS_EVENT_REASONS")
+        if mask is not None:
+            bits = int(mask)
+            samples.extend(
+                [
+                    Sample("gpuwatch_clock_throttled", rl, 1.0 if bits & bit else 0.0)
+                    for bit, rl in gpu.throttle_labels
+                ]
+            )
+
+    def _process_samples(
+        self,
+        gpu: GpuState,
+        procs: list[tuple[NvmlProcess, MigInstance | None]],
+        samples: list[Sample],
+        seen: set[int],
+    ) -> set[str]:
+        """One memory sample a process (NaN where the driver does not know it, as under MIG); its users."""
+        users = set()
+        for p, inst in procs:
+            seen.add(p.pid)
+            proc = self._process(p.pid, p.used_bytes, str(inst.gi_id) if inst is not None else "")
+            users.add(proc.user)
+            used = float("nan") if p.used_bytes is None else float(p.used_bytes)
+            samples.append(
+                Sample("gpuwatch_process_gpu_memory_bytes", self._process_labels(gpu, proc, inst), used)
+            )
+        return users
+
     def usage_samples(self) -> list[Sample]:
         """Per-user GPU seconds and kWh counters, as of the last `collect` (see `collect.usage`)."""
         with self._lock:
             return self._usage.samples()
 
-    def _process_labels(self, gpu: GpuState, proc: GpuProcess) -> Labels:
-        key = f"{proc.pid}\0{proc.name}\0{proc.user}\0{proc.container_id}"
+    def _process_labels(self, gpu: GpuState, proc: GpuProcess, inst: MigInstance | None) -> Labels:
+        key = f"{proc.pid}\0{proc.name}\0{proc.user}\0{proc.container_id}\0{proc.gpu_instance}"
         labels = gpu.extra_labels.get(("process", key))
         if labels is None:
             labels = make_labels(
                 {
-                    **gpu.label_map,
+                    **(gpu.label_map if inst is None else dict(inst.labels)),
                     "pid": str(proc.pid),
                     "process_name": proc.name,
                     "user": proc.user,
@@ -287,17 +307,22 @@ class GpuCollector:
             if not self._is_open:
                 raise RuntimeError("GpuCollector.snapshot() before open()")
             for gpu in self._gpus:
-                if gpu.is_lost:
+                if not gpu.is_sampled:
                     self._reprobe(gpu)
+                if gpu.unavailable is not None:
+                    continue
                 reading = None if gpu.is_lost else self._dev.read(gpu, gpm=False)  # GPM: collect()'s
                 ident = gpu.identity
                 if reading is None:
                     out.append(GpuStatus(ident.index, ident.uuid, ident.name, ident.pci_bus_id, True))
                     continue
-                figures, procs = reading
+                figures = reading.figures
                 with self._events_lock:
                     figures["DCGM_FI_DEV_XID_ERRORS"] = float(gpu.last_xid)
-                processes = [self._process(p.pid, p.usedGpuMemory) for p in procs]
+                processes = [
+                    self._process(p.pid, p.used_bytes, str(inst.gi_id) if inst is not None else "")
+                    for p, inst in reading.processes
+                ]
                 out.append(
                     GpuStatus(
                         ident.index, ident.uuid, ident.name, ident.pci_bus_id, False, figures, processes
@@ -310,27 +335,10 @@ class GpuCollector:
     def wait_events(self, timeout_ms: int) -> list[XidEvent]:
         """Block up to `timeout_ms` for XID events and return them; they also go into the next collect().
 
-        Run it in a loop on a dedicated thread; after close() it returns [] at once.
+        Run it in a loop on one dedicated thread (the only one that touches the event set after open);
+        after close() it returns [] at once.
         """
-        nvml = self._nvml
-        events: list[XidEvent] = []
-        with self._wait_lock:
-            es = self._event_set
-            wait = timeout_ms
-            while es is not None and not self._stopping.is_set() and len(events) < _MAX_EVENTS_PER_WAIT:
-                try:
-                    data = nvml.nvmlEventSetWait_v2(es, wait)
-                except nvml.NVMLError_Timeout:
-                    break
-                except nvml.NVMLError as exc:
-                    self._log.warning("waiting for XID events failed (%s: %s)", type(exc).__name__, exc)
-                    self._stopping.wait(timeout_ms / 1000.0)  # do not spin on a persistent error
-                    break
-                wait = 0  # drain what else is queued without blocking
-                if data.eventType & nvml.nvmlEventTypeXidCriticalError:
-                    events.append(XidEvent(self._index_of(data.device), int(data.eventData)))
-        if es is None and not self._stopping.is_set():
-            self._stopping.wait(timeout_ms / 1000.0)  # no event support: behave like a quiet wait
+        events = self._events.wait(timeout_ms, self._gpus)
         with self._events_lock:
             for ev in events:
                 if 0 <= ev.gpu_index < len(self._gpus):
@@ -339,10 +347,3 @@ class GpuCollector:
                     gpu.xid_counts[ev.xid] = gpu.xid_counts.get(ev.xid, 0) + 1
                 self._log.warning("GPU %d: XID %d", ev.gpu_index, ev.xid)
         return events
-
-    def _index_of(self, device: Any) -> int:
-        for gpu in self._gpus:
-            if gpu.handle is device:
-                return gpu.index
-        index = self._dev.query(None, "device_index", self._nvml.nvmlDeviceGetIndex, device)
-        return int(index) if index is not None else -1

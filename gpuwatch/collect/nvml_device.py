@@ -1,77 +1,59 @@
 """NVML access per GPU, behind one choke point that maps errors (used by GpuCollector).
 
-The same code runs on the real `pynvml` module and on `FakeNvml`: it only calls `nvml.<name>`.
-Every per-GPU call goes through `NvmlDevices.query`, which maps errors in one place:
+The same code runs on the real `pynvml` module (any nvidia-ml-py from 12.535.77 on: every name newer
+than that is looked up with a fallback) and on `FakeNvml`. Every per-GPU call goes through
+`NvmlDevices.query`, which maps errors in one place, as nvitop and nvidia-smi do:
 
 - NotSupported, NoPermission, FunctionNotFound, Deprecated, ArgumentVersionMismatch, and pynvml's
   `NVMLLibraryMismatchError` (not an NVMLError): the figure is absent for that GPU, logged once, not
   asked for again; an older variant of the call is tried where one exists.
-- GpuIsLost, Unknown, ResetRequired: the GPU is lost. It emits `gpuwatch_gpu_lost 1` and nothing read
-  from it until a re-probe (every `reprobe_interval_s`) finds it again; the other GPUs keep going.
-- Anything else: absent for this tick only, logged once per (GPU, call, error).
+- GpuIsLost, ResetRequired: the GPU is lost. It emits `gpuwatch_gpu_lost 1` and nothing read from it
+  until a re-probe (every `reprobe_interval_s`) finds it again; the other GPUs keep going.
+- Anything else, Unknown included (drivers return it for one figure of a working GPU: nvidia-smi's
+  `ERR!`): absent for this tick only, logged once per (GPU, call, error).
+
+At the handle, NoPermission and InsufficientPower leave the GPU unavailable, not lost: it is not
+sampled, says why once, and is asked again every re-probe interval.
 """
 
 from __future__ import annotations
 
 import logging
+import types
 from collections.abc import Callable, Sequence
-from typing import Any
+from functools import partial
+from typing import Any, NamedTuple
 
-from gpuwatch.collect.gpm import GpmSampler, MigInstance, find_instances, read_instance
-from gpuwatch.collect.gpu_metrics import THROTTLE_REASONS
+from gpuwatch.collect.gpm import GpmSampler
+from gpuwatch.collect.gpu_state import GpuState
 from gpuwatch.collect.gpu_status import GpuIdentity
-from gpuwatch.core.model import Labels, make_labels
+from gpuwatch.collect.mig import MigInstance, find_instances, read_instance
+from gpuwatch.collect.nvml_processes import DriverProcesses, NvmlProcess, binding_processes
+
+__all__ = ["GpuState", "NvmlDevices", "Reading"]
 
 MIB = 1 << 20
 _PSTATE_UNKNOWN = 32
 
 
-class GpuState:
-    """What the collector keeps per GPU between ticks (mutable; guarded by the collector's lock)."""
+class _Missing(Exception):
+    """Stands in for an exception class an older binding lacks (nothing raises it)."""
 
-    def __init__(self, index: int, hostname: str) -> None:
-        self.index = index
-        self.hostname = hostname
-        self.handle: Any = None
-        self.is_lost = False
-        self.is_probing = False  # re-probing a lost GPU: do not announce the loss again
-        self.next_probe_ms = 0
-        self.skipped: set[str] = set()  # calls found unsupported; never asked again
-        self.warned: set[tuple[str, str]] = set()
-        self.fields: dict[int, str] = {}  # field id -> metric name, minus unsupported ones
-        self.prev_counters: dict[str, tuple[int, float]] = {}  # for PCIe rates
-        self.last_xid = 0
-        self.xid_counts: dict[int, int] = {}
-        self.gpm: GpmSampler | None = None  # GPM of the whole GPU (Hopper and later, not in MIG mode)
-        self.mig: list[MigInstance] | None = None  # the GPU instances, when the GPU is in MIG mode
-        self.mig_gpm = False  # whether the GPU instances' GPM figures are read
-        self.mig_readings: list[tuple[Labels, dict[str, float]]] = []
-        self.set_identity(GpuIdentity(index, "", "", ""))
 
-    def set_identity(self, identity: GpuIdentity) -> None:
-        self.identity = identity
-        self.label_map = {
-            "gpu": str(identity.index),
-            "UUID": identity.uuid,
-            "modelName": identity.name,
-            "Hostname": self.hostname,
-            "pci_bus_id": identity.pci_bus_id,
-        }
-        self.labels: Labels = make_labels(self.label_map)
-        self.throttle_labels = [
-            (bit, make_labels({**self.label_map, "reason": r})) for bit, r in THROTTLE_REASONS
-        ]
-        self.extra_labels: dict[tuple[str, str], Labels] = {}
+class Reading(NamedTuple):
+    """One GPU's figures this tick and its processes, each with its GPU instance under MIG."""
 
-    def labels_with(self, key: str, value: str) -> Labels:
-        labels = self.extra_labels.get((key, value))
-        if labels is None:
-            labels = self.extra_labels[(key, value)] = make_labels({**self.label_map, key: value})
-        return labels
+    figures: dict[str, float]
+    processes: list[tuple[NvmlProcess, MigInstance | None]]
 
 
 # (key, function, extra positional args after the handle, keyword args)
 _Call = tuple[str, Callable[..., Any], tuple[Any, ...], dict[str, Any]]
+
+
+def _calls(nvml: Any, *variants: tuple[str, str, tuple[Any, ...], dict[str, Any]]) -> list[_Call]:
+    """The variants of a call this binding has, newest first: (key, pynvml name, args, kwargs)."""
+    return [(key, getattr(nvml, name), args, kw) for key, name, args, kw in variants if hasattr(nvml, name)]
 
 
 class NvmlDevices:
@@ -86,18 +68,20 @@ class NvmlDevices:
         self._reprobe_ms = reprobe_ms
         self.now_ms = 0  # the current tick, for scheduling re-probes
         self.system_skipped: set[str] = set()  # calls without a GPU found unsupported
+        self.mismatch_error: type[BaseException] = getattr(nvml, "NVMLLibraryMismatchError", _Missing)
         self._absent_errors: tuple[type[BaseException], ...] = (
             nvml.NVMLError_NotSupported,
             nvml.NVMLError_NoPermission,
             nvml.NVMLError_FunctionNotFound,
-            nvml.NVMLLibraryMismatchError,
+            self.mismatch_error,
             *tuple(
                 getattr(nvml, n)
                 for n in ("NVMLError_Deprecated", "NVMLError_ArgumentVersionMismatch")
                 if hasattr(nvml, n)
             ),
         )
-        self._lost_errors = (nvml.NVMLError_GpuIsLost, nvml.NVMLError_Unknown, nvml.NVMLError_ResetRequired)
+        self._lost_errors = (nvml.NVMLError_GpuIsLost, nvml.NVMLError_ResetRequired)
+        self._unavailable_errors = (nvml.NVMLError_NoPermission, nvml.NVMLError_InsufficientPower)
         # per-field returns that mean "not here"; InvalidArgument: a field id this driver does not know
         self._absent_codes = {
             nvml.NVML_ERROR_NOT_SUPPORTED,
@@ -105,14 +89,9 @@ class NvmlDevices:
             nvml.NVML_ERROR_FUNCTION_NOT_FOUND,
             nvml.NVML_ERROR_INVALID_ARGUMENT,
         }
-        self._value_attr = {
-            nvml.NVML_VALUE_TYPE_DOUBLE: "dVal",
-            nvml.NVML_VALUE_TYPE_UNSIGNED_INT: "uiVal",
-            nvml.NVML_VALUE_TYPE_UNSIGNED_LONG: "ulVal",
-            nvml.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG: "ullVal",
-            nvml.NVML_VALUE_TYPE_SIGNED_LONG_LONG: "sllVal",
-            nvml.NVML_VALUE_TYPE_SIGNED_INT: "siVal",
-        }
+        self._lost_codes = {nvml.NVML_ERROR_GPU_IS_LOST, nvml.NVML_ERROR_RESET_REQUIRED}
+        # value type -> union member; ids are ABI-stable (5 = signed int is missing from old bindings)
+        self._value_attr = {0: "dVal", 1: "uiVal", 2: "ulVal", 3: "ullVal", 4: "sllVal", 5: "siVal"}
         self.field_table = {
             nvml.NVML_FI_DEV_MEMORY_TEMP: "DCGM_FI_DEV_MEMORY_TEMP",
             nvml.NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION: "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION",
@@ -128,50 +107,75 @@ class NvmlDevices:
             getattr(nvml, "NVML_FI_DEV_PCIE_COUNT_RX_BYTES", 198): "gpuwatch_pcie_rx_bytes_total",
         }
         v2 = {"version": nvml.nvmlMemory_v2} if hasattr(nvml, "nvmlMemory_v2") else None
-        self._memory_calls: list[_Call] = (
-            [("memory_v2", nvml.nvmlDeviceGetMemoryInfo, (), v2)] if v2 else []
-        ) + [("memory", nvml.nvmlDeviceGetMemoryInfo, (), {})]
+        memory = [("memory_v2", "nvmlDeviceGetMemoryInfo", (), v2)] if v2 else []
+        self._memory_calls = _calls(nvml, *memory, ("memory", "nvmlDeviceGetMemoryInfo", (), {}))
+        self._mig_memory_calls = [(f"mig_{key}", fn, args, kw) for key, fn, args, kw in self._memory_calls]
         sensor = (nvml.NVML_TEMPERATURE_GPU,)
-        self._temperature_calls: list[_Call] = (
-            [("temperature_v", nvml.nvmlDeviceGetTemperatureV, sensor, {})]
-            if hasattr(nvml, "nvmlDeviceGetTemperatureV")
-            else []
-        ) + [("temperature", nvml.nvmlDeviceGetTemperature, sensor, {})]
-        self._reason_calls: list[_Call] = (
-            [("clocks_event_reasons", nvml.nvmlDeviceGetCurrentClocksEventReasons, (), {})]
-            if hasattr(nvml, "nvmlDeviceGetCurrentClocksEventReasons")
-            else []
-        ) + [("clocks_throttle_reasons", nvml.nvmlDeviceGetCurrentClocksThrottleReasons, (), {})]
+        self._temperature_calls = _calls(
+            nvml,
+            ("temperature_v", "nvmlDeviceGetTemperatureV", sensor, {}),
+            ("temperature", "nvmlDeviceGetTemperature", sensor, {}),  # marked for removal in 13.x
+        )
+        self._reason_calls = _calls(
+            nvml,
+            ("clocks_event_reasons", "nvmlDeviceGetCurrentClocksEventReasons", (), {}),
+            ("clocks_throttle_reasons", "nvmlDeviceGetCurrentClocksThrottleReasons", (), {}),
+        )
         self.has_gpm = hasattr(nvml, "nvmlGpmSampleAlloc") and hasattr(nvml, "c_nvmlGpmMetricsGet_t")
-        self._process_calls: list[_Call] = [
-            ("processes", nvml.nvmlDeviceGetComputeRunningProcesses, (), {}),
-            ("processes_v2", nvml.nvmlDeviceGetComputeRunningProcesses_v2, (), {}),
-        ]
+        self._process_calls = _calls(
+            nvml,
+            ("processes", "nvmlDeviceGetComputeRunningProcesses", (), {}),
+            ("processes_v2", "nvmlDeviceGetComputeRunningProcesses_v2", (), {}),
+        )
+        self.driver_processes: DriverProcesses | None = None
+
+    def use_driver_processes(self) -> None:
+        """Read process lists from the driver library in its own layout (real pynvml only; after nvmlInit)."""
+        if not isinstance(self._nvml, types.ModuleType):
+            return  # the simulated NVML has no library
+        try:
+            self.driver_processes = DriverProcesses(self._nvml)
+        except (OSError, AttributeError) as exc:
+            self._log.warning("process lists through the binding: the driver library did not open (%s)", exc)
+            return
+        self._log.debug("process lists: %s", self.driver_processes.layout)
 
     def _announce(self, key: str, reason: str, msg: str, *args: Any) -> None:
         level = logging.DEBUG if (key, reason) in self._announced else logging.INFO
         self._announced.add((key, reason))
         self._log.log(level, msg, *args)
 
-    def query(self, gpu: GpuState | None, key: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-        """Call `fn`; return None where the figure is absent (see the module docstring)."""
+    def query(
+        self,
+        gpu: GpuState | None,
+        key: str,
+        fn: Callable[..., Any],
+        *args: Any,
+        sticky: bool = True,
+        **kwargs: Any,
+    ) -> Any:
+        """Call `fn`; return None where the figure is absent (see the module docstring).
+
+        `sticky=False`: an unsupported answer is not remembered (the caller retries on its own terms)."""
         skipped = gpu.skipped if gpu is not None else self.system_skipped
         if key in skipped or (gpu is not None and gpu.is_lost):
             return None
         try:
             return fn(*args, **kwargs)
-        except (self._nvml.NVMLError, self._nvml.NVMLLibraryMismatchError) as exc:
+        except (self._nvml.NVMLError, self.mismatch_error) as exc:
             where = f"GPU {gpu.index}" if gpu is not None else "NVML"
             if isinstance(exc, self._absent_errors):
-                skipped.add(key)
+                if sticky:
+                    skipped.add(key)
                 self._announce(
                     key,
                     type(exc).__name__,
-                    "%s: %s is not available (%s: %s); not asking again",
+                    "%s: %s is not available (%s: %s)%s",
                     where,
                     key,
                     type(exc).__name__,
                     exc,
+                    "; not asking again" if sticky else "",
                 )
             elif gpu is not None and isinstance(exc, self._lost_errors):
                 self.mark_lost(gpu, f"{key}: {type(exc).__name__}")
@@ -181,12 +185,12 @@ class NvmlDevices:
                 self._log.warning("%s: %s failed (%s: %s)", where, key, type(exc).__name__, exc)
             return None
 
-    def query_first(self, gpu: GpuState, calls: Sequence[_Call]) -> Any:
+    def query_first(self, gpu: GpuState, calls: Sequence[_Call], handle: Any = None) -> Any:
         """Try the variants of a call newest first, moving on only from an unsupported one."""
         for key, fn, args, kwargs in calls:
             if key in gpu.skipped:
                 continue
-            value = self.query(gpu, key, fn, gpu.handle, *args, **kwargs)
+            value = self.query(gpu, key, fn, gpu.handle if handle is None else handle, *args, **kwargs)
             if value is not None or key not in gpu.skipped:
                 return value
         return None
@@ -214,15 +218,33 @@ class NvmlDevices:
             sampler.free(self._nvml)
 
     def attach(self, gpu: GpuState) -> None:
-        """Get the handle and identity of `gpu`; on failure it is lost (and re-probed later)."""
+        """Get the handle and identity of `gpu`; on failure it is lost or unavailable (and re-probed later)."""
         nvml = self._nvml
         gpu.is_probing, gpu.is_lost = gpu.is_lost, False
+        gpu.next_probe_ms = self.now_ms + self._reprobe_ms
         try:
-            handle = self.query(gpu, "handle", nvml.nvmlDeviceGetHandleByIndex, gpu.index)
-            if handle is None:
-                gpu.skipped.discard("handle")  # never "unsupported": keep probing
-                self.mark_lost(gpu, "no handle")
-                return
+            handle = nvml.nvmlDeviceGetHandleByIndex(gpu.index)
+        except self._unavailable_errors as exc:
+            why = f"{type(exc).__name__}: {exc}"
+            if gpu.unavailable != why:
+                hint = (
+                    "check its power cables"
+                    if isinstance(exc, nvml.NVMLError_InsufficientPower)
+                    else "this user or container may not open it"
+                )
+                self._log.warning("GPU %d cannot be opened (%s): %s; not sampled", gpu.index, why, hint)
+            gpu.unavailable = why
+            gpu.is_probing = False
+            return
+        except (nvml.NVMLError, self.mismatch_error) as exc:
+            gpu.unavailable = None
+            self.mark_lost(gpu, f"handle: {type(exc).__name__}")
+            gpu.is_probing = False
+            return
+        if gpu.unavailable is not None:
+            self._log.warning("GPU %d can be opened again", gpu.index)
+            gpu.unavailable = None
+        try:
             gpu.handle = handle
             uuid = self.query(gpu, "uuid", nvml.nvmlDeviceGetUUID, handle)
             name = self.query(gpu, "name", nvml.nvmlDeviceGetName, handle)
@@ -238,23 +260,21 @@ class NvmlDevices:
             gpu.set_identity(identity)
         self._attach_depth(gpu)
 
+    def _bound(self, gpu: GpuState) -> Callable[..., Any]:
+        def q(key: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+            return self.query(gpu, key, fn, *args, **kwargs)
+
+        return q
+
     def _attach_depth(self, gpu: GpuState) -> None:
         """Find the GPU instances (MIG mode) and whether GPM answers; on a re-probe, anew."""
         nvml, h = self._nvml, gpu.handle
-
-        def q(key: str, fn: Callable[..., Any], *args: Any) -> Any:
-            return self.query(gpu, key, fn, *args)
-
-        def warn(msg: str) -> None:
-            self._log.warning("GPU %d: %s", gpu.index, msg)
-
         self.free_gpm(gpu)
-        gpu.gpm, gpu.mig, gpu.mig_gpm = None, None, False
-        if hasattr(nvml, "nvmlDeviceGetMigDeviceHandleByIndex"):
-            gpu.mig = find_instances(nvml, q, h, gpu.label_map, warn)
+        gpu.gpm, gpu.mig, gpu.has_gpm = None, None, False
+        self._refresh_mig(gpu)
         if not self.has_gpm:
             return
-        support = q("gpm_support", nvml.nvmlGpmQueryDeviceSupport, h)
+        support = self.query(gpu, "gpm_support", nvml.nvmlGpmQueryDeviceSupport, h)
         if support is None:
             return
         if not support.isSupportedDevice:
@@ -265,19 +285,48 @@ class NvmlDevices:
                 "GPU %d: GPM (SM activity, tensor, DRAM) is not supported on this GPU (Hopper and later only)",
                 gpu.index,
             )
-        elif gpu.mig is None:
+            return
+        gpu.has_gpm = True
+        if gpu.mig is None:
             gpu.gpm = GpmSampler()
-        else:
-            gpu.mig_gpm = True
 
-    def read(self, gpu: GpuState, *, gpm: bool = True) -> tuple[dict[str, float], list[Any]] | None:
+    def _refresh_mig(self, gpu: GpuState) -> None:
+        """Read the MIG layout (now and every re-probe interval); keep the instances that did not change."""
+        nvml = self._nvml
+        gpu.mig_next_ms = self.now_ms + self._reprobe_ms
+        if not hasattr(nvml, "nvmlDeviceGetMigDeviceHandleByIndex"):
+            return
+
+        def warn(msg: str) -> None:
+            self._log.warning("GPU %d: %s", gpu.index, msg)
+
+        found = find_instances(nvml, self._bound(gpu), gpu.handle, gpu.label_map, warn)
+        old = {inst.layout: inst for inst in gpu.mig or ()}
+        new = [old.pop(inst.layout, inst) for inst in found] if found is not None else None
+        for inst in old.values():
+            inst.gpm.free(nvml)
+        if gpu.mig is not None and new is not None and {i.layout for i in gpu.mig} != {i.layout for i in new}:
+            self._log.info(
+                "GPU %d: MIG layout now %s",
+                gpu.index,
+                ", ".join(f"GI {i.gi_id} {i.profile} ({len(i.devices)} CI)" for i in new or ()) or "empty",
+            )
+        if (gpu.mig is None) != (new is None):  # MIG switched on or off (after a GPU reset)
+            if gpu.gpm is not None:
+                gpu.gpm.free(nvml)
+            gpu.gpm = GpmSampler() if new is None and gpu.has_gpm else None
+        gpu.mig = new
+
+    def read(self, gpu: GpuState, *, gpm: bool = True) -> Reading | None:
         """Read every figure of `gpu`; None if it is (or just became) lost.
 
         `gpm`: also take a GPM sample (figures over the time since the last one) and read the GPU
         instances of a GPU in MIG mode into `gpu.mig_readings`."""
         nvml, h, q = self._nvml, gpu.handle, self.query
+        if self.now_ms >= gpu.mig_next_ms:
+            self._refresh_mig(gpu)
         f: dict[str, float] = {}
-        util = q(gpu, "utilization", nvml.nvmlDeviceGetUtilizationRates, h)
+        util = q(gpu, "utilization", nvml.nvmlDeviceGetUtilizationRates, h, sticky=gpu.mig is None)
         if util is not None:
             f["DCGM_FI_DEV_GPU_UTIL"] = util.gpu
             f["DCGM_FI_DEV_MEM_COPY_UTIL"] = util.memory
@@ -291,6 +340,21 @@ class NvmlDevices:
         temp = self.query_first(gpu, self._temperature_calls)
         if temp is not None:
             f["DCGM_FI_DEV_GPU_TEMP"] = temp
+        self._read_power_clocks(gpu, f)
+        reasons = self.query_first(gpu, self._reason_calls)
+        if reasons is not None:
+            f["DCGM_FI_DEV_CLOCKS_EVENT_REASONS"] = reasons
+        if gpu.fields:
+            self.read_fields(gpu, f)
+        if gpm:
+            self.read_depth(gpu, f)
+        procs = self.processes(gpu)
+        if gpu.is_lost:
+            return None
+        return Reading({name: float(value) for name, value in f.items()}, procs)
+
+    def _read_power_clocks(self, gpu: GpuState, f: dict[str, float]) -> None:
+        nvml, h, q = self._nvml, gpu.handle, self.query
         power = q(gpu, "power", nvml.nvmlDeviceGetPowerUsage, h)
         if power is not None:
             f["DCGM_FI_DEV_POWER_USAGE"] = power / 1000.0
@@ -309,27 +373,35 @@ class NvmlDevices:
         pstate = q(gpu, "pstate", nvml.nvmlDeviceGetPerformanceState, h)
         if pstate is not None and pstate != _PSTATE_UNKNOWN:
             f["DCGM_FI_DEV_PSTATE"] = pstate
-        reasons = self.query_first(gpu, self._reason_calls)
-        if reasons is not None:
-            f["DCGM_FI_DEV_CLOCKS_EVENT_REASONS"] = reasons
-        if gpu.fields:
-            self.read_fields(gpu, f)
-        if gpm:
-            self.read_depth(gpu, f)
-        procs = self.query_first(gpu, self._process_calls)
-        if gpu.is_lost:
-            return None
-        return {name: float(value) for name, value in f.items()}, list(procs or ())
+
+    def _process_list(self, gpu: GpuState, handle: Any, key: str) -> list[NvmlProcess]:
+        if self.driver_processes is not None:
+            return self.query(gpu, key, self.driver_processes.read, handle) or []
+        calls: list[_Call] = [
+            (f"{key}{k[9:]}", partial(binding_processes, fn), (), {}) for k, fn, _, _ in self._process_calls
+        ]
+        return self.query_first(gpu, calls, handle) or []
+
+    def processes(self, gpu: GpuState) -> list[tuple[NvmlProcess, MigInstance | None]]:
+        """The GPU's compute processes; under MIG, those of each compute instance (no privilege needed)."""
+        if gpu.mig is None:
+            return [(p, None) for p in self._process_list(gpu, gpu.handle, "processes")]
+        out: list[tuple[NvmlProcess, MigInstance | None]] = []
+        seen: set[int] = set()
+        for inst in gpu.mig:
+            for dev in inst.devices:
+                for p in self._process_list(gpu, dev.handle, "mig_processes"):
+                    if p.pid not in seen:
+                        seen.add(p.pid)
+                        out.append((p, inst))
+        return out
 
     def read_depth(self, gpu: GpuState, f: dict[str, float]) -> None:
         """GPM figures of the whole GPU, and the memory and GPM figures of its GPU instances."""
         nvml = self._nvml
-
-        def q(key: str, fn: Callable[..., Any], *args: Any) -> Any:
-            return self.query(gpu, key, fn, *args)
-
+        q = self._bound(gpu)
         if gpu.gpm is not None:
-            for field in gpu.gpm.read(nvml, q, gpu.handle, f):
+            for field in gpu.gpm.read(nvml, q, gpu.handle, f, self.now_ms):
                 self._announce(
                     field.name,
                     "gpm",
@@ -338,8 +410,13 @@ class NvmlDevices:
                     field.name,
                     field.nvml_name,
                 )
+
+        def memory(handle: Any) -> Any:
+            return self.query_first(gpu, self._mig_memory_calls, handle)
+
         gpu.mig_readings = [
-            (inst.labels, read_instance(nvml, q, gpu.handle, inst, gpu.mig_gpm)) for inst in gpu.mig or ()
+            (inst.labels, read_instance(nvml, q, memory, gpu.handle, inst, gpu.has_gpm, self.now_ms))
+            for inst in gpu.mig or ()
         ]
 
     def read_fields(self, gpu: GpuState, f: dict[str, float]) -> None:
@@ -365,8 +442,8 @@ class NvmlDevices:
                     fv.fieldId,
                     ret,
                 )
-            elif ret == nvml.NVML_ERROR_GPU_IS_LOST:
-                self.mark_lost(gpu, f"field {fv.fieldId}: GpuIsLost")
+            elif ret in self._lost_codes:
+                self.mark_lost(gpu, f"field {fv.fieldId}: NVML return {ret}")
                 return
             elif (name, str(ret)) not in gpu.warned:
                 gpu.warned.add((name, str(ret)))

@@ -150,6 +150,10 @@ class DeviceCalls:
     def nvmlDeviceGetGpuInstanceId(self, device: Any) -> int:
         return self._mig(device, "nvmlDeviceGetGpuInstanceId").gi_id
 
+    def nvmlDeviceGetComputeInstanceId(self, device: Any) -> int:
+        self._mig(device, "nvmlDeviceGetComputeInstanceId")
+        return 0  # one compute instance a GPU instance
+
     def _mig_name(self, mig: FakeMigHandle) -> str:
         return f"{self.spec.name} MIG {mig.profile}"
 
@@ -320,6 +324,11 @@ class DeviceCalls:
     # -- processes -------------------------------------------------------------------------------
 
     def _processes(self, handle: Any, call: str) -> list[FakeProcessInfo]:
+        if isinstance(handle, FakeMigHandle):  # the GPU's processes run in its first GPU instance
+            mig = self._mig(handle, call)
+            if mig is not self.mig[mig.parent.index][0]:
+                return []
+            handle = mig.parent
         i = self._dev(handle, call)
         return [
             FakeProcessInfo(pid, used) for pid, _, used in self.workload.processes(i, self._now(), self._gen)
