@@ -211,7 +211,9 @@ def test_gpu_lost_before_open_and_unknown_error(clock: FakeClock, fake: FakeNvml
     assert c.gpus[2].uuid.startswith("GPU-") and values(batch, "gpuwatch_gpu_lost")["2"] == 0.0
     # Unknown from one figure of a working GPU (nvidia-smi's ERR!) leaves that figure out, not the GPU
     assert values(batch, "gpuwatch_gpu_lost")["6"] == 0.0
-    assert "6" not in values(batch, "DCGM_FI_DEV_GPU_UTIL") and "6" in values(batch, "DCGM_FI_DEV_POWER_USAGE")
+    assert "6" not in values(batch, "DCGM_FI_DEV_GPU_UTIL") and "6" in values(
+        batch, "DCGM_FI_DEV_POWER_USAGE"
+    )
     c.close()
 
 
