@@ -1,4 +1,4 @@
-"""Command line: gpuwatch serve | demo | smi | health | import | query | rules check | rules export |
+"""Command line: gpuwatch serve | demo | smi | doctor | health | import | query | rules check | rules export |
 notify test | silence | token | password | --version."""
 
 from __future__ import annotations
@@ -58,6 +58,16 @@ def _parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("smi", help="print the GPUs' current figures once, like nvidia-smi")
     _add_common(p)
+    help_text = "check this box's GPUs, driver and NVML binding the way gpuwatch reads them (for bug reports)"
+    p = sub.add_parser("doctor", help=help_text, description=help_text)
+    _add_common(p)
+    p.add_argument("--json", action="store_true", help="print the checks as JSON")
+    p.add_argument(
+        "--seconds",
+        type=float,
+        default=3.0,
+        help="how long to sample for the energy and GPM checks (default 3)",
+    )
     help_text = "ask a running gpuwatch for /-/health: exit 0 when ok, 1 when degraded or not answering"
     p = sub.add_parser("health", help=help_text, description=help_text)
     p.add_argument("--config", type=Path, help="YAML settings file (also GPUWATCH_CONFIG)")
@@ -248,6 +258,17 @@ def _smi(settings: Settings) -> int:
     return 0
 
 
+def _gpu_command(args: argparse.Namespace, settings: Settings) -> int:
+    """serve, demo, doctor and smi: the commands that open the GPUs."""
+    if args.command in ("serve", "demo"):
+        return _serve(settings)
+    if args.command == "doctor":
+        from gpuwatch.cli.doctor import run_command
+
+        return run_command(settings, _hostname(settings), as_json=args.json, seconds=max(0.5, args.seconds))
+    return _smi(settings)
+
+
 def _health(args: argparse.Namespace, env: dict[str, str]) -> int:
     from gpuwatch.cli.deploy import check_health, health_url
 
@@ -344,10 +365,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _notify_test(args, dict(os.environ))
         if args.command == "health":
             return _health(args, dict(os.environ))
-        settings = _settings(args, dict(os.environ))
-        if args.command in ("serve", "demo"):
-            return _serve(settings)
-        return _smi(settings)
+        return _gpu_command(args, _settings(args, dict(os.environ)))
     except GpuwatchError as e:
         print(f"gpuwatch: {e}", file=sys.stderr)
         return 2

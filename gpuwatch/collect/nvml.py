@@ -129,6 +129,30 @@ class GpuCollector:
         return self._events.state
 
     @property
+    def field_table(self) -> dict[int, str]:
+        """The NVML field ids read each tick -> their metric names."""
+        return dict(self._dev.field_table)
+
+    def handles(self) -> list[tuple[int, Any]]:
+        """(index, NVML handle) of each GPU being sampled (for `gpuwatch doctor`'s own calls)."""
+        with self._lock:
+            return [(g.index, g.handle) for g in self._gpus if g.is_sampled]
+
+    def unavailable(self) -> dict[int, str]:
+        """GPUs that cannot be opened (NoPermission, InsufficientPower at the handle), and why."""
+        with self._lock:
+            return {g.index: g.unavailable for g in self._gpus if g.unavailable is not None}
+
+    def mig_layout(self) -> dict[int, list[str]]:
+        """Per GPU in MIG mode, its GPU instances: "GI 1 3g.40gb: 2 compute instance(s)"."""
+        with self._lock:
+            return {
+                g.index: [f"GI {i.gi_id} {i.profile}: {len(i.devices)} compute instance(s)" for i in g.mig]
+                for g in self._gpus
+                if g.mig is not None
+            }
+
+    @property
     def process_layout(self) -> str:
         """How process lists are read: the driver symbol and struct size, or the binding's call."""
         reader = self._dev.driver_processes
