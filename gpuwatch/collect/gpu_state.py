@@ -27,7 +27,9 @@ class GpuState:
         self.skipped: set[str] = set()  # calls found unsupported; never asked again
         self.warned: set[tuple[str, str]] = set()
         self.fields: dict[int, str] = {}  # field id -> metric name, minus unsupported ones
-        self.prev_counters: dict[str, tuple[int, float]] = {}  # for PCIe rates
+        self.prev_counters: dict[str, tuple[int, float]] = {}  # raw PCIe counters: (ms, value)
+        self.pcie_ms: int | None = None  # the last tick's time, for the PCIe byte totals
+        self.pcie_totals: dict[str, float] = {}  # bytes since gpuwatch started, per direction
         self.last_xid = 0
         self.xid_counts: dict[int, int] = {}
         self.gpm: GpmSampler | None = None  # GPM of the whole GPU (Hopper and later, not in MIG mode)

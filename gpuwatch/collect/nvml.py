@@ -194,24 +194,35 @@ class GpuCollector:
 
     # -- sampling --------------------------------------------------------------------------------
     def _pcie_rates(self, gpu: GpuState, f: dict[str, float], timestamp_ms: int) -> None:
-        """Turn the cumulative PCIe byte counters into B/s gauges, as dcgm-exporter's DCGM_FI_PROF_PCIE_*."""
+        """PCIe B/s gauges (dcgm-exporter's DCGM_FI_PROF_PCIE_*) and byte counters that only go up.
+
+        NVML's byte counters (fields 197/198) are 32 bits on an H200 (driver 580): they wrap every
+        4 GiB, six times a second under a 27 GB/s copy. So the rate comes from GPM (metrics 20/21)
+        where GPM answers; else from the counters, taking one wrap a tick (right below 4 GiB a tick).
+        The counters gpuwatch exports are the sum of rate x time since it started."""
+        prev_ms = gpu.pcie_ms
+        gpu.pcie_ms = timestamp_ms
         for counter, rate in (
             ("gpuwatch_pcie_tx_bytes_total", "DCGM_FI_PROF_PCIE_TX_BYTES"),
             ("gpuwatch_pcie_rx_bytes_total", "DCGM_FI_PROF_PCIE_RX_BYTES"),
         ):
-            value = f.get(counter)
-            if value is None:
-                continue
+            raw = f.pop(counter, None)
             prev = gpu.prev_counters.get(counter)
-            gpu.prev_counters[counter] = (timestamp_ms, value)
-            if prev is None or timestamp_ms <= prev[0]:
+            if raw is not None:
+                gpu.prev_counters[counter] = (timestamp_ms, raw)
+            if rate not in f and raw is not None and prev is not None and timestamp_ms > prev[0]:
+                delta = raw - prev[1]
+                if delta < 0 and prev[1] < 1 << 32 and raw < 1 << 32:
+                    delta += 1 << 32  # the 32-bit counter wrapped
+                per_s = delta * 1000.0 / (timestamp_ms - prev[0])
+                if 0 <= per_s <= _PCIE_MAX_BYTES_PER_S:
+                    f[rate] = per_s
+            if raw is None and rate not in f:
                 continue
-            delta = value - prev[1]
-            if delta < 0 and prev[1] < 1 << 32 and value < 1 << 32:
-                delta += 1 << 32  # a 32-bit counter wrapped
-            per_s = delta * 1000.0 / (timestamp_ms - prev[0])
-            if 0 <= per_s <= _PCIE_MAX_BYTES_PER_S:
-                f[rate] = per_s
+            total = gpu.pcie_totals.get(counter, 0.0)
+            if rate in f and prev_ms is not None and timestamp_ms > prev_ms:
+                total += f[rate] * (timestamp_ms - prev_ms) / 1000.0
+            gpu.pcie_totals[counter] = f[counter] = total
         if self._pcie_fallback and not any(n.startswith("gpuwatch_pcie_") for n in gpu.fields.values()):
             nvml = self._nvml
             for key, direction, rate in (

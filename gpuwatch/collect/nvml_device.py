@@ -207,6 +207,7 @@ class NvmlDevices:
         gpu.is_lost = True
         gpu.next_probe_ms = self.now_ms + self._reprobe_ms
         gpu.prev_counters.clear()
+        gpu.pcie_ms = None
         for sampler in self.samplers(gpu):
             sampler.reset()
 
