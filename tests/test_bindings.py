@@ -9,6 +9,7 @@ exception classes, so `gpuwatch smi --demo` runs the collector against the bindi
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import types
@@ -17,7 +18,7 @@ from pathlib import Path
 import pynvml
 import pytest
 
-from gpuwatch.core.bindings import REQUIRED, binding_problem
+from gpuwatch.core.bindings import FLOOR, INSTALL, REQUIRED, binding_problem
 from gpuwatch.demo.nvmlnames import FALLBACKS
 from tests.bindings import binding_dirs, require_floor
 from tests.conftest import ROOT, clean_env
@@ -175,3 +176,11 @@ def test_demo_fallbacks_are_nvml_values() -> None:
     known = {name: getattr(pynvml, name) for name in FALLBACKS if hasattr(pynvml, name)}
     assert known, "the installed binding has none of the names: check FALLBACKS against nvml.h"
     assert known == {name: FALLBACKS[name] for name in known}
+
+
+def test_the_floor_is_one_version_everywhere() -> None:
+    """pyproject's bound, CI's floor install and binding_problem's fix name the same nvidia-ml-py."""
+    (spec,) = re.findall(r'^\s*"(nvidia-ml-py[^"]*)",', (ROOT / "pyproject.toml").read_text(), re.MULTILINE)
+    assert spec == f"nvidia-ml-py>={FLOOR},<14"
+    assert f"'{spec}'" in INSTALL
+    assert f"nvidia-ml-py=={FLOOR}" in (ROOT / ".ci" / "run").read_text()
