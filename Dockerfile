@@ -27,7 +27,9 @@ COPY pyproject.toml README.md CHANGELOG.md ./
 COPY gpuwatch ./gpuwatch
 COPY templates ./templates
 COPY static ./static
-RUN pip install . \
+# With the tensorboard extra (tensorboardX, protobuf, google-crc32c: ~0.5 MB), so `tensorboard_dirs` and
+# `gpuwatch import` read event files. "./[...]": a local path, which hadolint's pin check accepts.
+RUN pip install "./[tensorboard]" \
     && groupadd --system --gid 10001 gpuwatch \
     && useradd --system --uid 10001 --gid 10001 --home-dir /data --shell /usr/sbin/nologin gpuwatch \
     && mkdir -p /data && chown 10001:10001 /data \

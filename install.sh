@@ -10,7 +10,8 @@
 #   --data-dir DIR   where the DuckDB store lives (default /var/lib/gpuwatch)
 #   --port PORT      port to serve on (default 9842)
 #   --host ADDR      address to listen on (default 0.0.0.0: every address)
-#   --wheelhouse DIR install from the wheels in DIR only, no network (make it with: pip wheel -w DIR .)
+#   --wheelhouse DIR install from the wheels in DIR only, no network
+#                    (make it with: pip wheel -w DIR '.[tensorboard]')
 #   --demo           simulate GPUs (to try it on a machine without NVIDIA GPUs)
 #   --no-service     install the program only, even where systemd runs
 #   --hub NODES      this is the lab's hub: scrape NODES (host[:port],...) through their /federate
@@ -180,7 +181,7 @@ if [ -n "$wheelhouse" ]; then
   elif [ -f "$src/pyproject.toml" ]; then
     what=$src
   else
-    die "no gpuwatch wheel in $wheelhouse and no checkout here (make one with: pip wheel -w $wheelhouse .)"
+    die "no gpuwatch wheel in $wheelhouse and no checkout here (make one with: pip wheel -w $wheelhouse '.[tensorboard]')"
   fi
   from="the wheels in $wheelhouse (no network)"
 else
@@ -223,10 +224,12 @@ confirm
 # -- program ------------------------------------------------------------------------------------
 run mkdir -p "$prefix" "$data_dir"
 [ -x "$venv/bin/python" ] || run "$python" -m venv "$venv"
+# The tensorboard extra (tensorboardX, protobuf, google-crc32c: ~0.5 MB): `tensorboard_dirs` and
+# `gpuwatch import` read TensorBoard event files with it.
 if [ -n "$wheelhouse" ]; then
-  run "$venv/bin/python" -m pip install --quiet --no-index --find-links "$wheelhouse" --upgrade "$what"
+  run "$venv/bin/python" -m pip install --quiet --no-index --find-links "$wheelhouse" --upgrade "${what}[tensorboard]"
 else
-  run "$venv/bin/python" -m pip install --quiet --upgrade "$what"
+  run "$venv/bin/python" -m pip install --quiet --upgrade "${what}[tensorboard]"
 fi
 
 # -- settings -----------------------------------------------------------------------------------

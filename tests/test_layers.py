@@ -42,6 +42,9 @@ FLOW: list[str] = [
 RANK = {name: rank for rank, name in enumerate(FLOW)}
 # Imports inside functions are allowed only where they keep a command's start-up short.
 LAZY_ALLOWED = ("cli/",)
+# ... and these, each an import along the flow (so no cycle hides behind it): the simulated NVML reads
+# pynvml's names when imported, and a real (non-demo) start must not depend on it.
+LAZY_ALLOWED_IMPORTS = {("app/build.py", "gpuwatch.demo.nvml")}
 
 
 def _module_name(path: Path, root: Path) -> str:
@@ -160,7 +163,11 @@ def hidden_local_imports(root: Path = PACKAGE) -> list[str]:
         rel = paths[module].relative_to(root).as_posix()
         if rel.startswith(LAZY_ALLOWED):
             continue
-        found += [f"{rel}:{line}: {target}" for line, target, local in imports if local]
+        found += [
+            f"{rel}:{line}: {target}"
+            for line, target, local in imports
+            if local and (rel, target) not in LAZY_ALLOWED_IMPORTS
+        ]
     return sorted(set(found))
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shlex
 import shutil
 import signal
@@ -115,7 +116,9 @@ def test_install_sh_dry_run_and_shellcheck(tmp_path: Path) -> None:
         "--dry-run", "--prefix", str(tmp_path / "p"), "--data-dir", str(tmp_path / "d"), "--port", "9999"
     )
     assert proc.returncode == 0, proc.stderr
-    assert "port: 9999" in proc.stdout and f"pip install --quiet --upgrade {ROOT}" in proc.stdout
+    assert (
+        "port: 9999" in proc.stdout and f"pip install --quiet --upgrade {ROOT}[tensorboard]\n" in proc.stdout
+    )
     assert proc.stdout.splitlines()[-1] == "Dry run: nothing was changed."
     assert "is running" not in proc.stdout and "Installed." not in proc.stdout
     if NO_SYSTEMD:  # as CI runs: root, no systemd: no unit, no user, no systemctl
@@ -219,6 +222,30 @@ def test_install_sh_systemd_unit(tmp_path: Path) -> None:
     )
     complaints = [line for line in verify.stderr.splitlines() if "gpuwatch.service" in line]
     assert verify.returncode == 0 and not complaints, verify.stderr
+
+
+def _extra(name: str) -> list[str]:
+    """The distributions pyproject.toml's optional dependency group `name` names."""
+    text = (ROOT / "pyproject.toml").read_text()
+    found = re.search(rf"^{name} = (\[.*\])$", text, re.MULTILINE)
+    assert found is not None, f"no extra {name!r} in pyproject.toml"
+    return [re.split(r"[<>=!~ ;\[]", req, maxsplit=1)[0] for req in json.loads(found.group(1))]
+
+
+def test_deployments_install_the_tensorboard_extra(tmp_path: Path) -> None:
+    """`tensorboard_dirs` needs it: without it a config that sets it exits 2 (docs/training.md)."""
+    assert _extra("tensorboard") == ["tensorboardX", "protobuf", "google-crc32c"]
+    assert _dockerfile().pip_install == ["./[tensorboard]"]
+    wheelhouse = tmp_path / "wheels"
+    wheelhouse.mkdir()
+    (wheelhouse / "gpuwatch-0.0.0-py3-none-any.whl").write_bytes(b"")
+    proc = _sh("--dry-run", "--prefix", str(tmp_path / "p"), "--wheelhouse", str(wheelhouse))
+    assert proc.returncode == 0, proc.stderr
+    assert (
+        f"pip install --quiet --no-index --find-links {wheelhouse} --upgrade gpuwatch[tensorboard]\n"
+        in proc.stdout
+    )
+    assert "(make it with: pip wheel -w DIR '.[tensorboard]')" in _sh("--help").stdout
 
 
 def test_dockerfile_passes_hadolint() -> None:
@@ -382,6 +409,7 @@ class Image:
     workdir: str
     healthcheck: list[str]
     command: list[str]
+    pip_install: list[str]  # what its RUN's `pip install` installs
 
 
 def _dockerfile() -> Image:
@@ -391,8 +419,11 @@ def _dockerfile() -> Image:
     healthcheck: list[str] = []
     entrypoint: list[str] = []
     cmd: list[str] = []
+    pip_install: list[str] = []
     for line in text.splitlines():
         word, _, rest = line.strip().partition(" ")
+        if word == "RUN" and rest.startswith("pip install "):
+            pip_install = shlex.split(rest.split("&&", 1)[0])[2:]
         if word == "ENV":
             env.update(pair.split("=", 1) for pair in shlex.split(rest))  # type: ignore[misc]
         elif word == "USER":
@@ -406,7 +437,7 @@ def _dockerfile() -> Image:
             entrypoint = json.loads(rest)
         elif word == "CMD":
             cmd = json.loads(rest)
-    return Image(env, user, workdir, healthcheck, entrypoint + cmd)
+    return Image(env, user, workdir, healthcheck, entrypoint + cmd, pip_install)
 
 
 def _image_python(demote: Callable[[], None] | None) -> str | None:
@@ -447,16 +478,22 @@ def test_docker_image_steps_replayed(image_root: Path, wheelhouse: Path) -> None
     python = _image_python(demote)
     if python is None:
         pytest.skip(f"no Python {sys.version_info[0]}.{sys.version_info[1]} that uid {uid} can run")
-    # RUN pip install . (a fresh environment: only the dependencies, borrowed, are there before it)
+    # RUN pip install "./[tensorboard]" (a fresh environment: only the dependencies, borrowed, are there
+    # before it): the wheel with the image's extras, which pip resolves offline against those.
     py = borrowed_venv(image_root / "venv", python)
     (wheel,) = wheelhouse.glob("gpuwatch-*.whl")
+    (spec,) = image.pip_install
+    extras = spec[spec.index("[") :]
     subprocess.run(
-        [str(py), "-m", "pip", "install", "-q", "--no-deps", "--no-index", str(wheel)],
+        [str(py), "-m", "pip", "install", "-q", "--no-index", f"{wheel}{extras}"],
         check=True,
         timeout=120,
     )
     reach = subprocess.run(
-        [str(py), "-c", "import gpuwatch, duckdb, flask"], preexec_fn=demote, capture_output=True, text=True
+        [str(py), "-c", "import gpuwatch, duckdb, flask, tensorboardX, google_crc32c"],
+        preexec_fn=demote,
+        capture_output=True,
+        text=True,
     )
     if reach.returncode != 0:
         pytest.skip(f"uid {uid} cannot read this environment's packages: {reach.stderr.strip()[-200:]}")

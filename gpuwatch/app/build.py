@@ -28,7 +28,6 @@ from gpuwatch.core.credentials import AccessFile
 from gpuwatch.core.errors import ConfigError, NvmlUnavailable
 from gpuwatch.core.jobs import JobRegistry
 from gpuwatch.demo.incidents import IncidentSchedule
-from gpuwatch.demo.nvml import FakeNvml
 from gpuwatch.demo.sources import DemoSources, local_url
 from gpuwatch.demo.training import training_log_file
 from gpuwatch.notify.config import load_templates
@@ -57,8 +56,13 @@ def make_nvml(
     serving_pid: int | None = None,
 ) -> Any:
     """Return the simulated NVML in demo mode (UUIDs derived from `hostname`), else the real pynvml module.
-    `serving_pid`: the pid the simulated inference GPUs' process reports (see FakeNvml)."""
+    `serving_pid`: the pid the simulated inference GPUs' process reports (see FakeNvml).
+
+    The simulated NVML is imported here, in demo mode only: it reads pynvml's names at import, so a
+    real start never depends on what the installed binding spells."""
     if settings.demo:
+        from gpuwatch.demo.nvml import FakeNvml
+
         try:
             return FakeNvml(
                 gpu_count=settings.demo_gpus,

@@ -15,6 +15,7 @@ from typing import Any
 import pynvml
 
 from gpuwatch.core.clock import Clock
+from gpuwatch.demo import nvmlnames
 from gpuwatch.demo.incidents import XID, IncidentSchedule
 from gpuwatch.demo.nvmlstructs import (
     FakeFieldValue,
@@ -186,7 +187,7 @@ class DeviceCalls:
         return FakeMemory(total, total - reserved - used, reserved + used)
 
     def nvmlDeviceGetTemperatureV(
-        self, handle: Any, sensor: int, version: int = pynvml.nvmlTemperature_v1
+        self, handle: Any, sensor: int, version: int = nvmlnames.TEMPERATURE_V1
     ) -> int:
         return self._temperature(handle, sensor, "nvmlDeviceGetTemperatureV")
 
@@ -293,11 +294,11 @@ class DeviceCalls:
             pynvml.NVML_FI_DEV_REMAPPED_UNC: (ui, lambda i, r: self._remapped_unc[i]),
             pynvml.NVML_FI_DEV_REMAPPED_PENDING: (ui, lambda i, r: self._remapped_pending[i]),
             pynvml.NVML_FI_DEV_REMAPPED_FAILURE: (ui, lambda i, r: self._remap_failure[i]),
-            pynvml.NVML_FI_DEV_POWER_INSTANT: (ui, lambda i, r: int(r.power_w * 1000)),
-            pynvml.NVML_FI_DEV_POWER_AVERAGE: (ui, lambda i, r: int(r.power_w * 1000)),
-            pynvml.NVML_FI_DEV_POWER_CURRENT_LIMIT: (ui, lambda i, r: limit_mw),
-            pynvml.NVML_FI_DEV_PCIE_COUNT_TX_BYTES: (ull, lambda i, r: r.pcie_tx),
-            pynvml.NVML_FI_DEV_PCIE_COUNT_RX_BYTES: (ull, lambda i, r: r.pcie_rx),
+            nvmlnames.FI_POWER_INSTANT: (ui, lambda i, r: int(r.power_w * 1000)),
+            nvmlnames.FI_POWER_AVERAGE: (ui, lambda i, r: int(r.power_w * 1000)),
+            nvmlnames.FI_POWER_CURRENT_LIMIT: (ui, lambda i, r: limit_mw),
+            nvmlnames.FI_PCIE_COUNT_TX_BYTES: (ull, lambda i, r: r.pcie_tx),
+            nvmlnames.FI_PCIE_COUNT_RX_BYTES: (ull, lambda i, r: r.pcie_rx),
         }
 
     def nvmlDeviceGetFieldValues(self, handle: Any, fieldIds: list[Any]) -> list[FakeFieldValue]:

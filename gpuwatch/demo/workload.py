@@ -15,8 +15,7 @@ from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 
-import pynvml
-
+from gpuwatch.demo import nvmlnames
 from gpuwatch.demo.incidents import PCIE, STALL, THROTTLE, Incident, IncidentSchedule
 
 MIB = 1 << 20
@@ -81,9 +80,9 @@ ROLE_PROCESS = {
 # Seconds between a training run's evaluation/checkpoint pauses (20 s of low load each).
 EVAL_PERIOD_S = 1800.0
 _HW_SLOWDOWN = (
-    pynvml.nvmlClocksEventReasonHwSlowdown
-    | pynvml.nvmlClocksEventReasonHwThermalSlowdown
-    | pynvml.nvmlClocksEventReasonHwPowerBrakeSlowdown
+    nvmlnames.REASON_HW_SLOWDOWN
+    | nvmlnames.REASON_HW_THERMAL_SLOWDOWN
+    | nvmlnames.REASON_HW_POWER_BRAKE_SLOWDOWN
 )
 
 
@@ -291,7 +290,7 @@ class Workload:
                 u = now - incident.start_s
                 floor = max(floor, 72.0 + (hot - 72.0) * min(1.0, u / 60.0))
                 if u >= 60.0:
-                    mask |= pynvml.nvmlClocksEventReasonHwThermalSlowdown
+                    mask |= nvmlnames.REASON_HW_THERMAL_SLOWDOWN
             elif now >= incident.end_s:  # and cools down over a minute and a half
                 floor = max(floor, hot - (hot - 72.0) * (now - incident.end_s) / 90.0)
         return mask, floor
@@ -322,7 +321,7 @@ class Workload:
             return spec.idle_power_w + busy + 1.5 * wobble, False
         p = spec.idle_power_w + (0.99 * spec.power_limit_w - spec.idle_power_w) * u**1.25
         p += 0.01 * spec.power_limit_w * wobble
-        if self.throttle[i] & pynvml.nvmlClocksEventReasonHwPowerBrakeSlowdown:
+        if self.throttle[i] & nvmlnames.REASON_HW_POWER_BRAKE_SLOWDOWN:
             p *= 0.5
         cap = 0.965 * spec.power_limit_w
         return (cap, True) if p >= cap else (p, False)
@@ -365,17 +364,15 @@ class Workload:
             + 0.2 * self._power(i, t - 120)[0]
         )
         temp = 27.0 + 48.0 * lagged / spec.power_limit_w + 1.5 * (self._smooth(i, 7, t, 20.0) - 0.5)
-        if throttle & (
-            pynvml.nvmlClocksEventReasonHwThermalSlowdown | pynvml.nvmlClocksEventReasonHwSlowdown
-        ):
+        if throttle & (nvmlnames.REASON_HW_THERMAL_SLOWDOWN | nvmlnames.REASON_HW_SLOWDOWN):
             temp = max(temp, 89.0 + 3.0 * self._knot(i, 108, 0))
-        elif throttle & pynvml.nvmlClocksEventReasonSwThermalSlowdown:
+        elif throttle & nvmlnames.REASON_SW_THERMAL_SLOWDOWN:
             temp = max(temp, 85.0 + 2.0 * self._knot(i, 108, 0))
         temp = max(temp, temp_floor)
         role = self.roles[i]
         pstate = 8 if role == "idle" or (role == "warmup" and t < 20.0) else 0
-        reasons = throttle | (pynvml.nvmlClocksEventReasonGpuIdle if util < 0.5 else 0)
-        reasons |= pynvml.nvmlClocksEventReasonSwPowerCap if capped else 0
+        reasons = throttle | (nvmlnames.REASON_GPU_IDLE if util < 0.5 else 0)
+        reasons |= nvmlnames.REASON_SW_POWER_CAP if capped else 0
         if pstate == 8:
             sm = float(spec.idle_sm_mhz)
         elif util < 0.5:
@@ -386,7 +383,7 @@ class Workload:
             sm *= 0.93
         if throttle & _HW_SLOWDOWN:
             sm *= 0.45
-        elif throttle & pynvml.nvmlClocksEventReasonSwThermalSlowdown:
+        elif throttle & nvmlnames.REASON_SW_THERMAL_SLOWDOWN:
             sm *= 0.75
         mem_util = util * (0.6 if role == "inference" else 0.45) * (0.8 + 0.4 * self._smooth(i, 10, t, 3.0))
         gpm = self._activity(i, t, util / 100.0, sm / spec.max_sm_mhz)
