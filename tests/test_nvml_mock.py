@@ -296,11 +296,13 @@ out["supported"] = pynvml.nvmlDeviceGetSupportedEventTypes(h0) & xid
 es = pynvml.nvmlEventSetCreate()
 pynvml.nvmlDeviceRegisterEvents(h0, xid, es)
 
-def wait(ms):
+def wait(ms, on=None):
     try:
-        d = pynvml.nvmlEventSetWait_v2(es, ms)
+        d = pynvml.nvmlEventSetWait_v2(on or es, ms)
     except pynvml.NVMLError_Timeout:
         return "timeout"
+    except pynvml.NVMLError as exc:
+        return type(exc).__name__
     return [addr(d.device) == addr(h0), addr(d.device) == addr(h1), d.eventType, d.eventData]
 
 mock.inject_xid(0, 31)
@@ -324,6 +326,19 @@ out["woken_by"] = done
 pynvml.nvmlDeviceRegisterEvents(h1, xid, es)  # nobody waits now: allowed
 pynvml.nvmlEventSetFree(es)
 out["violations_after"] = mock.violations()
+
+# freeing a set another thread waits on: a violation too; the wait ends
+es2 = pynvml.nvmlEventSetCreate()
+freed = []
+waiter = threading.Thread(target=lambda: freed.append(wait(5000, es2)))
+before = mock.call_count("nvmlEventSetWait_v2")
+waiter.start()
+deadline = time.monotonic() + 5
+while mock.call_count("nvmlEventSetWait_v2") == before and time.monotonic() < deadline:
+    time.sleep(0.001)
+pynvml.nvmlEventSetFree(es2)
+waiter.join(5)
+out["freed"] = [freed, mock.violations()]
 out["wait_calls"] = [mock.call_count("nvmlEventSetWait_v2"), mock.call_count("nvmlEventSetWait")]
 print(json.dumps(out))
 """
@@ -341,7 +356,8 @@ def test_xid_events_coalesce_and_concurrent_registration_is_counted(
     assert out["violations_during"] == 1
     assert out["woken_by"] == [[False, True, 8, 43]]
     assert out["violations_after"] == 1
-    assert out["wait_calls"] == [4, 4]
+    assert out["freed"] == [["NVMLError_Uninitialized"], 2]
+    assert out["wait_calls"] == [5, 5]
 
 
 CONTROLS = """

@@ -6,7 +6,8 @@
  * declared by hand and checked field by field against pynvml's ctypes `_fields_` (see the comments).
  * The state lives in static arrays; device handles are pointers into them (stable addresses).
  * `mock_*` functions steer it (see tests/nvmlmock/README.md). Every entry point takes one mutex,
- * except that nvmlEventSetWait* releases it while it waits on the event set's condition variable.
+ * except nvmlErrorString (static strings), and nvmlEventSetWait* releases it while it waits on the
+ * event set's condition variable.
  *
  * -DMOCK_R535_54: a driver of 535.43-535.86, whose nvmlDeviceGetComputeRunningProcesses_v3 wrote a
  * 5-field process struct (with usedGpuCcProtectedMemory, 32 bytes) and which lacked
@@ -1033,10 +1034,9 @@ static nvmlReturn_t running_procs(const char *sym, void *h, unsigned int *count,
     if (d->slot < 0 && g->parent_procs_ret) return leave(g->parent_procs_ret);
     proc_t procs[MAX_PROCS];
     unsigned n = (unsigned)visible_procs(d, procs);
-    if (!infos || *count < n) {
-        unsigned had = *count;
+    if (!infos || *count < n) { /* pynvml's first call: count 0, no buffer */
         *count = n;
-        return leave(n == 0 && had == 0 ? NVML_SUCCESS : n > had ? NVML_ERROR_INSUFFICIENT_SIZE : NVML_SUCCESS);
+        return leave(n ? NVML_ERROR_INSUFFICIENT_SIZE : NVML_SUCCESS);
     }
     for (unsigned i = 0; i < n; i++) {
         proc_t *p = &procs[i];
