@@ -101,7 +101,7 @@ typedef struct {
     unsigned long long usedGpuMemory;
 } nvmlProcessInfo_v1_t;
 
-/* c_nvmlProcessInfo_v2_t (= _v3_t in nvidia-ml-py >= 12.535.108): pid c_uint, usedGpuMemory c_ulonglong,
+/* c_nvmlProcessInfo_v2_t (= _v3_t and _t in 12.535.161, 12.560.30, 13.615.71): pid c_uint, usedGpuMemory c_ulonglong,
  * gpuInstanceId, computeInstanceId c_uint (24 bytes) */
 typedef struct {
     unsigned int pid;
