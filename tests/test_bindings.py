@@ -32,11 +32,6 @@ NVML_DEMO = (
     "gpuwatch.demo.nvmlstructs",
     "gpuwatch.demo.workload",
 )
-# gpuwatch/collect/nvml_device.py reads NVMLLibraryMismatchError (nvidia-ml-py has it from 12.560) and,
-# for pynvml 11.5.3, NVML_VALUE_TYPE_SIGNED_INT without a fallback, and load_nvml does not call
-# binding_problem yet: the collector's change lands separately. Strict: once it does, these pass and
-# fail as XPASS, and the marker goes.
-COLLECT_PENDING = pytest.mark.xfail(strict=True, reason="collect guards land separately")
 
 
 def _python(
@@ -55,24 +50,8 @@ def _python(
     )
 
 
-def _lacks_mismatch_error(path: Path | None) -> bool:
-    """Whether the binding in `path` (its source text) lacks NVMLLibraryMismatchError."""
-    if path is None:
-        return not hasattr(pynvml, "NVMLLibraryMismatchError")
-    sources = [path / "pynvml.py", *(path / "pynvml").glob("*.py")]
-    return not any(f.exists() and "NVMLLibraryMismatchError" in f.read_text() for f in sources)
-
-
-def _params(collect_pending: bool = False) -> list[object]:
-    return [
-        pytest.param(
-            name,
-            path,
-            id=name,
-            marks=[COLLECT_PENDING] if collect_pending and _lacks_mismatch_error(path) else [],
-        )
-        for name, path in BINDINGS
-    ]
+def _params() -> list[object]:
+    return [pytest.param(name, path, id=name) for name, path in BINDINGS]
 
 
 def test_the_floor_binding_is_tested() -> None:
@@ -97,7 +76,7 @@ def test_gpuwatch_imports_on_the_binding(name: str, path: Path | None, tmp_path:
     assert demo == "[]", f"a real start imports the simulated NVML: {demo}"
 
 
-@pytest.mark.parametrize(("name", "path"), _params(collect_pending=True))
+@pytest.mark.parametrize(("name", "path"), _params())
 def test_demo_smi_on_the_binding(name: str, path: Path | None, tmp_path: Path) -> None:
     proc = _python(path, "-m", "gpuwatch.cli.main", "smi", "--demo", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
@@ -120,7 +99,6 @@ def test_binding_problem_on_the_binding(name: str, path: Path | None, tmp_path: 
         assert line == "None"
 
 
-@COLLECT_PENDING
 def test_real_start_on_the_old_pynvml_package_is_one_line_with_the_fix(tmp_path: Path) -> None:
     old = dict(BINDINGS).get("pynvml11")
     if old is None:

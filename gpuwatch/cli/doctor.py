@@ -25,7 +25,8 @@ from typing import Any
 from gpuwatch.app.config import Settings
 from gpuwatch.cli.doctor_calls import Check, audit_calls, summarize
 from gpuwatch.cli.doctor_env import ContainerFacts, container_checks, read_container_facts
-from gpuwatch.collect.nvml import GpuCollector, load_nvml
+from gpuwatch.collect.nvml import GpuCollector
+from gpuwatch.core.bindings import binding_problem
 from gpuwatch.core.errors import NvmlUnavailable
 
 STATUSES = ("ok", "skip", "warn", "fail")
@@ -54,14 +55,9 @@ def binding_check(nvml: Any) -> Check:
         version = "unknown"
     where = str(getattr(nvml, "__file__", ""))
     data = {"version": version, "module": where}
-    if not hasattr(nvml, "nvmlDeviceGetComputeRunningProcesses_v3") or Path(where).parent.name == "pynvml":
-        return Check(
-            "fail",
-            "binding",
-            f"the `pynvml` module at {where} is an old copy (the `pynvml` package 11.x shadows nvidia-ml-py): "
-            "pip uninstall pynvml && pip install 'nvidia-ml-py>=12.535.77,<14'",
-            data,
-        )
+    problem = binding_problem(nvml)
+    if problem is not None:
+        return Check("fail", "binding", problem, data)
     return Check("ok", "binding", f"nvidia-ml-py {version} ({where})", data)
 
 
@@ -332,7 +328,9 @@ def run_command(settings: Settings, hostname: str, *, as_json: bool, seconds: fl
             proc_root = Path(tmp)
             nvml.write_proc_root(proc_root)
         else:
-            nvml = load_nvml()
+            import pynvml  # as load_nvml does, but a binding problem becomes the report's first line
+
+            nvml = pynvml
         env = DoctorEnv(
             monotonic=time.monotonic,
             sleep=time.sleep,

@@ -19,6 +19,7 @@ from gpuwatch.collect.nvml_events import XidEvents
 from gpuwatch.collect.nvml_processes import NvmlProcess
 from gpuwatch.collect.processes import ProcessInfo, read_process_info
 from gpuwatch.collect.usage import UsageMeter
+from gpuwatch.core.bindings import binding_problem
 from gpuwatch.core.errors import NvmlUnavailable
 from gpuwatch.core.model import Batch, Labels, Sample, make_labels
 
@@ -51,6 +52,9 @@ def load_nvml() -> Any:
         import pynvml
     except ImportError as exc:  # pragma: no cover - nvidia-ml-py is a dependency
         raise NvmlUnavailable(f"no NVIDIA GPU found (nvidia-ml-py is not installed); {DEMO_HINT}") from exc
+    problem = binding_problem(pynvml)
+    if problem is not None:
+        raise NvmlUnavailable(problem)
     return pynvml
 
 

@@ -2,8 +2,8 @@
 
 `mock_lib`: both variants built once per session (per xdist worker); skipped without gcc, failed under
 REQUIRE_TEST_TOOLS=1. `binding_dirs`: the nvidia-ml-py bindings to test, as (id, folder or None for the
-installed one); "floor" when GPUWATCH_TEST_PYNVML_FLOOR names a folder with pynvml.py (CI installs the
-oldest supported release there: `pip install --target DIR nvidia-ml-py==12.535.77`).
+installed one); "floor" when TEST_PYNVML_FLOOR names a folder with pynvml.py (tests/bindings.py; CI
+installs the oldest supported release there: `pip install --target DIR nvidia-ml-py==12.535.77`).
 """
 
 from __future__ import annotations
@@ -14,9 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from tests import bindings
 from tests.nvmlmock import VARIANTS, build
-
-FLOOR_ENV = "GPUWATCH_TEST_PYNVML_FLOOR"
 
 
 def _required() -> bool:
@@ -36,18 +35,9 @@ def mock_lib(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 
 @pytest.fixture(scope="session")
 def binding_dirs() -> list[tuple[str, Path | None]]:
-    """The bindings to run against the mock: the installed one, and the floor release where configured."""
-    out: list[tuple[str, Path | None]] = [("installed", None)]
-    floor = os.environ.get(FLOOR_ENV)
-    if floor:
-        if not (Path(floor) / "pynvml.py").is_file():
-            pytest.fail(f"{FLOOR_ENV}={floor} has no pynvml.py")
-        out.append(("floor", Path(floor)))
-    elif _required():
-        pytest.fail(
-            f"{FLOOR_ENV} must name a folder with pynvml.py (pip install --target DIR nvidia-ml-py==12.535.77)"
-        )
-    return out
+    """The bindings to run against the mock: the installed one, and the floor release where configured
+    (tests/bindings.py; the old `pynvml` 11.x package is not a binding gpuwatch runs on)."""
+    return [(name, folder) for name, folder in bindings.binding_dirs() if name != "pynvml11"]
 
 
 def binding(binding_dirs: list[tuple[str, Path | None]], which: str) -> Path | None:
@@ -55,4 +45,5 @@ def binding(binding_dirs: list[tuple[str, Path | None]], which: str) -> Path | N
     for ident, folder in binding_dirs:
         if ident == which:
             return folder
-    pytest.skip(f"binding {which!r} not configured (set {FLOOR_ENV} to a folder with pynvml.py)")
+    bindings.require_floor()  # skips, or fails in CI
+    pytest.skip(f"binding {which!r} not configured")
