@@ -413,7 +413,10 @@ class NvmlDevices:
                 )
 
         def memory(handle: Any) -> Any:
-            return self.query_first(gpu, self._mig_memory_calls, handle)
+            mem = self.query_first(gpu, self._mig_memory_calls, handle)
+            if mem is None:  # a destroyed instance's handle, most likely: read the layout next tick
+                gpu.mig_next_ms = self.now_ms
+            return mem
 
         gpu.mig_readings = [
             (inst.labels, read_instance(nvml, q, memory, gpu.handle, inst, gpu.has_gpm, self.now_ms))

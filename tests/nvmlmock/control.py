@@ -22,6 +22,8 @@ _SIGNATURES: dict[str, list[type]] = {
     "mock_set_power": [c_int, c_int],
     "mock_set_memory": [c_int, c_ulonglong, c_ulonglong, c_ulonglong],
     "mock_set_pcie_counters": [c_int, c_ulonglong, c_ulonglong],
+    "mock_set_pcie_rates": [c_int, c_ulonglong, c_ulonglong],
+    "mock_set_handle_error": [c_int, c_int],
     "mock_add_process": [c_int, c_uint, c_ulonglong, c_uint, c_uint],
     "mock_clear_processes": [c_int],
     "mock_inject_xid": [c_int, c_ulonglong],
@@ -81,6 +83,13 @@ class MockDriver:
     def set_pcie_counters(self, gpu: int, tx: int, rx: int) -> None:
         """Fields 197/198 (bytes); they keep rising from these values."""
         self._call("mock_set_pcie_counters", gpu, tx, rx)
+
+    def set_pcie_rates(self, gpu: int, tx_bps: int, rx_bps: int) -> None:
+        self._call("mock_set_pcie_rates", gpu, tx_bps, rx_bps)
+
+    def set_handle_error(self, gpu: int, nvml_return: int) -> None:
+        """What nvmlDeviceGetHandleByIndex returns for `gpu` (0: its handle again)."""
+        self._call("mock_set_handle_error", gpu, nvml_return)
 
     def add_process(self, gpu: int, pid: int, used: int | None, gi: int = NO_ID, ci: int = NO_ID) -> None:
         """`used` None: NVML_VALUE_NOT_AVAILABLE."""

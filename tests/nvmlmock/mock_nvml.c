@@ -973,11 +973,12 @@ static void field_value(gpu_t *g, nvmlFieldValue_t *v) {
         break;
     case 197: /* NVML_FI_DEV_PCIE_COUNT_TX_BYTES */
     case 198: /* NVML_FI_DEV_PCIE_COUNT_RX_BYTES */
-        v->valueType = VT_ULL;
+        /* As an H200 on driver 580 answers: an unsigned int that wraps every 4 GiB. */
+        v->valueType = VT_UINT;
         if (!g->pcie_supported)
             v->nvmlReturn = NVML_ERROR_NOT_SUPPORTED;
         else
-            v->value.ullVal = (unsigned long long)(v->fieldId == 197 ? g->pcie_tx : g->pcie_rx);
+            v->value.uiVal = (unsigned int)((unsigned long long)(v->fieldId == 197 ? g->pcie_tx : g->pcie_rx) & 0xFFFFFFFFULL);
         break;
     default:
         v->valueType = VT_ULL;
@@ -1326,6 +1327,8 @@ static int gpm_metric(unsigned id, const gpm_sample_t *s, double *v, const char 
     case 11: *name = "fp64_util"; *v = s->sm / 10; break;
     case 12: *name = "fp32_util"; *v = s->sm / 4; break;
     case 13: *name = "fp16_util"; *v = s->sm / 8; break;
+    case 20: *name = "pcie_tx"; *unit = "MiB/sec"; *v = g_gpu[s->gpu].pcie_tx_rate / 1048576.0; break;
+    case 21: *name = "pcie_rx"; *unit = "MiB/sec"; *v = g_gpu[s->gpu].pcie_rx_rate / 1048576.0; break;
     case 60: *name = "nvlink_total_rx"; *unit = "MiB/sec"; *v = 10 * s->dram; break;
     case 61: *name = "nvlink_total_tx"; *unit = "MiB/sec"; *v = 20 * s->dram; break;
     default: return 0;
@@ -1461,6 +1464,22 @@ EXPORT int mock_set_pcie_counters(int gpu, unsigned long long tx, unsigned long 
     advance(g);
     g->pcie_tx = (double)tx;
     g->pcie_rx = (double)rx;
+    return (int)leave(0);
+}
+
+/* bytes/s each way: the counters (fields 197/198), nvmlDeviceGetPcieThroughput and GPM metrics 20/21 */
+EXPORT int mock_set_pcie_rates(int gpu, unsigned long long tx_bps, unsigned long long rx_bps) {
+    CTL(gpu);
+    advance(g);
+    g->pcie_tx_rate = (double)tx_bps;
+    g->pcie_rx_rate = (double)rx_bps;
+    return (int)leave(0);
+}
+
+/* what nvmlDeviceGetHandleByIndex returns for one GPU (the noperm scenario's NO_PERMISSION); 0 clears */
+EXPORT int mock_set_handle_error(int gpu, int nvml_return) {
+    CTL(gpu);
+    g->handle_ret = (nvmlReturn_t)nvml_return;
     return (int)leave(0);
 }
 
