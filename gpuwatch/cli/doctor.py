@@ -11,19 +11,20 @@ Exit 0 when nothing failed, 1 otherwise.
 from __future__ import annotations
 
 import json
+import logging
 import math
 import shutil
 import subprocess
 import tempfile
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from importlib import metadata
 from pathlib import Path
 from typing import Any
 
 from gpuwatch.app.config import Settings
-from gpuwatch.cli.doctor_calls import Check, audit_calls, summarize
+from gpuwatch.cli.doctor_calls import Check, Outcome, audit_calls, summarize
 from gpuwatch.cli.doctor_env import ContainerFacts, container_checks, read_container_facts
 from gpuwatch.collect.nvml import GpuCollector
 from gpuwatch.core.bindings import binding_problem
@@ -43,6 +44,16 @@ class DoctorEnv:
     container: ContainerFacts | None  # None: not checked (simulated GPUs)
     proc_root: Path = Path("/proc")
     seconds: float = 3.0  # the sampling window of the energy and GPM checks
+    # The sampler's own log lines repeat what the checks say; the report is the output.
+    logger: logging.Logger = field(default_factory=lambda: _quiet_logger())
+
+
+def _quiet_logger() -> logging.Logger:
+    log = logging.getLogger("gpuwatch.doctor.sampler")
+    log.propagate = False
+    if not log.handlers:
+        log.addHandler(logging.NullHandler())
+    return log
 
 
 def binding_check(nvml: Any) -> Check:
@@ -89,7 +100,7 @@ def run(nvml: Any, *, hostname: str, env: DoctorEnv) -> list[Check]:
     checks = [binding_check(nvml)]
     if checks[0].status == "fail":
         return checks
-    collector = GpuCollector(nvml, hostname=hostname, proc_root=env.proc_root)
+    collector = GpuCollector(nvml, hostname=hostname, proc_root=env.proc_root, logger=env.logger)
     try:
         gpus = collector.open()
     except NvmlUnavailable as exc:
@@ -111,6 +122,15 @@ def run(nvml: Any, *, hostname: str, env: DoctorEnv) -> list[Check]:
             )
         )
         audit = audit_calls(nvml, collector.handles(), collector.field_table)
+        for (
+            gpu
+        ) in collector.mig_layout():  # a MIG parent's list needs privileges; gpuwatch asks each instance
+            audit["nvmlDeviceGetComputeRunningProcesses"] = [
+                Outcome(o.gpu, "unsupported", "read per compute instance under MIG")
+                if o.gpu == gpu and o.kind == "no_permission"
+                else o
+                for o in audit["nvmlDeviceGetComputeRunningProcesses"]
+            ]
         for name, outcomes in audit.items():
             status, detail = summarize(outcomes)
             checks.append(Check(status, name, detail, {"outcomes": [asdict(o) for o in outcomes]}))

@@ -91,10 +91,10 @@ def container_checks(
     else:
         checks.append(
             Check(
-                "warn",
+                "skip",
                 "container --pid",
-                f"pid 1 here is {facts.pid1_name or 'unknown'}, so this looks like the container's own "
-                f"process space: GPU processes would have no name, user or container; {HOST_PROC_HINT}",
+                f"no GPU process now, so whether GPU processes are visible cannot be checked (pid 1 here is "
+                f"{facts.pid1_name or 'unknown'}); without --pid=host they have no name, user or container",
             )
         )
     return checks
