@@ -383,3 +383,57 @@ out["in_use"] = mock.gpm_samples_in_use()
         125500,
     ]
     assert out["in_use"] == 0
+
+
+def test_a_registration_that_fails_makes_a_new_event_set(
+    mock_lib: dict[str, Path], binding_dirs: list[tuple[str, Path | None]]
+) -> None:
+    """After Unknown from nvmlDeviceRegisterEvents the set is undefined (nvml.h): events go off, and the
+    waiting thread makes a new set and registers every GPU again once registering works."""
+    out = go(
+        """
+mock.set_error(1, "nvmlDeviceRegisterEvents", 999)
+c = collector()
+c.open()
+out["state"] = c.events_state
+mock.set_error(1, "nvmlDeviceRegisterEvents", 0)
+for _ in range(30):
+    c.wait_events(1)
+out["again"] = c.events_state
+mock.inject_xid(1, 48)
+out["events"] = [[e.gpu_index, e.xid] for e in c.wait_events(100)]
+c.close()
+out["violations"] = mock.violations()
+""",
+        mock_lib,
+        "lost",
+        binding(binding_dirs, "installed"),
+    )
+    assert out["state"].startswith("failed: registering GPU 1")
+    assert out["again"] == "registered on 2 GPU(s)"
+    assert out["events"] == [[1, 48]] and out["violations"] == 0
+
+
+def test_gpm_per_gpu_instance_on_an_h100_in_mig_mode(
+    mock_lib: dict[str, Path], binding_dirs: list[tuple[str, Path | None]]
+) -> None:
+    """GPM under MIG comes per GPU instance; one instance's refused sample leaves the others on."""
+    out = go(
+        """
+c = collector()
+c.open()
+out["ticks"] = [rows(c.collect(ts)) for ts in (1000, 2000)]
+c.close()
+""",
+        mock_lib,
+        "mig_h100",
+        binding(binding_dirs, "installed"),
+    )
+    last = out["ticks"][-1]
+    active = {
+        labels["GPU_I_ID"]: v
+        for n, labels, v in last
+        if n == "DCGM_FI_PROF_SM_ACTIVE" and "GPU_I_ID" in labels
+    }
+    assert set(active) == {"1", "2"} and all(0.0 <= v <= 1.0 for v in active.values())
+    assert "0" not in gpu_values(last, "DCGM_FI_PROF_SM_ACTIVE")  # no whole-GPU figure under MIG

@@ -24,6 +24,7 @@ from gpuwatch.collect.gpu_status import XidEvent
 
 MAX_EVENTS_PER_WAIT = 256
 _MAX_BACKOFF_S = 60.0
+_RETRY_EVERY_WAITS = 30  # without a usable set, make one again every 30 waits (a minute at 2 s)
 
 
 def handle_key(handle: Any) -> int:
@@ -48,6 +49,7 @@ class XidEvents:
         self._pending_lock = threading.Lock()
         self._warned: set[str] = set()
         self._backoff_s = 0.0
+        self._waits_without_set = 0
         self.state = "not opened"  # for `gpuwatch doctor`: "registered", "not supported: ...", "failed: ..."
 
     @property
@@ -80,7 +82,9 @@ class XidEvents:
                 outcome = self._register(gpu)
                 if outcome == "broken":
                     self._free()
-                    self.state = "failed: registration left the event set undefined"
+                    self.state = (
+                        f"failed: registering GPU {gpu.index} left the event set undefined; trying again"
+                    )
                     return
                 registered += outcome == "ok"
         self.state = f"registered on {registered} GPU(s)"
@@ -133,6 +137,11 @@ class XidEvents:
         with self._wait_lock:
             if self._stopping.is_set():
                 return events
+            if self._set is None and self.state.startswith("failed"):
+                self._waits_without_set += 1
+                if self._waits_without_set >= _RETRY_EVERY_WAITS:
+                    self._waits_without_set = 0
+                    self._make_set(gpus)
             self._register_pending(gpus)
             wait = timeout_ms
             while self._set is not None and not self._stopping.is_set() and len(events) < MAX_EVENTS_PER_WAIT:
