@@ -210,3 +210,13 @@ def test_container_facts_from_a_file_system(tmp_path: Path) -> None:
     facts = read_container_facts(tmp_path)
     assert facts == ContainerFacts(True, ("nvidia0", "nvidiactl"), "gpuwatch")
     assert read_container_facts(tmp_path / "nothing") == ContainerFacts(False, (), "")
+
+
+def test_doctor_on_an_h100_in_mig_mode(
+    mock_lib: dict[str, Path], binding_dirs: list[tuple[str, Path | None]]
+) -> None:
+    """GPM is read per GPU instance under MIG; the doctor counts those."""
+    rc, checks = doctor(mock_lib, "mig_h100", binding(binding_dirs, "installed"))
+    assert rc == 0
+    assert checks["gpm"]["status"] == "ok" and "on 2 GPU(s) or instance(s)" in checks["gpm"]["detail"]
+    assert checks["mig"]["detail"].startswith("GPU 0: GI 1 3g.40gb: 2 compute instance(s)")
