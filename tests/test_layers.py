@@ -29,6 +29,9 @@ FLOW: list[str] = [
     "promtext",
     "collect",
     "store",
+    # Prometheus remote write: the wire format and the receiver's checks (a source, like push); the
+    # sender will read the store.
+    "remote",
     "query",
     "templating",
     "rules",

@@ -31,6 +31,7 @@ from gpuwatch.web.ops import bp as ops_bp
 from gpuwatch.web.pages import bp as pages_bp
 from gpuwatch.web.promapi import bp as prom_bp
 from gpuwatch.web.push import bp as push_bp
+from gpuwatch.web.remotewrite import bp as remotewrite_bp
 from gpuwatch.web.rules import bp as rules_bp
 from gpuwatch.web.runtime import WebRuntime
 from gpuwatch.web.targets import bp as targets_bp
@@ -85,6 +86,7 @@ def create_app(runtime: WebRuntime) -> Flask:
         prom_bp,
         federate_bp,
         import_bp,
+        remotewrite_bp,
         push_bp,
         targets_bp,
         logs_bp,

@@ -103,6 +103,7 @@ ROUTES: dict[str, dict[str, str]] = {
     "push.runs_list": _R,
     "push.runs_update": {"POST": MACHINE},
     "importapi.import_prometheus": {"POST": MACHINE, "PUT": MACHINE},
+    "remotewrite.remote_write": {"POST": MACHINE},
     "alertmanager.status": _R,
     "alertmanager.receivers": _R,
     "alertmanager.silences": _R,

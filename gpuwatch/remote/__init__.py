@@ -1,0 +1,1 @@
+"""Prometheus remote write: the wire format (`wire.py`) and what a received request stores (`receive.py`)."""

@@ -1,0 +1,94 @@
+"""What a remote-write request stores: its series checked, grouped and handed to the store as columns.
+
+A series is refused, and named in the answer, when it has no `__name__`, a label name twice, a name
+that is not a Prometheus name, a label over the limits that scrape and push apply, a timestamp gpuwatch
+cannot store, or native histogram samples (gpuwatch stores floats). The other series of the request
+are stored: a sender never retries a 4xx, so refusing the whole batch would lose its good samples.
+Label pairs may come in any order (they are sorted), and a label with an empty value is no label, as
+in Prometheus. Samples may be older than what is stored (a node catching up after an outage), and a
+series' samples may come out of order; where one (series, time) arrives twice, the last value wins,
+so a sender that retries a batch the receiver already stored changes nothing.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from gpuwatch.collect.importer import group_columns
+from gpuwatch.core.model import DEFAULT_LABEL_LIMITS, LabelLimits, Labels, SeriesColumns
+from gpuwatch.core.units import MAX_TIME_MS, MIN_TIME_MS
+from gpuwatch.promtext.result import ParseIssue
+from gpuwatch.remote.wire import TimeSeries
+
+_LABEL_START = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ_")
+_LABEL_REST = _LABEL_START | frozenset("0123456789")
+_NAME_START = _LABEL_START | {":"}
+_NAME_REST = _LABEL_REST | {":"}
+
+
+@dataclass(frozen=True)
+class Received:
+    """The series to store, and the refused ones (each with its reason)."""
+
+    columns: SeriesColumns
+    refused: list[str] = field(default_factory=list)
+    samples_refused: int = 0
+
+
+def _is_name(text: str, start: frozenset[str], rest: frozenset[str]) -> bool:
+    return bool(text) and text[0] in start and all(c in rest for c in text[1:])
+
+
+def _problem(series: TimeSeries) -> str | None:
+    names = [name for name, _ in series.labels]
+    if len(set(names)) != len(names):
+        return "a label name appears twice"
+    metric = dict(series.labels).get("__name__", "")
+    if not metric:
+        return "no __name__ label"
+    if not _is_name(metric, _NAME_START, _NAME_REST):
+        return f"metric name {metric!r} is not a Prometheus name"
+    for name in names:
+        if name != "__name__" and not _is_name(name, _LABEL_START, _LABEL_REST):
+            return f"label name {name!r} is not a Prometheus name"
+    if series.histograms:
+        return f"{series.histograms} native histogram sample(s): gpuwatch stores float samples only"
+    if series.timestamps_ms and not (
+        min(series.timestamps_ms) >= MIN_TIME_MS and max(series.timestamps_ms) <= MAX_TIME_MS
+    ):
+        return "a timestamp out of range"
+    return None
+
+
+def _describe(series: TimeSeries) -> str:
+    shown = ",".join(f'{k}="{v}"' for k, v in series.labels[:8])
+    return "{" + (shown[:200] + "..." if len(shown) > 200 else shown) + "}"
+
+
+def received(series: list[TimeSeries], *, limits: LabelLimits = DEFAULT_LABEL_LIMITS) -> Received:
+    """Check and group the series of one request (nothing is written here)."""
+    refused: list[str] = []
+    refused_samples = 0
+    samples: list[tuple[str, Labels, int | None, float]] = []
+    for one in series:
+        problem = _problem(one)
+        if problem is not None:
+            refused.append(f"series {_describe(one)}: {problem}")
+            refused_samples += len(one.values) + one.histograms
+            continue
+        name = ""
+        pairs = []
+        for key, value in one.labels:
+            if key == "__name__":
+                name = value
+            elif value:
+                pairs.append((key, value))
+        labels = tuple(sorted(pairs))
+        samples.extend((name, labels, ts, v) for ts, v in zip(one.timestamps_ms, one.values, strict=True))
+    errors: list[ParseIssue] = []
+    columns = group_columns(samples, errors, now_ms=0, limits=limits)
+    for issue in errors:  # over the label limits
+        refused.append(issue.message)
+    if errors:
+        refused_samples += len(samples) - columns.samples
+    return Received(columns, refused, refused_samples)

@@ -1,0 +1,242 @@
+"""Prometheus remote-write 1.0 on the wire: a protobuf `WriteRequest` in snappy's block format.
+
+    message WriteRequest { repeated TimeSeries timeseries = 1; repeated MetricMetadata metadata = 3; }
+    message TimeSeries   { repeated Label labels = 1; repeated Sample samples = 2;
+                           repeated Exemplar exemplars = 3; repeated Histogram histograms = 4; }
+    message Label        { string name = 1; string value = 2; }
+    message Sample       { double value = 1; int64 timestamp = 2; }   // milliseconds
+
+The protobuf is read and written here by hand (five message types, three wire types), strictly: a
+truncated varint, a length past the end, a wire type a field cannot have or invalid UTF-8 is a
+`WireError` naming the offset, never an exception of another kind. Unknown fields are skipped, as
+protobuf readers do; exemplars and metadata are skipped; native histograms are counted so the receiver
+can refuse their series. Snappy is cramjam's; its block header (the uncompressed length) is read first,
+so a small body that claims to inflate past the cap is refused before anything is allocated.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+import cramjam
+
+CONTENT_TYPE = "application/x-protobuf"
+HEADERS = {
+    "Content-Type": CONTENT_TYPE,
+    "Content-Encoding": "snappy",
+    "X-Prometheus-Remote-Write-Version": "0.1.0",
+}
+
+_DOUBLE = struct.Struct("<d")
+_VARINT, _I64, _LEN, _I32 = 0, 1, 2, 5
+
+
+class WireError(ValueError):
+    """A body that is not a valid snappy-compressed remote-write request."""
+
+
+@dataclass(frozen=True)
+class TimeSeries:
+    """One series of a request: its label pairs as sent (`__name__` among them) and its samples."""
+
+    labels: tuple[tuple[str, str], ...]
+    timestamps_ms: tuple[int, ...]
+    values: tuple[float, ...]
+    histograms: int = 0  # native histogram samples (not stored by gpuwatch)
+
+
+def _varint(buf: bytes, pos: int, end: int) -> tuple[int, int]:
+    result = shift = 0
+    while True:
+        if pos >= end:
+            raise WireError(f"truncated varint at byte {pos}")
+        byte = buf[pos]
+        pos += 1
+        result |= (byte & 0x7F) << shift
+        if byte < 0x80:
+            return result, pos
+        shift += 7
+        if shift >= 70:
+            raise WireError(f"varint longer than 10 bytes at byte {pos}")
+
+
+def _skip(buf: bytes, pos: int, end: int, wire: int) -> int:
+    if wire == _VARINT:
+        return _varint(buf, pos, end)[1]
+    if wire == _I64:
+        pos += 8
+    elif wire == _I32:
+        pos += 4
+    elif wire == _LEN:
+        size, pos = _varint(buf, pos, end)
+        pos += size
+    else:
+        raise WireError(f"unsupported wire type {wire} at byte {pos}")
+    if pos > end:
+        raise WireError(f"field runs past the end of its message at byte {end}")
+    return pos
+
+
+def _length(buf: bytes, pos: int, end: int) -> tuple[int, int]:
+    size, pos = _varint(buf, pos, end)
+    if pos + size > end:
+        raise WireError(f"length {size} at byte {pos} runs past the end of its message")
+    return pos + size, pos
+
+
+def _text(buf: bytes, start: int, stop: int) -> str:
+    try:
+        return buf[start:stop].decode("utf-8")
+    except UnicodeDecodeError:
+        raise WireError(f"label text at byte {start} is not UTF-8") from None
+
+
+def _label(buf: bytes, pos: int, end: int) -> tuple[str, str]:
+    name = value = ""
+    while pos < end:
+        key, pos = _varint(buf, pos, end)
+        field, wire = key >> 3, key & 7
+        if field in (1, 2) and wire == _LEN:
+            stop, start = _length(buf, pos, end)
+            if field == 1:
+                name = _text(buf, start, stop)
+            else:
+                value = _text(buf, start, stop)
+            pos = stop
+        elif field in (1, 2):
+            raise WireError(f"Label field {field} with wire type {wire} at byte {pos}")
+        else:
+            pos = _skip(buf, pos, end, wire)
+    return name, value
+
+
+def _sample(buf: bytes, pos: int, end: int) -> tuple[int, float]:
+    value, ts = 0.0, 0
+    while pos < end:
+        key, pos = _varint(buf, pos, end)
+        field, wire = key >> 3, key & 7
+        if field == 1 and wire == _I64:
+            if pos + 8 > end:
+                raise WireError(f"truncated double at byte {pos}")
+            value = _DOUBLE.unpack_from(buf, pos)[0]
+            pos += 8
+        elif field == 2 and wire == _VARINT:
+            raw, pos = _varint(buf, pos, end)
+            ts = raw - (1 << 64) if raw >= 1 << 63 else raw  # int64, two's complement
+        elif field in (1, 2):
+            raise WireError(f"Sample field {field} with wire type {wire} at byte {pos}")
+        else:
+            pos = _skip(buf, pos, end, wire)
+    return ts, value
+
+
+def _series(buf: bytes, pos: int, end: int) -> TimeSeries:
+    labels: list[tuple[str, str]] = []
+    times: list[int] = []
+    values: list[float] = []
+    histograms = 0
+    while pos < end:
+        key, pos = _varint(buf, pos, end)
+        field, wire = key >> 3, key & 7
+        if field in (1, 2, 4) and wire != _LEN:
+            raise WireError(f"TimeSeries field {field} with wire type {wire} at byte {pos}")
+        if field == 1:
+            stop, start = _length(buf, pos, end)
+            labels.append(_label(buf, start, stop))
+            pos = stop
+        elif field == 2:
+            stop, start = _length(buf, pos, end)
+            ts, value = _sample(buf, start, stop)
+            times.append(ts)
+            values.append(value)
+            pos = stop
+        elif field == 4:
+            histograms += 1
+            pos = _skip(buf, pos, end, wire)
+        else:  # exemplars (3) and anything newer
+            pos = _skip(buf, pos, end, wire)
+    return TimeSeries(tuple(labels), tuple(times), tuple(values), histograms)
+
+
+def decode_request(body: bytes) -> list[TimeSeries]:
+    """The time series of an uncompressed `WriteRequest`."""
+    out: list[TimeSeries] = []
+    pos, end = 0, len(body)
+    while pos < end:
+        key, pos = _varint(body, pos, end)
+        field, wire = key >> 3, key & 7
+        if field == 1:
+            if wire != _LEN:
+                raise WireError(f"WriteRequest field 1 with wire type {wire} at byte {pos}")
+            stop, start = _length(body, pos, end)
+            out.append(_series(body, start, stop))
+            pos = stop
+        else:  # metadata (3) and anything newer
+            pos = _skip(body, pos, end, wire)
+    return out
+
+
+def uncompressed_length(body: bytes) -> int:
+    """The length snappy's block header says `body` inflates to."""
+    return _varint(body, 0, min(len(body), 10))[0]
+
+
+def decompress(body: bytes, max_bytes: int) -> bytes:
+    """Inflate a snappy block; WireError when it is not one or would exceed `max_bytes`."""
+    size = uncompressed_length(body)
+    if size > max_bytes:
+        raise WireError(f"the body inflates to {size} bytes, more than {max_bytes}")
+    try:
+        return bytes(cramjam.snappy.decompress_raw(body))
+    except cramjam.DecompressionError as exc:
+        raise WireError(f"not a snappy block: {exc}") from None
+
+
+def compress(body: bytes) -> bytes:
+    return bytes(cramjam.snappy.compress_raw(body))
+
+
+# -- writing (the sender's side, and the tests') ---------------------------------------------------
+
+
+def _put_varint(out: bytearray, n: int) -> None:
+    n &= (1 << 64) - 1
+    while n >= 0x80:
+        out.append((n & 0x7F) | 0x80)
+        n >>= 7
+    out.append(n)
+
+
+def _put_len(out: bytearray, field: int, payload: bytes) -> None:
+    _put_varint(out, field << 3 | _LEN)
+    _put_varint(out, len(payload))
+    out += payload
+
+
+def encode_series(
+    labels: Iterable[tuple[str, str]], timestamps_ms: Sequence[int], values: Sequence[float]
+) -> bytes:
+    """One `TimeSeries` message, labels and samples in the order given."""
+    out = bytearray()
+    for name, text in labels:
+        label = bytearray()
+        _put_len(label, 1, name.encode())
+        _put_len(label, 2, text.encode())
+        _put_len(out, 1, bytes(label))
+    for ts, value in zip(timestamps_ms, values, strict=True):
+        sample = bytearray(b"\x09")  # field 1, wire type 1
+        sample += _DOUBLE.pack(value)
+        sample.append(0x10)  # field 2, varint
+        _put_varint(sample, ts)
+        _put_len(out, 2, bytes(sample))
+    return bytes(out)
+
+
+def encode_request(series: Iterable[bytes]) -> bytes:
+    """A `WriteRequest` of already encoded `TimeSeries` messages (uncompressed)."""
+    out = bytearray()
+    for message in series:
+        _put_len(out, 1, message)
+    return bytes(out)
