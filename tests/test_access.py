@@ -29,11 +29,15 @@ from gpuwatch.core.clock import FakeClock
 from gpuwatch.core.credentials import AccessFile, hash_token
 from gpuwatch.core.units import format_rfc3339_millis as format_time
 from gpuwatch.demo.nvml import FakeNvml
+from gpuwatch.remote.wire import compress, encode_request, encode_series
 from gpuwatch.web import create_app
 from gpuwatch.web.access import ADMIN, MACHINE, READ, ROUTES, route_class
 
 REMOTE = {"REMOTE_ADDR": "10.9.8.7"}
 PUSH_BODY = "# TYPE job_up gauge\njob_up 1\n"
+REMOTE_WRITE_BODY = compress(
+    encode_request([encode_series([("__name__", "written")], [1_790_000_000_000], [1.0])])
+)
 
 
 def silence(clock: FakeClock) -> dict[str, Any]:
@@ -55,6 +59,7 @@ def writes(clock: FakeClock) -> list[tuple[str, str, dict[str, Any], str]]:
         ("POST", "/api/v1/push", {"json": {"run": "r1", "step": 1, "metrics": {"loss": 1.0}}}, MACHINE),
         ("POST", "/api/v1/runs", {"json": {"run": "r1", "action": "init"}}, MACHINE),
         ("POST", "/api/v1/import/prometheus", {"data": "imported_total 1 1790000000000\n"}, MACHINE),
+        ("POST", "/api/v1/write", {"data": REMOTE_WRITE_BODY}, MACHINE),
         ("POST", "/api/v2/alerts", {"json": [{"labels": {"alertname": "Posted"}}]}, MACHINE),
         ("POST", "/api/v2/silences", {"json": silence(clock)}, ADMIN),
         ("DELETE", "/api/v2/silence/0d6e5ca0-0000-4000-8000-000000000000", {}, ADMIN),
