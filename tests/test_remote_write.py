@@ -82,10 +82,12 @@ def test_requests_read_as_googles_protobuf_writes_them(data: list[Any]) -> None:
             ts.labels.add(name=name, value=value)
         for t, v in samples:
             ts.samples.add(value=v, timestamp=t)
-    got = decode_request(compress_roundtrip(request.SerializeToString()))
-    assert [list(s.labels) for s in got] == [labels for labels, _ in data]
-    assert [list(s.timestamps_ms) for s in got] == [[t for t, _ in samples] for _, samples in data]
-    assert [_bits(s.values) for s in got] == [_bits([v for _, v in samples]) for _, samples in data]
+    body = compress_roundtrip(request.SerializeToString())
+    cache: dict[bytes, Any] = {}  # the receiver's: the second read finds every label run in it
+    for got in (decode_request(body), decode_request(body, cache), decode_request(body, cache)):
+        assert [list(s.labels) for s in got] == [labels for labels, _ in data]
+        assert [list(s.timestamps_ms) for s in got] == [[t for t, _ in samples] for _, samples in data]
+        assert [_bits(s.values) for s in got] == [_bits([v for _, v in samples]) for _, samples in data]
 
 
 @settings(max_examples=150, deadline=None)
@@ -111,6 +113,8 @@ def compress_roundtrip(body: bytes) -> bytes:
 def test_any_bytes_decode_or_raise_a_wire_error(body: bytes) -> None:
     with contextlib.suppress(WireError):
         decode_request(body)
+    with contextlib.suppress(WireError):
+        decode_request(body, {})
 
 
 def test_every_truncation_of_a_request_is_a_wire_error_or_a_shorter_request() -> None:
@@ -118,11 +122,12 @@ def test_every_truncation_of_a_request_is_a_wire_error_or_a_shorter_request() ->
         [encode_series([("__name__", "up"), ("job", "node")], [T0, T0 + 1000], [1.0, 0.0])] * 3
     )
     for cut in range(len(body)):
-        try:
-            got = decode_request(body[:cut])
-        except WireError:
-            continue
-        assert len(got) < 3  # only whole series survive a cut between them
+        for cache in (None, {}):
+            try:
+                got = decode_request(body[:cut], cache)
+            except WireError:
+                continue
+            assert len(got) < 3  # only whole series survive a cut between them
 
 
 def test_a_body_claiming_to_inflate_past_the_cap_is_refused_unread() -> None:

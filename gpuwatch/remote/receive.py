@@ -12,13 +12,14 @@ so a sender that retries a batch the receiver already stored changes nothing.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from gpuwatch.collect.importer import group_columns
 from gpuwatch.core.model import DEFAULT_LABEL_LIMITS, LabelLimits, Labels, SeriesColumns
 from gpuwatch.core.units import MAX_TIME_MS, MIN_TIME_MS
 from gpuwatch.promtext.result import ParseIssue
-from gpuwatch.remote.wire import TimeSeries
+from gpuwatch.remote.wire import LABEL_CACHE_SIZE, TimeSeries, decode_request
 
 _LABEL_START = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ_")
 _LABEL_REST = _LABEL_START | frozenset("0123456789")
@@ -39,11 +40,11 @@ def _is_name(text: str, start: frozenset[str], rest: frozenset[str]) -> bool:
     return bool(text) and text[0] in start and all(c in rest for c in text[1:])
 
 
-def _problem(series: TimeSeries) -> str | None:
-    names = [name for name, _ in series.labels]
+def _label_problem(pairs: Labels) -> str | None:
+    names = [name for name, _ in pairs]
     if len(set(names)) != len(names):
         return "a label name appears twice"
-    metric = dict(series.labels).get("__name__", "")
+    metric = dict(pairs).get("__name__", "")
     if not metric:
         return "no __name__ label"
     if not _is_name(metric, _NAME_START, _NAME_REST):
@@ -51,6 +52,20 @@ def _problem(series: TimeSeries) -> str | None:
     for name in names:
         if name != "__name__" and not _is_name(name, _LABEL_START, _LABEL_REST):
             return f"label name {name!r} is not a Prometheus name"
+    return None
+
+
+def _key(pairs: Labels) -> tuple[str, Labels, str | None]:
+    """The metric name, the stored label set (sorted, no `__name__`, no empty value) and what is wrong."""
+    problem = _label_problem(pairs)
+    name = dict(pairs).get("__name__", "")
+    labels = tuple(sorted(p for p in pairs if p[0] != "__name__" and p[1]))
+    return name, labels, problem
+
+
+def _problem(series: TimeSeries, label_problem: str | None) -> str | None:
+    if label_problem is not None:
+        return label_problem
     if series.histograms:
         return f"{series.histograms} native histogram sample(s): gpuwatch stores float samples only"
     if series.timestamps_ms and not (
@@ -65,26 +80,54 @@ def _describe(series: TimeSeries) -> str:
     return "{" + (shown[:200] + "..." if len(shown) > 200 else shown) + "}"
 
 
+class Receiver:
+    """Remote-write requests into columns, remembering the label sets it has read (bounded): a sender
+    writes the same series every few seconds, and reading and checking their labels is most of the work."""
+
+    def __init__(self) -> None:
+        self.label_runs: dict[bytes, Labels] = {}  # the wire's label bytes -> pairs (wire.decode_request)
+        self._keys: dict[Labels, tuple[str, Labels, str | None]] = {}
+
+    def decode(self, body: bytes) -> list[TimeSeries]:
+        """The series of an inflated `WriteRequest` (WireError when it is not one)."""
+        return decode_request(body, self.label_runs)
+
+    def key(self, pairs: Labels) -> tuple[str, Labels, str | None]:
+        found = self._keys.get(pairs)
+        if found is None:
+            found = _key(pairs)
+            if len(self._keys) >= LABEL_CACHE_SIZE:
+                self._keys.clear()
+            self._keys[pairs] = found
+        return found
+
+    def received(self, series: list[TimeSeries], *, limits: LabelLimits = DEFAULT_LABEL_LIMITS) -> Received:
+        """Check and group the series of one request (nothing is written here)."""
+        return _received(series, self.key, limits)
+
+
 def received(series: list[TimeSeries], *, limits: LabelLimits = DEFAULT_LABEL_LIMITS) -> Received:
-    """Check and group the series of one request (nothing is written here)."""
+    """Check and group the series of one request (nothing is written here), remembering nothing."""
+    return _received(series, _key, limits)
+
+
+def _received(
+    series: list[TimeSeries], key: Callable[[Labels], tuple[str, Labels, str | None]], limits: LabelLimits
+) -> Received:
     refused: list[str] = []
     refused_samples = 0
     samples: list[tuple[str, Labels, int | None, float]] = []
     for one in series:
-        problem = _problem(one)
+        name, labels, label_problem = key(one.labels)
+        problem = _problem(one, label_problem)
         if problem is not None:
             refused.append(f"series {_describe(one)}: {problem}")
             refused_samples += len(one.values) + one.histograms
             continue
-        name = ""
-        pairs = []
-        for key, value in one.labels:
-            if key == "__name__":
-                name = value
-            elif value:
-                pairs.append((key, value))
-        labels = tuple(sorted(pairs))
-        samples.extend((name, labels, ts, v) for ts, v in zip(one.timestamps_ms, one.values, strict=True))
+        if len(one.values) == 1:
+            samples.append((name, labels, one.timestamps_ms[0], one.values[0]))
+        else:
+            samples.extend((name, labels, ts, v) for ts, v in zip(one.timestamps_ms, one.values, strict=True))
     errors: list[ParseIssue] = []
     columns = group_columns(samples, errors, now_ms=0, limits=limits)
     for issue in errors:  # over the label limits

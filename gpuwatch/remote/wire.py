@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from typing import NamedTuple
 
 import cramjam
 
@@ -30,6 +30,8 @@ HEADERS = {
 }
 
 _DOUBLE = struct.Struct("<d")
+LABEL_CACHE_SIZE = 100_000  # label runs (series) remembered between requests
+Labels = tuple[tuple[str, str], ...]
 _VARINT, _I64, _LEN, _I32 = 0, 1, 2, 5
 
 
@@ -37,8 +39,7 @@ class WireError(ValueError):
     """A body that is not a valid snappy-compressed remote-write request."""
 
 
-@dataclass(frozen=True)
-class TimeSeries:
+class TimeSeries(NamedTuple):
     """One series of a request: its label pairs as sent (`__name__` among them) and its samples."""
 
     labels: tuple[tuple[str, str], ...]
@@ -113,6 +114,10 @@ def _label(buf: bytes, pos: int, end: int) -> tuple[str, str]:
 
 
 def _sample(buf: bytes, pos: int, end: int) -> tuple[int, float]:
+    if end - pos >= 11 and buf[pos] == 0x09 and buf[pos + 9] == 0x10:  # value, then time: every sender
+        raw, stop = _varint(buf, pos + 10, end)
+        if stop == end:
+            return (raw - (1 << 64) if raw >= 1 << 63 else raw), _DOUBLE.unpack_from(buf, pos + 1)[0]
     value, ts = 0.0, 0
     while pos < end:
         key, pos = _varint(buf, pos, end)
@@ -132,19 +137,93 @@ def _sample(buf: bytes, pos: int, end: int) -> tuple[int, float]:
     return ts, value
 
 
-def _series(buf: bytes, pos: int, end: int) -> TimeSeries:
-    labels: list[tuple[str, str]] = []
+def _labels(buf: bytes, spans: list[tuple[int, int]], cache: dict[bytes, Labels] | None) -> Labels:
+    """The label pairs at `spans`; a run of labels seen before (the same series, the next batch) is
+    looked up by its bytes instead of read again."""
+    if cache is None or not spans:
+        return tuple(_label(buf, start, stop) for start, stop in spans)
+    key = buf[spans[0][0] : spans[-1][1]]
+    found = cache.get(key)
+    if found is None:
+        found = tuple(_label(buf, start, stop) for start, stop in spans)
+        if len(cache) >= LABEL_CACHE_SIZE:
+            cache.clear()  # a bound; the next batches fill it again with what is current
+        cache[key] = found
+    return found
+
+
+def _fast_series(buf: bytes, pos: int, end: int, cache: dict[bytes, Labels]) -> TimeSeries | None:
+    """The common shape, read with index arithmetic: a run of labels, then samples `value, time`, each
+    message shorter than 128 bytes. None where the series has another shape (`_series` reads it)."""
+    p = pos
+    while p + 1 < end and buf[p] == 0x0A and buf[p + 1] < 0x80:
+        p += 2 + buf[p + 1]
+    if p == pos or p > end:
+        return None
+    run = buf[pos:p]
+    labels = cache.get(run)
+    times: list[int] = []
+    values: list[float] = []
+    unpack = _DOUBLE.unpack_from
+    while p < end:
+        size = buf[p + 1] if p + 1 < end else 0x80
+        start, stop = p + 2, p + 2 + size
+        if (
+            buf[p] != 0x12
+            or size >= 0x80
+            or size < 11
+            or stop > end
+            or buf[start] != 0x09
+            or buf[start + 9] != 0x10
+        ):
+            return None
+        q, raw, shift = start + 10, 0, 0
+        while q < stop:
+            byte = buf[q]
+            raw |= (byte & 0x7F) << shift
+            shift += 7
+            q += 1
+            if byte < 0x80:
+                break
+        if q != stop or buf[q - 1] >= 0x80 or shift > 70:
+            return None
+        times.append(raw - (1 << 64) if raw >= 1 << 63 else raw)
+        values.append(unpack(buf, start + 1)[0])
+        p = stop
+    if labels is None:
+        spans = []
+        q = pos
+        while q < pos + len(run):
+            spans.append((q + 2, q + 2 + buf[q + 1]))
+            q += 2 + buf[q + 1]
+        labels = _labels(buf, spans, None)
+        if len(cache) >= LABEL_CACHE_SIZE:
+            cache.clear()
+        cache[run] = labels
+    return TimeSeries(labels, tuple(times), tuple(values))
+
+
+def _series(buf: bytes, pos: int, end: int, cache: dict[bytes, Labels] | None) -> TimeSeries:
+    if cache is not None:
+        fast = _fast_series(buf, pos, end, cache)
+        if fast is not None:
+            return fast
+    spans: list[tuple[int, int]] = []
     times: list[int] = []
     values: list[float] = []
     histograms = 0
+    contiguous, last_stop = True, -1
     while pos < end:
+        at = pos
         key, pos = _varint(buf, pos, end)
         field, wire = key >> 3, key & 7
         if field in (1, 2, 4) and wire != _LEN:
             raise WireError(f"TimeSeries field {field} with wire type {wire} at byte {pos}")
         if field == 1:
             stop, start = _length(buf, pos, end)
-            labels.append(_label(buf, start, stop))
+            contiguous = contiguous and last_stop in (-1, at)  # the cache key is the run's bytes
+            spans.append((start, stop))
+            last_stop = stop
             pos = stop
         elif field == 2:
             stop, start = _length(buf, pos, end)
@@ -157,11 +236,13 @@ def _series(buf: bytes, pos: int, end: int) -> TimeSeries:
             pos = _skip(buf, pos, end, wire)
         else:  # exemplars (3) and anything newer
             pos = _skip(buf, pos, end, wire)
-    return TimeSeries(tuple(labels), tuple(times), tuple(values), histograms)
+    labels = _labels(buf, spans, cache if contiguous else None)
+    return TimeSeries(labels, tuple(times), tuple(values), histograms)
 
 
-def decode_request(body: bytes) -> list[TimeSeries]:
-    """The time series of an uncompressed `WriteRequest`."""
+def decode_request(body: bytes, cache: dict[bytes, Labels] | None = None) -> list[TimeSeries]:
+    """The time series of an uncompressed `WriteRequest`. `cache`: label runs already read (bytes ->
+    pairs), kept by the caller between requests; a sender writes the same series every few seconds."""
     out: list[TimeSeries] = []
     pos, end = 0, len(body)
     while pos < end:
@@ -171,7 +252,7 @@ def decode_request(body: bytes) -> list[TimeSeries]:
             if wire != _LEN:
                 raise WireError(f"WriteRequest field 1 with wire type {wire} at byte {pos}")
             stop, start = _length(body, pos, end)
-            out.append(_series(body, start, stop))
+            out.append(_series(body, start, stop, cache))
             pos = stop
         else:  # metadata (3) and anything newer
             pos = _skip(body, pos, end, wire)

@@ -12,12 +12,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from flask import Blueprint, Response, jsonify, request
+from flask import Blueprint, Response, current_app, jsonify, request
 from flask.typing import ResponseReturnValue
 
 from gpuwatch.core.errors import SeriesLimitExceeded, StoreError
-from gpuwatch.remote.receive import received
-from gpuwatch.remote.wire import WireError, decode_request, decompress
+from gpuwatch.remote.receive import Receiver
+from gpuwatch.remote.wire import WireError, decompress
 from gpuwatch.web.runtime import runtime
 
 bp = Blueprint("remotewrite", __name__)
@@ -44,12 +44,13 @@ def remote_write() -> ResponseReturnValue:
     encoding = request.headers.get("Content-Encoding", "snappy").strip().lower()
     if encoding not in ("snappy", ""):
         return _error("bad_data", f"Content-Encoding {encoding!r}: remote write bodies are snappy", 400)
+    receiver: Receiver = current_app.extensions.setdefault("gpuwatch.remote_write", Receiver())
     try:
-        series = decode_request(decompress(data, MAX_INFLATED_BYTES))
+        series = receiver.decode(decompress(data, MAX_INFLATED_BYTES))
     except WireError as exc:
         return _error("bad_data", f"not a remote-write request: {exc}", 400)
     rt = runtime()
-    got = received(series, limits=rt.settings.label_limits)
+    got = receiver.received(series, limits=rt.settings.label_limits)
     try:
         if got.columns.samples:
             rt.store.write_columns(got.columns, rt.settings.series_limits)
