@@ -311,6 +311,25 @@ def test_invalid_lines_are_counted_not_fatal(clock: FakeClock) -> None:
     assert state["firstInvalidLine"].startswith("line 2:")
 
 
+def test_a_page_with_no_valid_line_is_a_failed_scrape(clock: FakeClock) -> None:
+    """An HTML error page or another protocol on the port: `up` 0 and the target down, as in
+    Prometheus; an empty page is still a scrape of nothing."""
+    fetch = FakeFetch()
+    fetch.bodies["h:1"] = b"<html><body>502 Bad Gateway</body></html>\n"
+    fetch.bodies["h:2"] = b""
+    pool, batches = pool_for(
+        [{"job_name": "j", "static_configs": [{"targets": ["h:1", "h:2"]}]}], fetch, clock
+    )
+    pool.scrape_all()
+    got = by_key(batches)
+    assert got[("up", L(job="j", instance="h:1"))] == 0
+    assert got[("gpuwatch_scrape_invalid_lines", L(job="j", instance="h:1"))] == 1
+    assert got[("up", L(job="j", instance="h:2"))] == 1
+    states = {s["labels"]["instance"]: s for s in pool.states()}
+    assert states["h:1"]["health"] == "down" and states["h:2"]["health"] == "up"
+    assert states["h:1"]["lastError"].startswith("no valid line in the page (1 invalid; line 1:")
+
+
 def test_file_sd_is_reread_when_it_changes(clock: FakeClock, tmp_path: Path) -> None:
     fetch = FakeFetch()
     fetch.bodies["a:1"] = b"m 1\n"

@@ -314,6 +314,8 @@ class Target:
             invalid = len(parsed.errors)
             first_invalid = str(parsed.errors[0]) if parsed.errors else ""
             scraped = len(parsed.samples)
+            if invalid and not scraped:  # an HTML error page, a wrong port: a failed scrape, as in Prometheus
+                raise ScrapeError(f"no valid line in the page ({invalid} invalid; {first_invalid})")
             if parsed.metadata:
                 self.metadata = parsed.metadata
             self._trim()
