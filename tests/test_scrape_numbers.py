@@ -98,6 +98,8 @@ class Model:
             post = len(samples) + sum(map(len, stamped.values()))
             if self.limit and post > self.limit:
                 error = True
+            if invalid and not scraped:  # no valid line: a failed scrape
+                error = True
         if error:
             samples, stamped = [], {}
         else:
