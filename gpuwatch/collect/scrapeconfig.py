@@ -431,3 +431,9 @@ def url_config(url: str, path: str = "scrape") -> ScrapeConfig:
         params=tuple(parse_qsl(parts.query, keep_blank_values=True)),
         static_configs=(StaticGroup((parts.netloc,)),),
     )
+
+
+# The pieces of a scrape job that remote_write and other blocks in Prometheus's shape share.
+parse_auth = _auth
+parse_tls = _tls
+parse_relabel = _relabel
