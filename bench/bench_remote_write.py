@@ -266,6 +266,7 @@ class Sent:
     wall_s: float = 0.0
     first_window_s: float = 0.0  # until every request of window 0 was answered
     cpu_first_window: float = 0.0
+    rss_first_window: float = 0.0
     statuses: dict[int, int] = field(default_factory=dict)
     errors: list[str] = field(default_factory=list)
 
@@ -303,6 +304,7 @@ def send(reqs: Requests, port: int, senders: int, pid: int) -> Sent:
                     if first_left[0] == 0:
                         out.first_window_s = time.perf_counter() - t0
                         out.cpu_first_window = cpu_s(pid)
+                        out.rss_first_window = rss_mb(pid)
         conn.close()
 
     threads = [threading.Thread(target=worker) for _ in range(senders)]
@@ -372,7 +374,7 @@ def run(system: str, reqs: Requests, senders: int, settle: float, root: Path) ->
         cpu_send=c1 - c0, cpu_settled=c2 - c0, first_s=sent.first_window_s,
         first_rate=first / sent.first_window_s if sent.first_window_s else 0.0,
         first_cpu=sent.cpu_first_window - c0, rest_rate=(samples - first) / rest_s if rest_s > 0 else 0.0,
-        rest_cpu=c1 - sent.cpu_first_window, rss0=rss0, rss1=rss1, rss2=rss2, own_cpu=own1 - own0,
+        rest_cpu=c1 - sent.cpu_first_window, rss0=rss0, rss_first=sent.rss_first_window, rss1=rss1, rss2=rss2, own_cpu=own1 - own0,
         statuses=sent.statuses, errors=sent.errors, counts=counts, query_s=q_s, alive=alive,
     )  # fmt: skip
     per = 1e5 / samples
@@ -380,7 +382,7 @@ def run(system: str, reqs: Requests, senders: int, settle: float, root: Path) ->
     print(
         f"{system:>9}: {samples:,} samples in {sent.wall_s:.1f} s = {out['rate']:,.0f} samples/s; "
         f"CPU {out['cpu_send']:.1f} s ({out['cpu_send'] * per:.3f} s per 100,000 samples; "
-        f"{out['cpu_settled']:.1f} s with {settle:.0f} s after); RSS {rss0:.0f} -> {rss1:.0f} MB "
+        f"{out['cpu_settled']:.1f} s with {settle:.0f} s after); RSS {rss0:.0f} -> {sent.rss_first_window:.0f} (first window) -> {rss1:.0f} MB "
         f"({rss2:.0f} after); the senders' CPU {out['own_cpu']:.1f} s",
         flush=True,
     )
