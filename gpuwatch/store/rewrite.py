@@ -190,11 +190,17 @@ def _batches(sids: np.ndarray, nbytes: np.ndarray) -> Iterator[list[int]]:
         yield sids[start:].tolist()
 
 
-def delete_before(cur: duckdb.DuckDBPyConnection, cutoff_ms: int) -> tuple[int, int, list[int]]:
+def delete_before(
+    cur: duckdb.DuckDBPyConnection, cutoff_ms: int, top_seq: int = 0
+) -> tuple[int, int, list[int]]:
     """Delete samples before `cutoff_ms` (trimming chunks that straddle it) and series left without
-    samples, in one transaction; return (chunk samples deleted, head rows deleted, series ids deleted)."""
+    samples, in one transaction; return (chunk samples deleted, head rows deleted, series ids deleted).
+    `top_seq`, the highest seq given out, is kept in `seq_floor`: a deleted sample may have had it, and
+    a watermark may point at it (appended.py)."""
     cur.execute("BEGIN TRANSACTION")
     try:
+        cur.execute("DELETE FROM seq_floor")
+        cur.execute("INSERT INTO seq_floor VALUES (?)", [top_seq])
         deleted = sqlrows.scalar(
             cur, "SELECT coalesce(sum(n), 0) FROM chunks WHERE t_max_ms < ?", [cutoff_ms]
         )

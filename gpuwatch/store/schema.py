@@ -12,7 +12,8 @@ Tables (private to `gpuwatch.store`):
   (`chunkcache.py`). `seqs` holds each sample's own write seq (NULL: all are `seq`) and `seq_lo` the
   lowest of them, for the samples appended after a watermark (`appended.py`).
 - `remote_watermarks(destination, seq, t_ms, updated_ms)`: how far each remote-write destination has
-  been sent (`appended.py`).
+  been sent (`appended.py`); `seq_floor(seq)`: the highest write seq given out when retention last
+  deleted samples, which the writer numbers on from (a watermark may point at a deleted write).
 - `runs(name, status, start_ms, end_ms, total_steps, config, host, gpus, last_step, last_seen_ms,
   updated_ms, process)`: training-run metadata (`gpuwatch.store.runs`); config, gpus and process (the
   SDK's pid and visible devices) as JSON text.
@@ -193,6 +194,7 @@ MIGRATIONS: tuple[tuple[int, str], ...] = (
             t_ms BIGINT NOT NULL,
             updated_ms BIGINT NOT NULL
         );
+        CREATE TABLE seq_floor (seq BIGINT NOT NULL);
         """,
     ),
 )
