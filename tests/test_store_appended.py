@@ -102,6 +102,7 @@ def test_compaction_mixing_sent_and_new_samples(tmp_path: Path) -> None:
         s.flush()
         sender.pull(s, 14)  # part of the head
         s.compact()
+        assert sender.pull(s, 5) == 5  # whole pieces from the mixed chunks, not a sample a call
         sender.drain(s, 5)
         check(sender, s, writes)
         assert len(sender.got) == 30
