@@ -169,7 +169,8 @@ def test_compaction_of_a_store_with_many_chunks_stays_within_duckdbs_memory_cap(
     Store.open(tmp_path, clock=clock).close()
     con = duckdb.connect(str(tmp_path / core.DB_FILE))
     con.execute(
-        "INSERT INTO chunks SELECT (1000 + i // 360)::INTEGER, ? + (i % 360) * ?, ? + (i % 360) * ? + 1000, 1, i, "
+        "INSERT INTO chunks (series_id, t_min_ms, t_max_ms, n, seq, ts, vs, h) "
+        "SELECT (1000 + i // 360)::INTEGER, ? + (i % 360) * ?, ? + (i % 360) * ? + 1000, 1, i, "
         "'\\x00'::BLOB, '\\x00'::BLOB, 0 FROM range(504000) t(i)",
         [w0 - 180 * WINDOW_MS, WINDOW_MS, w0 - 180 * WINDOW_MS, WINDOW_MS],
     )

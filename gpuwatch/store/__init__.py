@@ -31,6 +31,7 @@ written both by `append` and by `append_series` within one flush, either may win
 
 from __future__ import annotations
 
+from gpuwatch.store.appended import Appended, AppendedSeries, Lag, Watermark
 from gpuwatch.store.core import Store
 
-__all__ = ["Store"]
+__all__ = ["Appended", "AppendedSeries", "Lag", "Store", "Watermark"]

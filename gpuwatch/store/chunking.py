@@ -34,6 +34,11 @@ class ChunkRow:
     ts: bytes
     vs: bytes
     last_value: float | None = None  # the value at t_max_ms, where known without decoding (latest.py)
+    # Each sample's own write seq (`encode_times` of them, in time order), None where all are `seq`;
+    # and the lowest of them (None: `seq`). appended.py reads them: compaction and merges give a row the
+    # newest of its samples' seqs, which alone cannot say which samples came after a watermark.
+    seqs: bytes | None = None
+    seq_lo: int | None = None
 
 
 def dedupe_last(t_ms: np.ndarray, values: np.ndarray, order: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -55,13 +60,30 @@ def dedupe_last_order(
     return t_ms, values, order
 
 
-def encode_series(series_id: int, t_ms: np.ndarray, values: np.ndarray, seq: int) -> list[ChunkRow]:
-    """Encode sorted, duplicate-free samples of one series into one row per window."""
+def sample_seqs(seq: int, lo: int | None, n: int, blob: bytes | None) -> np.ndarray:
+    """The write seq of each of a chunk row's `n` samples (`ChunkRow.seqs`, or `seq` for all)."""
+    if blob is None or lo is None:
+        return np.full(n, seq, np.int64)
+    return decode_times(blob, n)
+
+
+def _seqs_blob(seq: int, seqs: np.ndarray) -> tuple[bytes | None, int | None]:
+    if not seqs.size or bool((seqs == seq).all()):
+        return None, None
+    return encode_times(seqs), int(seqs.min())
+
+
+def encode_series(
+    series_id: int, t_ms: np.ndarray, values: np.ndarray, seq: int, seqs: np.ndarray | None = None
+) -> list[ChunkRow]:
+    """Encode sorted, duplicate-free samples of one series into one row per window; `seqs`: each
+    sample's own write seq (at most `seq`), where they differ."""
     rows = []
     windows = t_ms // WINDOW_MS
     cuts = np.flatnonzero(windows[1:] != windows[:-1]) + 1
     for lo, hi in zip(np.r_[0, cuts], np.r_[cuts, t_ms.size], strict=True):
         t, v = t_ms[lo:hi], values[lo:hi]
+        blob, seq_lo = (None, None) if seqs is None else _seqs_blob(seq, seqs[lo:hi])
         rows.append(
             ChunkRow(
                 series_id,
@@ -72,6 +94,8 @@ def encode_series(series_id: int, t_ms: np.ndarray, values: np.ndarray, seq: int
                 encode_times(t),
                 encode_values(v),
                 float(v[-1]),
+                blob,
+                seq_lo,
             )
         )
     return rows
@@ -90,9 +114,16 @@ def dedupe_sorted(
     return ids[keep], t_ms[keep], values[keep], seqs[keep]
 
 
-def encode_many(ids: np.ndarray, t_ms: np.ndarray, values: np.ndarray, seqs: np.ndarray) -> list[ChunkRow]:
+def encode_many(
+    ids: np.ndarray,
+    t_ms: np.ndarray,
+    values: np.ndarray,
+    seqs: np.ndarray,
+    own_seqs: np.ndarray | None = None,
+) -> list[ChunkRow]:
     """`encode_series` of many series at once, the same rows: samples sorted by (series, time) without
-    duplicate timestamps; each series' rows get the highest of its samples' `seqs`.
+    duplicate timestamps; each series' rows get the highest of its samples' `seqs`, and keep each
+    sample's own write seq (`own_seqs`, default `seqs`) where they differ from the row's.
 
     Chunks of one length are encoded together as the rows of one array (codec.encode_*_rows), so the
     cost is numpy calls per distinct length plus a zlib call per chunk, not Python work per series.
@@ -109,6 +140,7 @@ def encode_many(ids: np.ndarray, t_ms: np.ndarray, values: np.ndarray, seqs: np.
     starts = np.r_[0, np.flatnonzero(new_series | (windows[1:] != windows[:-1])) + 1]
     lens = np.diff(np.r_[starts, n])
     seg_seq = series_seq[np.searchsorted(series_starts, starts, side="right") - 1]
+    own = (seqs if own_seqs is None else own_seqs).astype(np.int64, copy=False)
     out: list[ChunkRow | None] = [None] * starts.size
     for length in np.unique(lens).tolist():
         segs_all = np.flatnonzero(lens == length)
@@ -116,20 +148,32 @@ def encode_many(ids: np.ndarray, t_ms: np.ndarray, values: np.ndarray, seqs: np.
         for lo in range(0, segs_all.size, step):
             segs = segs_all[lo : lo + step]
             idx = starts[segs][:, None] + np.arange(length)
-            t, v = t_ms[idx], values[idx]
+            t, v, own_block = t_ms[idx], values[idx], own[idx]
+            row_seq = seg_seq[segs]
+            differ = np.flatnonzero((own_block != row_seq[:, None]).any(axis=1))
+            seq_blobs: list[bytes | None] = [None] * segs.size
+            seq_los: list[int | None] = [None] * segs.size
+            if differ.size:
+                lows = own_block[differ].min(axis=1).tolist()
+                for k, blob, low in zip(
+                    differ.tolist(), encode_times_rows(own_block[differ]), lows, strict=True
+                ):
+                    seq_blobs[k], seq_los[k] = blob, low
             rows = zip(
                 segs.tolist(),
                 ids[starts[segs]].tolist(),
                 t[:, 0].tolist(),
                 t[:, -1].tolist(),
-                seg_seq[segs].tolist(),
+                row_seq.tolist(),
                 encode_times_rows(t),
                 encode_values_rows(v),
                 v[:, -1].tolist(),
+                seq_blobs,
+                seq_los,
                 strict=True,
             )
-            for seg, sid, t_min, t_max, seq, tb, vb, last in rows:
-                out[seg] = ChunkRow(sid, t_min, t_max, length, seq, tb, vb, last)
+            for seg, sid, t_min, t_max, seq, tb, vb, last, sb, sl in rows:
+                out[seg] = ChunkRow(sid, t_min, t_max, length, seq, tb, vb, last, sb, sl)
     return out  # type: ignore[return-value]  # every segment was filled
 
 

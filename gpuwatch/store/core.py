@@ -34,6 +34,7 @@ from gpuwatch.core.model import (
 from gpuwatch.store import alerthistory as history_table
 from gpuwatch.store import logs as logs_table
 from gpuwatch.store import schema
+from gpuwatch.store.appended import AppendedReads
 from gpuwatch.store.catalog import Catalog, Entry, Snapshot
 from gpuwatch.store.chunkcache import ChunkCache
 from gpuwatch.store.chunkindex import Generation
@@ -57,7 +58,7 @@ CHUNK_CACHE_MB = 128  # decoded chunks kept for reads (chunkcache.py); the `chun
 READERS = 2
 
 
-class Store(SeriesSelection, SideTables):
+class Store(SeriesSelection, SideTables, AppendedReads):
     """Time-series samples in DuckDB (and the appliance's other tables: `tables.py`); build it with
     `Store.open`."""
 

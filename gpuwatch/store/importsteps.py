@@ -49,8 +49,12 @@ class ImportSteps:
     _noted: list[np.ndarray] | None
     _head_rows: int
     _chunks_since_compact: int
+    _reserved_from: int | None
 
     def flush(self) -> None:
+        raise NotImplementedError
+
+    def update_visible(self) -> None:
         raise NotImplementedError
 
     def _guarded(self, fn: Callable[[], Any]) -> None:
@@ -119,6 +123,7 @@ class ImportSteps:
         job.limits.admit(job.new_series(), self._ids.recent, self._clock.monotonic())
         self._guarded(self.flush)  # what was appended before the import is older than it (seq)
         job.seq = self._next_seq(job.seqs_needed)
+        self._reserved_from = job.seq
         self._import_cur.execute("BEGIN TRANSACTION")
         job.is_begun = True
         self._noted = []
@@ -165,3 +170,5 @@ class ImportSteps:
             job.is_begun = False
         self._ids.made = None
         self._noted = None
+        self._reserved_from = None  # committed and published, or rolled back: never to be seen
+        self.update_visible()

@@ -7,12 +7,21 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator
 from operator import itemgetter
+from typing import Any
 
 import duckdb
 import numpy as np
 
 from gpuwatch.store import sqlrows
-from gpuwatch.store.chunking import WINDOW_MS, ChunkRow, dedupe_sorted, encode_many, encode_series, merge_rows
+from gpuwatch.store.chunking import (
+    WINDOW_MS,
+    ChunkRow,
+    dedupe_sorted,
+    encode_many,
+    encode_series,
+    sample_seqs,
+)
+from gpuwatch.store.codec import decode_times, decode_values
 from gpuwatch.store.decodemany import decode_chunks
 
 MERGE_BLOCK = 1 << 18  # merging closed windows decodes and re-encodes about this many samples at a time
@@ -68,7 +77,7 @@ def merge_series(cur: duckdb.DuckDBPyConnection, lo: int, hi: int, sids: list[in
     """Merge series `sids`' chunks that start in [lo, hi) into one per series, in one transaction."""
     listed = ",".join(map(str, sids))
     found = cur.execute(
-        f"SELECT series_id, seq, n, ts, vs FROM chunks WHERE t_min_ms >= ? AND t_min_ms < ? "
+        f"SELECT series_id, seq, n, ts, vs, seqs, seq_lo FROM chunks WHERE t_min_ms >= ? AND t_min_ms < ? "
         f"AND series_id IN ({listed})",
         [lo, hi],
     ).fetchall()
@@ -150,14 +159,23 @@ def move_series(cur: duckdb.DuckDBPyConnection, moved: dict[int, int]) -> None:
             cur.unregister("gpuwatch_moved")
 
 
-def merge_block(found: list[tuple[int, int, int, bytes, bytes]]) -> list[ChunkRow]:
-    """Merge the chunks (series_id, seq, n, ts, vs) of whole series into one row per series and window."""
+def merge_block(found: list[tuple[Any, ...]]) -> list[ChunkRow]:
+    """Merge the chunks (series_id, seq, n, ts, vs, seqs, seq_lo) of whole series into one row per
+    series and window. The newest row wins a repeated timestamp (as reads decide it); each sample
+    keeps its own write seq (appended.py)."""
     ns = np.array([r[2] for r in found], np.int64)
     t, v = decode_chunks(ns, [r[3] for r in found], [r[4] for r in found])
     ids = np.repeat(np.array([r[0] for r in found], np.int64), ns)
     seqs = np.repeat(np.array([r[1] for r in found], np.int64), ns)
+    own = np.concatenate([sample_seqs(r[1], r[6], r[2], r[5]) for r in found])
     order = np.lexsort((seqs, t, ids))
-    return encode_many(*dedupe_sorted(ids[order], t[order], v[order], seqs[order]))
+    ids, t, v, seqs, own = ids[order], t[order], v[order], seqs[order], own[order]
+    if ids.size > 1:
+        keep = np.ones(ids.size, dtype=bool)
+        keep[:-1] = (ids[1:] != ids[:-1]) | (t[1:] != t[:-1])
+        if not keep.all():
+            ids, t, v, seqs, own = ids[keep], t[keep], v[keep], seqs[keep], own[keep]
+    return encode_many(ids, t, v, seqs, own)
 
 
 def _batches(sids: np.ndarray, nbytes: np.ndarray) -> Iterator[list[int]]:
@@ -172,24 +190,31 @@ def _batches(sids: np.ndarray, nbytes: np.ndarray) -> Iterator[list[int]]:
         yield sids[start:].tolist()
 
 
-def delete_before(cur: duckdb.DuckDBPyConnection, cutoff_ms: int) -> tuple[int, int, list[int]]:
+def delete_before(
+    cur: duckdb.DuckDBPyConnection, cutoff_ms: int, top_seq: int = 0
+) -> tuple[int, int, list[int]]:
     """Delete samples before `cutoff_ms` (trimming chunks that straddle it) and series left without
-    samples, in one transaction; return (chunk samples deleted, head rows deleted, series ids deleted)."""
+    samples, in one transaction; return (chunk samples deleted, head rows deleted, series ids deleted).
+    `top_seq`, the highest seq given out, is kept in `seq_floor`: a deleted sample may have had it, and
+    a watermark may point at it (appended.py)."""
     cur.execute("BEGIN TRANSACTION")
     try:
+        cur.execute("DELETE FROM seq_floor")
+        cur.execute("INSERT INTO seq_floor VALUES (?)", [top_seq])
         deleted = sqlrows.scalar(
             cur, "SELECT coalesce(sum(n), 0) FROM chunks WHERE t_max_ms < ?", [cutoff_ms]
         )
         cur.execute("DELETE FROM chunks WHERE t_max_ms < ?", [cutoff_ms])
         trimmed = []
         straddling = cur.execute(
-            "SELECT series_id, seq, n, ts, vs FROM chunks WHERE t_min_ms < ?", [cutoff_ms]
+            "SELECT series_id, seq, n, ts, vs, seqs, seq_lo FROM chunks WHERE t_min_ms < ?", [cutoff_ms]
         ).fetchall()
-        for sid, seq, n, ts, vs in straddling:
-            t, v = merge_rows([(seq, n, ts, vs)])
+        for sid, seq, n, ts, vs, seqs, seq_lo in straddling:
+            t, v = decode_times(ts, n), decode_values(vs, n)
             keep = t >= cutoff_ms
             deleted += n - int(keep.sum())
-            trimmed.extend(encode_series(sid, t[keep], v[keep], seq))
+            own = None if seqs is None else sample_seqs(seq, seq_lo, n, seqs)[keep]
+            trimmed.extend(encode_series(sid, t[keep], v[keep], seq, own))
         cur.execute("DELETE FROM chunks WHERE t_min_ms < ?", [cutoff_ms])
         sqlrows.insert_chunks(cur, trimmed)
         head_old = sqlrows.scalar(cur, "SELECT count(*) FROM head WHERE t_ms < ?", [cutoff_ms])

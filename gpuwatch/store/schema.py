@@ -5,10 +5,15 @@ Tables (private to `gpuwatch.store`):
 - `series(series_id, name, labels)`: one row a series; labels as a JSON list of [name, value] pairs.
 - `head(series_id, t_ms, v_bits, seq)`: recent samples, one row each, as written every flush. Values
   are kept as their IEEE-754 bits because DuckDB turns NaNs (and so staleness markers) into NULLs.
-- `chunks(series_id, t_min_ms, t_max_ms, n, seq, ts, vs, h)`: compacted samples, one row per series and
-  stretch of time, with timestamps and values encoded by `gpuwatch.store.codec`. `seq` orders writes,
-  so the newest write of a duplicate (series, time) wins. `h` is `hash(ts, vs)`, computed once as the
-  row is written: reads key the chunks they keep in memory by it (`chunkcache.py`).
+- `chunks(series_id, t_min_ms, t_max_ms, n, seq, ts, vs, h, seqs, seq_lo)`: compacted samples, one row
+  per series and stretch of time, with timestamps and values encoded by `gpuwatch.store.codec`. `seq`
+  orders writes, so the newest write of a duplicate (series, time) wins. `h` is `hash(ts, vs)`,
+  computed once as the row is written: reads key the chunks they keep in memory by it
+  (`chunkcache.py`). `seqs` holds each sample's own write seq (NULL: all are `seq`) and `seq_lo` the
+  lowest of them, for the samples appended after a watermark (`appended.py`).
+- `remote_watermarks(destination, seq, t_ms, updated_ms)`: how far each remote-write destination has
+  been sent (`appended.py`); `seq_floor(seq)`: the highest write seq given out when retention last
+  deleted samples, which the writer numbers on from (a watermark may point at a deleted write).
 - `runs(name, status, start_ms, end_ms, total_steps, config, host, gpus, last_step, last_seen_ms,
   updated_ms, process)`: training-run metadata (`gpuwatch.store.runs`); config, gpus and process (the
   SDK's pid and visible devices) as JSON text.
@@ -175,6 +180,21 @@ MIGRATIONS: tuple[tuple[int, str], ...] = (
             before VARCHAR NOT NULL,
             after VARCHAR NOT NULL
         );
+        """,
+    ),
+    (
+        10,
+        """
+        ALTER TABLE chunks ADD COLUMN seqs BLOB;
+        ALTER TABLE chunks ADD COLUMN seq_lo BIGINT;
+        UPDATE chunks SET seq_lo = seq;
+        CREATE TABLE remote_watermarks (
+            destination VARCHAR PRIMARY KEY,
+            seq BIGINT NOT NULL,
+            t_ms BIGINT NOT NULL,
+            updated_ms BIGINT NOT NULL
+        );
+        CREATE TABLE seq_floor (seq BIGINT NOT NULL);
         """,
     ),
 )

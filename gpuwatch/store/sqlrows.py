@@ -34,9 +34,8 @@ def insert_columns(
 def insert_chunks(cur: duckdb.DuckDBPyConnection, rows: list[ChunkRow]) -> None:
     if not rows:
         return
-    insert_columns(
-        cur,
-        "chunks",
+    cur.register(
+        "gpuwatch_rows",
         {
             "series_id": np.fromiter((r.series_id for r in rows), np.int32, len(rows)),
             "t_min_ms": np.fromiter((r.t_min_ms for r in rows), np.int64, len(rows)),
@@ -45,9 +44,20 @@ def insert_chunks(cur: duckdb.DuckDBPyConnection, rows: list[ChunkRow]) -> None:
             "seq": np.fromiter((r.seq for r in rows), np.int64, len(rows)),
             "ts": np.array([r.ts for r in rows], dtype=object),
             "vs": np.array([r.vs for r in rows], dtype=object),
+            "seqs": np.array([r.seqs for r in rows], dtype=object),
+            "seq_lo": np.array([r.seq if r.seq_lo is None else r.seq_lo for r in rows], np.int64),
         },
-        ", hash(ts, vs)",  # h: the content key of chunks kept in memory (chunkcache.py), hashed once here
     )
+    try:
+        # h: the content key of chunks kept in memory (chunkcache.py), hashed once here
+        cur.execute(
+            "INSERT INTO chunks (series_id, t_min_ms, t_max_ms, n, seq, ts, vs, h, seqs, seq_lo) "
+            "SELECT series_id, t_min_ms, t_max_ms, n, seq, ts, vs, hash(ts, vs), seqs, seq_lo "
+            "FROM gpuwatch_rows"
+        )
+    finally:
+        with contextlib.suppress(duckdb.Error):
+            cur.unregister("gpuwatch_rows")
 
 
 def rollback(cur: duckdb.DuckDBPyConnection) -> None:

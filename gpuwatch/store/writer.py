@@ -112,10 +112,17 @@ class Writer(ImportSteps):
             catalog.snapshot().by_id.values(),
             sqlrows.scalar(cur, "SELECT coalesce(max(series_id), 0) + 1 FROM series"),
         )
+        # Past every stored seq and every saved watermark's: retention or a crash may have removed the
+        # highest seqs, and a new sample numbered at or below a watermark would never be sent (appended.py).
         self._seq = sqlrows.scalar(
             cur,
-            "SELECT coalesce(greatest((SELECT max(seq) FROM head), (SELECT max(seq) FROM chunks)), 0) + 1",
+            "SELECT coalesce(greatest((SELECT max(seq) FROM head), (SELECT max(seq) FROM chunks), "
+            "(SELECT max(seq) FROM remote_watermarks), (SELECT max(seq) FROM seq_floor)), 0) + 1",
         )
+        # Every seq below this is committed (or will never be) and its series are in the catalogue:
+        # imports and bulk chunks reserve seqs before they commit, flushes after them may commit first.
+        self.visible_seq = self._seq
+        self._reserved_from: int | None = None  # the first seq of the import being written
         self._head_rows = sqlrows.scalar(cur, "SELECT count(*) FROM head")
         self.latest = Latest.load(cur)  # each series' newest stored sample (Store.select_last)
         self.head_index = HeadIndex.load(cur)  # which series the head may hold (reads leave it out)
@@ -320,6 +327,21 @@ class Writer(ImportSteps):
         self._seq += n
         return seq
 
+    def update_visible(self) -> None:
+        """Move `visible_seq` up to the lowest seq reserved but not yet committed (or the next one)."""
+        low = self._seq
+        if self._pending_chunks:
+            low = min(low, min(r.seq for r in self._pending_chunks))
+        if self._reserved_from is not None:
+            low = min(low, self._reserved_from)
+        self.visible_seq = max(self.visible_seq, low)
+
+    def seq_past(self, seq: int) -> None:
+        """Number new writes after `seq` (a saved watermark's), whatever was removed since."""
+        if self._seq <= seq:
+            self._seq = seq + 1
+            self.update_visible()
+
     # -- writing ------------------------------------------------------------------------------------
 
     @_changes_chunks
@@ -374,6 +396,7 @@ class Writer(ImportSteps):
             self._noted.append(np.fromiter((r.series_id for r in self._pending_chunks), np.int32))
         self._catalog.add(new)
         self._ids.new, self._pending, self._pending_chunks, self._pending_rows = [], [], [], 0
+        self.update_visible()
         self.last_flush_ms = self._clock.now_ms()
         self.failing = ""
 
@@ -421,7 +444,7 @@ class Writer(ImportSteps):
     @_changes_chunks
     def apply_retention(self, cutoff_ms: int) -> int:
         """Delete samples before `cutoff_ms` and series left without samples; return samples deleted."""
-        deleted, head_old, orphans = rewrite.delete_before(self._cur, cutoff_ms)
+        deleted, head_old, orphans = rewrite.delete_before(self._cur, cutoff_ms, self._seq - 1)
         self._head_rows -= head_old
         gone = set(orphans)
         self._ids.forget(gone)
