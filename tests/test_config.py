@@ -148,3 +148,18 @@ def test_the_sdk_s_variables_are_not_settings() -> None:
     """A training job's GPUWATCH_URL/RUN/TOKEN (read by gpuwatch.client) must not break `gpuwatch` commands."""
     env = {"GPUWATCH_URL": "http://gpu-node-1:9842", "GPUWATCH_RUN": "job-1", "GPUWATCH_TOKEN": "t"}
     assert config.load(None, env).port == DEFAULT_PORT
+
+
+def test_a_prometheus_global_block_and_remote_write_are_read(tmp_path: Path) -> None:
+    f = tmp_path / "gpuwatch.yml"
+    f.write_text(
+        "global: {external_labels: {cluster: lab, region: eu}, scrape_interval: 30s}\n"
+        "remote_write:\n  - {url: 'http://vm:8428/api/v1/write', name: vm}\n"
+    )
+    s = load(f, {}, {})
+    assert s.external_labels == (("cluster", "lab"), ("region", "eu"))
+    assert s.scrape_interval == 30.0
+    assert [(d.name, d.url) for d in s.remote_write] == [("vm", "http://vm:8428/api/v1/write")]
+    f.write_text("global: {rule_files: [x]}\n")
+    with pytest.raises(ConfigError, match=r"global\.rule_files: not a setting here"):
+        load(f, {}, {})

@@ -36,6 +36,8 @@ from gpuwatch.notify.notifier import NOTIFY_METRICS, Notifier, NotifyStore
 from gpuwatch.notify.received import ReceivedAlerts
 from gpuwatch.notify.silences import Silences
 from gpuwatch.query import Engine
+from gpuwatch.remote.backlog import StoreBacklog
+from gpuwatch.remote.writers import REMOTE_METRICS, RemoteWriters
 from gpuwatch.rules.load import Group, RuleFileError
 from gpuwatch.rules.manager import RuleManager, configured_groups
 from gpuwatch.rules.roundcache import RoundCache
@@ -130,6 +132,7 @@ def build_runtime(settings: Settings, hostname: str, clock: Clock | None = None,
                 *RUN_ENERGY_METRICS,
                 *USAGE_METRICS,
                 *TB_METRICS,
+                *REMOTE_METRICS,
             )
         }
         metadata.update({m.name: m for m in NOTIFY_METRICS})
@@ -146,6 +149,14 @@ def build_runtime(settings: Settings, hostname: str, clock: Clock | None = None,
             run_gpus=RunGpus(hostname, proc_root, machine_name=socket.gethostname()),
             admission=Admission.of(settings),
         )
+        if settings.remote_write:
+            runtime.remote = RemoteWriters(
+                settings.remote_write,
+                StoreBacklog(store, clock.now_ms),
+                clock,
+                external_labels=settings.external_labels,
+                logger=logging.getLogger("gpuwatch.remote"),
+            )
         jobs.add("sample", runtime.sample, settings.sample_interval)
         jobs.add("push", runtime.repush, REEMIT_INTERVAL_S)
         jobs.add("host", runtime.sample_host, settings.host_interval)

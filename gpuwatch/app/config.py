@@ -20,6 +20,7 @@ from gpuwatch.core.errors import ConfigError
 from gpuwatch.core.model import LabelLimits, SeriesLimits
 from gpuwatch.notify.alerting import AlertingConfig
 from gpuwatch.notify.config import NotifyConfig
+from gpuwatch.remote.config import RemoteWrite
 from gpuwatch.rules.config import BuiltinRules
 
 
@@ -56,6 +57,8 @@ class Settings:
     scrape_interval: float = 15.0
     scrape_configs: tuple[ScrapeConfig, ...] = ()
     scrape: tuple[str, ...] = ()
+    remote_write: tuple[RemoteWrite, ...] = ()
+    external_labels: tuple[tuple[str, str], ...] = ()
     log_files: tuple[LogFileConfig, ...] = ()
     tensorboard_dirs: tuple[str, ...] = ()
     tensorboard_interval: float = 5.0
@@ -138,6 +141,33 @@ def _read_file(path: Path) -> dict[str, Any]:
     return data
 
 
+# prometheus.yml's `global:` keys and the settings they are here
+_GLOBAL_KEYS = {
+    "external_labels": "external_labels",
+    "scrape_interval": "scrape_interval",
+    "evaluation_interval": "evaluation_interval",
+}
+
+
+def _prometheus_global(data: dict[str, Any], source: str) -> dict[str, Any]:
+    """A `global:` block pasted from prometheus.yml, as the settings it sets (a top-level one wins)."""
+    block = data.get("global")
+    if block is None:
+        return data
+    if not isinstance(block, dict):
+        raise ConfigError(f"config error: {source}: global: expected a mapping, got {block!r}")
+    out = {k: v for k, v in data.items() if k != "global"}
+    for key, raw in block.items():
+        name = _GLOBAL_KEYS.get(str(key))
+        if name is None:
+            raise ConfigError(
+                f"config error: {source}: global.{key}: not a setting here (global takes "
+                f"{', '.join(_GLOBAL_KEYS)})"
+            )
+        out.setdefault(name, raw)
+    return out
+
+
 def _apply(key: str, raw: object, source: str) -> Any:
     option = _BY_KEY.get(key)
     if option is None:
@@ -162,7 +192,7 @@ def load(
     if file is None and env.get("GPUWATCH_CONFIG"):
         file = Path(env["GPUWATCH_CONFIG"])
     if file is not None:
-        for key, raw in _read_file(file).items():
+        for key, raw in _prometheus_global(_read_file(file), str(file)).items():
             values[str(key)] = _apply(str(key), raw, str(file))
     for name, raw in env.items():
         if not name.startswith("GPUWATCH_") or name == "GPUWATCH_CONFIG" or name in SDK_VARIABLES:

@@ -16,6 +16,7 @@ from gpuwatch.collect.scrapeconfig import parse_scrape_configs, parse_scrape_url
 from gpuwatch.core.units import format_duration, parse_duration
 from gpuwatch.notify.alerting import AlertingConfig, parse_alerting
 from gpuwatch.notify.config import NotifyConfig, parse_notify
+from gpuwatch.remote.config import parse_external_labels, parse_remote_write
 from gpuwatch.rules.config import BuiltinRules, parse_builtin_rules, parse_language
 
 
@@ -325,6 +326,20 @@ OPTIONS: tuple[Option, ...] = (
         (),
         "URLs to scrape as job `scrape` (repeat the flag; comma-separated in the environment).",
         "--scrape",
+    ),
+    Option(
+        "remote_write",
+        parse_remote_write,
+        (),
+        "Destinations to send every stored sample to by Prometheus remote write (VictoriaMetrics, Prometheus, "
+        "Mimir, a gpuwatch hub), as prometheus.yml writes `remote_write`; see docs/remote-write.md.",
+    ),
+    Option(
+        "external_labels",
+        parse_external_labels,
+        (),
+        "Labels added to every sample sent by `remote_write` (a series' own label of the same name wins); "
+        "also read from `global.external_labels`, as prometheus.yml has them.",
     ),
     Option(
         "log_files",

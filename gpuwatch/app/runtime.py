@@ -35,6 +35,7 @@ from gpuwatch.notify.received import ReceivedAlerts
 from gpuwatch.notify.silences import Silences
 from gpuwatch.promtext.writer import format_text
 from gpuwatch.query.recent import RecentSamples, WithRecent
+from gpuwatch.remote.writers import RemoteWriters
 from gpuwatch.rules.manager import RuleManager
 from gpuwatch.store import Store
 from gpuwatch.web.admission import Admission
@@ -165,6 +166,7 @@ class Runtime:
     first_token: str | None = None  # the machine token made on this first start, to show once
     run_gpus: RunGpus | None = None  # joins runs with the process table (gpuwatch_run_gpu_info)
     run_energy: RunEnergy = field(default_factory=RunEnergy)
+    remote: RemoteWriters | None = None  # remote_write destinations' senders
     # the turns PromQL queries and the pages' twins take (web/admission.py; counted in /metrics)
     admission: Admission = field(default_factory=lambda: Admission.of(None))  # the defaults
     # gpuwatch's own figures as sampled, which the rules read even while the store cannot write them
@@ -226,6 +228,8 @@ class Runtime:
         rss = _resident_bytes()
         if rss is not None:
             out.append(Sample("process_resident_memory_bytes", (), rss))
+        if self.remote is not None:
+            out += self.remote.samples()
         if self.rules is not None:
             for key, n in self.rules.failure_counts().items():
                 out.append(
@@ -331,6 +335,10 @@ class Runtime:
         """Return the targets that relabel_configs dropped, as /api/v1/targets `droppedTargets` entries."""
         return self.scrapes.dropped_states() if self.scrapes is not None else []
 
+    def remote_write_states(self) -> list[dict[str, Any]]:
+        """Each remote_write destination's state (the targets page)."""
+        return self.remote.states() if self.remote is not None else []
+
     def federation_filter(self) -> Callable[[str, Labels], bool] | None:
         """Which stored series came from another server's /federate (/federate leaves them out)."""
         return self.scrapes.federation_filter() if self.scrapes is not None else None
@@ -400,6 +408,8 @@ class Runtime:
         self.jobs.run("sample")
         if "host" in self.jobs.names():
             self.jobs.run("host")  # /metrics has host figures from the start, not after host_interval
+        if self.remote is not None:
+            self.remote.start()
         if self.gpu is not None:
             t = threading.Thread(target=self._watch_events, name="gpuwatch-xid", daemon=True)
             t.start()
@@ -424,6 +434,8 @@ class Runtime:
         self._threads.clear()
         if self.notifier is not None:
             self.notifier.stop()
+        if self.remote is not None:
+            self.remote.stop()  # before the store closes: a batch in flight commits its watermark or not
         if self.logs is not None:
             self.logs.close()
         if self.gpu is not None:

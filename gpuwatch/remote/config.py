@@ -12,6 +12,7 @@ before its oldest unsent samples are skipped (default: the retention).
 from __future__ import annotations
 
 import hashlib
+import re
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
@@ -39,6 +40,7 @@ _KEYS = (
     "follow_redirects",
     "enable_http2",
 )
+_LABEL_NAME = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*")
 _QUEUE_KEYS = (
     "max_samples_per_send",
     "batch_send_deadline",
@@ -193,3 +195,18 @@ def parse_remote_write(raw: object) -> tuple[RemoteWrite, ...]:
                 f"remote_write[{i}].name", f"two destinations are named {name!r} (each keeps its own place)"
             )
     return out
+
+
+def parse_external_labels(raw: object) -> tuple[tuple[str, str], ...]:
+    """`external_labels` (or `global.external_labels`): label names to values."""
+    if raw is None:
+        return ()
+    data = _mapping("external_labels", raw)
+    out = []
+    for name, value in data.items():
+        if not isinstance(name, str) or not _LABEL_NAME.fullmatch(name) or name.startswith("__"):
+            raise _fail("external_labels", "expected Prometheus label names (not starting with __)", name)
+        if not isinstance(value, (str, int, float)) or isinstance(value, bool):
+            raise _fail(f"external_labels.{name}", "expected a text value", value)
+        out.append((name, str(value)))
+    return tuple(sorted(out))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import email.utils
+import re
 from pathlib import Path
 
 import requests
@@ -13,6 +14,7 @@ from gpuwatch.remote.config import RemoteWrite
 from gpuwatch.remote.sender import Answer, Post
 from gpuwatch.remote.wire import HEADERS
 
+_ERRNO = re.compile(r"\[Errno -?\d+\] ([^'\")\]]+)")
 _MAX_TEXT = 1000  # of a receiver's answer, kept for the log and the targets page
 
 
@@ -33,6 +35,16 @@ def _retry_after(header: str | None, now_s: float) -> float | None:
     except (TypeError, ValueError):
         return None
     return max(0.0, when.timestamp() - now_s)
+
+
+def _reason(exc: requests.RequestException, timeout_s: float) -> str:
+    """One short line for a request that got no answer (requests' own text nests three exceptions)."""
+    if isinstance(exc, requests.Timeout):
+        return f"no answer within remote_timeout ({timeout_s:g} s)"
+    found = _ERRNO.search(str(exc))
+    if isinstance(exc, requests.ConnectionError) and found:
+        return f"cannot connect: {found.group(1).strip()}"
+    return f"{type(exc).__name__}: {exc}"
 
 
 def http_post(clock: Clock, session: requests.Session | None = None) -> Post:
@@ -66,7 +78,7 @@ def http_post(clock: Clock, session: requests.Session | None = None) -> Post:
                 allow_redirects=False,
             )
         except requests.RequestException as exc:
-            return Answer(0, f"{type(exc).__name__}: {exc}"[:_MAX_TEXT])
+            return Answer(0, _reason(exc, dest.remote_timeout_s)[:_MAX_TEXT])
         return Answer(
             r.status_code, r.text[:_MAX_TEXT].strip(), _retry_after(r.headers.get("Retry-After"), clock.now())
         )

@@ -1,5 +1,5 @@
-"""Scrape targets: `/targets` (health, last scrape, duration, samples, last error, grouped by job)
-and its JSON twin `/api/ui/targets`."""
+"""Scrape targets: `/targets` (health, last scrape, duration, samples, last error, grouped by job),
+each remote_write destination's state, and their JSON twin `/api/ui/targets`."""
 
 from __future__ import annotations
 
@@ -31,6 +31,12 @@ STRINGS = {
     "targets.duration": ("Duration", "耗时"),
     "targets.samples": ("Samples", "样本数"),
     "targets.error": ("Last error", "最近错误"),
+    "targets.remote_write": ("Remote write", "远程写入"),
+    "targets.remote_name": ("Destination", "目的地"),
+    "targets.sent": ("Samples sent", "已发送样本"),
+    "targets.pending": ("Pending", "待发送"),
+    "targets.failed": ("Dropped (4xx)", "已丢弃 (4xx)"),
+    "targets.newest_sent": ("Newest sent", "最新已发送"),
 }
 
 
@@ -60,6 +66,7 @@ def _targets() -> dict[str, Any]:
         "now_ms": rt.clock.now_ms(),
         "jobs": group_targets(rt.targets()),
         "dropped": len(rt.dropped_targets()),
+        "remote_write": rt.remote_write_states(),
     }
 
 

@@ -1,0 +1,55 @@
+"""The store as a sender's queue: its samples after a watermark, as the sender's batches."""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+from gpuwatch.remote.sender import Batch
+
+
+class AppendedStore(Protocol):
+    """What of `gpuwatch.store.Store` the senders use (`store/appended.py`)."""
+
+    def appended_since(self, watermark: Any, max_samples: int) -> Any: ...
+
+    def newest_appended(self) -> Any: ...
+
+    def load_watermark(self, destination: str) -> Any: ...
+
+    def save_watermark(self, destination: str, watermark: Any, now_ms: int) -> None: ...
+
+    def appended_lag(self, watermark: Any, now_ms: int) -> Any: ...
+
+
+class StoreBacklog:
+    """`Backlog` over the store. A destination seen for the first time starts at what is stored now,
+    as Prometheus's remote write does (not with the whole history); from then on, nothing is skipped."""
+
+    def __init__(self, store: AppendedStore, now_ms: Any) -> None:
+        self._store = store
+        self._now_ms = now_ms
+
+    def load_watermark(self, destination: str) -> Any:
+        found = self._store.load_watermark(destination)
+        if found is None:
+            found = self._store.newest_appended()
+            self._store.save_watermark(destination, found, self._now_ms())
+        return found
+
+    def save_watermark(self, destination: str, watermark: Any, now_ms: int) -> None:
+        self._store.save_watermark(destination, watermark, now_ms)
+
+    def appended_since(self, watermark: Any, max_samples: int) -> Batch:
+        got = self._store.appended_since(watermark, max_samples)
+        series = got.series
+        pending = 0
+        if got.samples >= max_samples:  # a backlog: say how much (a caught-up sender skips the count)
+            pending = int(self._store.appended_lag(got.watermark, self._now_ms()).samples)
+        return Batch(
+            [s.name for s in series],
+            [s.labels for s in series],
+            [s.timestamps_ms for s in series],
+            [s.values for s in series],
+            got.watermark,
+            pending,
+        )

@@ -1,0 +1,180 @@
+"""Remote write out, end to end: a node (`gpuwatch serve --demo`) writes to a hub (another gpuwatch) and
+to a real Prometheus (`--web.enable-remote-write-receiver`). The hub is stopped for a while, the node is
+killed with -9 during the outage and started again, and afterwards every sample the node stored is on
+the hub, with its timestamp and value."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import requests
+
+from tests.conftest import GPUWATCH, Server, clean_env, free_port, require_tool, wait_until
+
+pytestmark = pytest.mark.slow
+
+SERIES = 'DCGM_FI_DEV_POWER_USAGE{Hostname="node-a",gpu="0"}'
+
+
+def samples(url: str, selector: str, at_s: float, window_s: int = 600) -> dict[int, str]:
+    """The raw samples of one series over the last `window_s` before `at_s`: time (ms) -> value."""
+    r = requests.get(
+        f"{url}/api/v1/query", params={"query": f"{selector}[{window_s}s]", "time": f"{at_s:.3f}"}, timeout=10
+    )
+    r.raise_for_status()
+    result = r.json()["data"]["result"]
+    assert len(result) <= 1, result
+    return {int(round(t * 1000)): v for t, v in (result[0]["values"] if result else [])}
+
+
+def node_config(tmp_path: Path, *urls: str) -> Path:
+    lines = ["sample_interval: 1s", "demo_sources: false", "remote_write:"]
+    for i, url in enumerate(urls):
+        lines += [
+            f"  - url: {url}",
+            f"    name: dest{i}",
+            "    queue_config: {batch_send_deadline: 500ms, min_backoff: 100ms, max_backoff: 1s}",
+        ]
+    path = tmp_path / "node.yml"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+@pytest.fixture
+def servers(tmp_path: Path) -> Iterator[list[Server]]:
+    made: list[Server] = []
+    yield made
+    for s in made:
+        if s.proc is not None and s.proc.poll() is None:
+            s.stop(signal.SIGKILL)
+
+
+def test_a_node_loses_nothing_through_a_hub_outage_and_its_own_kill_9(
+    tmp_path: Path, servers: list[Server]
+) -> None:
+    hub = Server(
+        [],
+        tmp_path / "hub" / "data",
+        free_port(),
+        clean_env(GPUWATCH_FLUSH_INTERVAL="0.2s", GPUWATCH_HOSTNAME="hub"),
+    )
+    (tmp_path / "hub").mkdir()
+    servers.append(hub.start())
+    config = node_config(tmp_path, f"{hub.url}/api/v1/write")
+    env = clean_env(GPUWATCH_FLUSH_INTERVAL="0.2s", GPUWATCH_HOSTNAME="node-a", GPUWATCH_DEMO_GPUS="2")
+    node = Server(["--demo", "--config", str(config)], tmp_path / "node" / "data", free_port(), env)
+    (tmp_path / "node").mkdir()
+    servers.append(node.start())
+    wait_until(
+        lambda: len(samples(hub.url, SERIES, time.time())) >= 3,
+        30,
+        f"no samples reached the hub; node log:\n{node.log}",
+    )
+
+    hub.stop(signal.SIGTERM)  # the outage: the node keeps sampling and storing
+    down_at = time.time()
+
+    def stored_since(t0: float, n: int) -> Any:
+        return lambda: sum(t > t0 * 1000 for t in samples(node.url, SERIES, time.time())) >= n
+
+    wait_until(stored_since(down_at, 3), 20, "the node stored nothing during the outage")
+    node.stop(signal.SIGKILL)  # and the node dies during it
+    node.start()
+    wait_until(stored_since(time.time(), 2), 20, "the node stored nothing after its restart")
+    hub.start()
+
+    def caught_up() -> bool:
+        now = time.time()
+        mine = samples(node.url, SERIES, now - 2)
+        theirs = samples(hub.url, SERIES, now - 2)
+        return bool(mine) and all(t in theirs for t in mine)
+
+    wait_until(caught_up, 60, f"the hub did not catch up; node log:\n{node.log}")
+    assert node.stop(signal.SIGTERM) == 0
+    at = time.time()
+    node_data = _query_stopped(node, SERIES, at)  # the node is stopped: read its store
+    hub_data = samples(hub.url, SERIES, at)
+    missing = sorted(t for t in node_data if t not in hub_data)
+    assert missing == [], (
+        f"{len(missing)} of {len(node_data)} node samples missing on the hub, first {missing[:5]}"
+    )
+    assert all(hub_data[t] == v for t, v in node_data.items())
+    assert len(node_data) >= 8
+    status = requests.get(f"{hub.url}/-/health", timeout=5)
+    assert status.status_code == 200
+
+
+def _query_stopped(node: Server, selector: str, at_s: float) -> dict[int, str]:
+    """Raw samples from a stopped node's data directory (`gpuwatch query --data-dir`)."""
+    out = subprocess.run(
+        [
+            *GPUWATCH,
+            "query",
+            f"{selector}[600s]",
+            "--time",
+            f"{at_s:.3f}",
+            "--data-dir",
+            str(node.data_dir),
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=clean_env(),
+    )
+    assert out.returncode == 0, out.stderr
+    data: Any = json.loads(out.stdout)
+    result = data["result"]
+    return {int(round(t * 1000)): v for t, v in (result[0]["values"] if result else [])}
+
+
+def test_a_node_writes_into_a_real_prometheus(tmp_path: Path, servers: list[Server]) -> None:
+    prometheus = require_tool("prometheus")
+    port = free_port()
+    (tmp_path / "prom.yml").write_text("global: {scrape_interval: 1m}\n")
+    proc = subprocess.Popen(
+        [
+            prometheus,
+            f"--config.file={tmp_path / 'prom.yml'}",
+            f"--storage.tsdb.path={tmp_path / 'tsdb'}",
+            f"--web.listen-address=127.0.0.1:{port}",
+            "--web.enable-remote-write-receiver",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.STDOUT,
+    )
+    try:
+        prom = f"http://127.0.0.1:{port}"
+        config = node_config(tmp_path, f"{prom}/api/v1/write")
+        env = clean_env(GPUWATCH_FLUSH_INTERVAL="0.2s", GPUWATCH_HOSTNAME="node-a", GPUWATCH_DEMO_GPUS="2")
+        node = Server(["--demo", "--config", str(config)], tmp_path / "node" / "data", free_port(), env)
+        (tmp_path / "node").mkdir()
+        servers.append(node.start())
+
+        def arrived() -> bool:
+            try:
+                return len(samples(prom, SERIES, time.time())) >= 5
+            except requests.RequestException:
+                return False
+
+        wait_until(arrived, 40, f"nothing reached Prometheus; node log:\n{node.log}")
+        at = time.time()
+        theirs = samples(prom, SERIES, at)
+        mine = samples(node.url, SERIES, at)
+        assert set(theirs) <= set(mine)  # Prometheus has nothing the node did not store
+        assert len(theirs) >= 5 and all(theirs[t] == mine[t] for t in theirs)
+        labels = requests.get(f"{prom}/api/v1/series", params={"match[]": SERIES}, timeout=10).json()["data"]
+        mine_labels = node.get("/api/v1/series", params={"match[]": SERIES}).json()["data"]
+        assert labels == mine_labels
+        metrics = node.get("/metrics").text
+        assert 'prometheus_remote_storage_samples_total{remote_name="dest0"' in metrics
+    finally:
+        proc.terminate()
+        proc.wait(10)
