@@ -237,3 +237,16 @@ def test_http_post_sends_the_protocols_headers_and_credentials(tmp_path: Any) ->
         "gpuwatch/"
     )
     assert headers["Authorization"] == "Bearer s3cret"
+
+
+def test_samples_older_than_max_backlog_are_skipped_and_counted() -> None:
+    backlog = MemoryBacklog()
+    clock = FakeClock(1_000_000)
+    now = clock.now_ms()
+    for t in (now - 7_200_000, now - 3_000, now - 1_000):
+        backlog.add("m", {}, t, 1.0)
+    receiver = Receiver()
+    s = Sender(dest(max_backlog="1h"), backlog, receiver, clock, rng=random.Random(1))
+    s.step()
+    assert [list(b[0].timestamps_ms) for b in receiver.bodies] == [[now - 3_000, now - 1_000]]
+    assert s.state.samples_dropped_total == 1 and backlog.saved == {"hub": 3}

@@ -155,6 +155,7 @@ def build_runtime(settings: Settings, hostname: str, clock: Clock | None = None,
                 StoreBacklog(store, clock.now_ms),
                 clock,
                 external_labels=settings.external_labels,
+                max_backlog_s=settings.retention,
                 logger=logging.getLogger("gpuwatch.remote"),
             )
         jobs.add("sample", runtime.sample, settings.sample_interval)

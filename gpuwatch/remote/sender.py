@@ -75,6 +75,7 @@ class DestinationState:
     samples_total: int = 0  # sent and taken
     samples_failed_total: int = 0  # refused for good (4xx)
     samples_retried_total: int = 0
+    samples_dropped_total: int = 0  # older than max_backlog when their turn came: not sent
     samples_pending: int = 0
     highest_sent_timestamp_ms: int = 0
     last_error: str = ""
@@ -93,10 +94,15 @@ class Sender:
         clock: Clock,
         *,
         external_labels: Labels = (),
+        max_backlog_s: float | None = None,
         logger: logging.Logger | None = None,
         rng: random.Random | None = None,
     ) -> None:
+        """`max_backlog_s`: samples older than this when their turn comes are skipped and counted
+        (the destination's own `max_backlog`, else this: gpuwatch passes its retention)."""
         self.dest = dest
+        backlog_s = dest.queue.max_backlog_s if dest.queue.max_backlog_s is not None else max_backlog_s
+        self._max_backlog_ms = int(backlog_s * 1000) if backlog_s else None
         self.state = DestinationState()
         self._backlog = backlog
         self._post = post
@@ -114,9 +120,14 @@ class Sender:
         rules, external = self.dest.write_relabel_configs, self._external
         messages = []
         samples, newest = 0, 0
+        cutoff = self._clock.now_ms() - self._max_backlog_ms if self._max_backlog_ms else None
         for name, labels, ts, vs in zip(
             batch.names, batch.labels, batch.timestamps_ms, batch.values, strict=True
         ):
+            if cutoff is not None and len(ts) and ts[0] < cutoff:
+                keep = ts >= cutoff
+                self.state.samples_dropped_total += int(len(ts) - keep.sum())
+                ts, vs = ts[keep], vs[keep]
             if not len(ts):
                 continue
             pairs = (

@@ -38,6 +38,13 @@ REMOTE_METRICS: tuple[MetricInfo, ...] = (
         _LABELS,
     ),
     MetricInfo(
+        "prometheus_remote_storage_samples_dropped_total",
+        "counter",
+        "Samples older than max_backlog when their turn came: skipped, not sent.",
+        "",
+        _LABELS,
+    ),
+    MetricInfo(
         "prometheus_remote_storage_samples_pending",
         "gauge",
         "Samples stored and not yet taken by the destination.",
@@ -64,12 +71,21 @@ class RemoteWriters:
         clock: Clock,
         *,
         external_labels: Labels = (),
+        max_backlog_s: float | None = None,
         post: Post | None = None,
         logger: logging.Logger | None = None,
     ) -> None:
         send = post or http_post(clock)
         self.senders = [
-            Sender(d, backlog, send, clock, external_labels=external_labels, logger=logger)
+            Sender(
+                d,
+                backlog,
+                send,
+                clock,
+                external_labels=external_labels,
+                max_backlog_s=max_backlog_s,
+                logger=logger,
+            )
             for d in destinations
         ]
         self._stopping = threading.Event()
@@ -103,6 +119,9 @@ class RemoteWriters:
                 ),
                 Sample(
                     "prometheus_remote_storage_samples_retried_total", labels, float(st.samples_retried_total)
+                ),
+                Sample(
+                    "prometheus_remote_storage_samples_dropped_total", labels, float(st.samples_dropped_total)
                 ),
                 Sample("prometheus_remote_storage_samples_pending", labels, float(st.samples_pending)),
                 Sample(
