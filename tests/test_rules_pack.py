@@ -123,6 +123,20 @@ class Case:
     exact: bool = True
 
 
+def remote_write(caught_up: bool) -> Feed:
+    """A destination's figures: sent up to this minute and nothing pending, or stuck at minute 3."""
+    labels = {"remote_name": "hub", "url": "http://hub:9842/api/v1/write"}
+
+    def feed(m: int) -> list[tuple[str, dict[str, str], float]]:
+        sent = T0 + 60 * (m if caught_up else 3)
+        return [
+            ("prometheus_remote_storage_queue_highest_sent_timestamp_seconds", labels, float(sent)),
+            ("prometheus_remote_storage_samples_pending", labels, 0.0 if caught_up else 500.0),
+        ]
+
+    return feed
+
+
 def xid(code: str) -> dict[str, str]:
     return {**GPU, "xid": code}
 
@@ -226,6 +240,9 @@ CASES = [
     Case("GpuwatchJobFailing", const(("gpuwatch_job_failures_total", {"task": "sample"}, 0)), 3,
          const(("gpuwatch_job_failures_total", {"task": "sample"}, 2)), 0,
          const(("gpuwatch_job_failures_total", {"task": "sample"}, 2)), 11, {"task": "sample"}),
+    # caught up (the newest sent sample is the minute's), then stuck: 5 min behind at minute 9, firing 5 min later
+    Case("RemoteWriteBehind", remote_write(caught_up=True), 3, remote_write(caught_up=False), 12,
+         remote_write(caught_up=True), 1, {"severity": "warning", "remote_name": "hub"}, exact=False),
     Case("InferenceLatencyHigh", None, 0, const(("gpuwatch:inference_latency_seconds:p99", MODEL, 3.5)), 10,
          const(("gpuwatch:inference_latency_seconds:p99", MODEL, 0.8)), 1,
          {"severity": "warning", "model_name": "llama-3-8b", "engine": "vllm"}),
