@@ -178,3 +178,49 @@ def test_a_node_writes_into_a_real_prometheus(tmp_path: Path, servers: list[Serv
     finally:
         proc.terminate()
         proc.wait(10)
+
+
+def test_a_node_writes_into_a_real_victoriametrics(tmp_path: Path, servers: list[Server]) -> None:
+    """VictoriaMetrics 1.79 as the receiver: read back through its export API (no 30 s latency offset,
+    no deduplication), sample for sample against the node's own store."""
+    vm_bin = require_tool("victoria-metrics")
+    port = free_port()
+    proc = subprocess.Popen(
+        [vm_bin, f"-storageDataPath={tmp_path / 'vm'}", f"-httpListenAddr=127.0.0.1:{port}"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.STDOUT,
+    )
+    try:
+        vm = f"http://127.0.0.1:{port}"
+        wait_until(lambda: _answers(f"{vm}/health"), 20, "VictoriaMetrics did not start")
+        config = node_config(tmp_path, f"{vm}/api/v1/write")
+        env = clean_env(GPUWATCH_FLUSH_INTERVAL="0.2s", GPUWATCH_HOSTNAME="node-a", GPUWATCH_DEMO_GPUS="2")
+        node = Server(["--demo", "--config", str(config)], tmp_path / "node" / "data", free_port(), env)
+        (tmp_path / "node").mkdir()
+        servers.append(node.start())
+
+        def exported() -> list[dict[str, Any]]:
+            requests.get(f"{vm}/internal/force_flush", timeout=10)
+            r = requests.get(f"{vm}/api/v1/export", params={"match[]": SERIES}, timeout=10)
+            return [json.loads(line) for line in r.text.splitlines() if line.strip()]
+
+        wait_until(
+            lambda: sum(len(s["values"]) for s in exported()) >= 5, 40, f"nothing in VM; log:\n{node.log}"
+        )
+        (series,) = exported()
+        theirs = dict(zip(series["timestamps"], series["values"], strict=True))
+        mine = samples(node.url, SERIES, time.time())
+        assert set(theirs) <= set(mine) and len(theirs) >= 5
+        assert all(float(mine[t]) == v for t, v in theirs.items())
+        mine_labels = node.get("/api/v1/series", params={"match[]": SERIES}).json()["data"]
+        assert [series["metric"]] == mine_labels
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
+def _answers(url: str) -> bool:
+    try:
+        return requests.get(url, timeout=2).status_code == 200
+    except requests.RequestException:
+        return False
