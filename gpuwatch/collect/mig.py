@@ -46,6 +46,17 @@ class MigInstance:
         return (self.gi_id, self.profile, tuple(d.ci_id for d in self.devices))
 
 
+def add_memory(f: dict[str, float], mem: Any) -> None:
+    """NVML's memory struct (v2 has `reserved`, which v1 counts as used) as dcgm-exporter's MiB figures."""
+    if mem is None:
+        return
+    f["DCGM_FI_DEV_FB_USED"] = mem.used // MIB
+    f["DCGM_FI_DEV_FB_FREE"] = mem.free // MIB
+    f["DCGM_FI_DEV_FB_TOTAL"] = mem.total // MIB
+    if hasattr(mem, "reserved"):
+        f["DCGM_FI_DEV_FB_RESERVED"] = mem.reserved // MIB
+
+
 def mig_profile(name: str) -> str:
     """The GPU instance profile ("3g.40gb") at the end of a MIG device's name."""
     found = _PROFILE.search(name)
@@ -98,13 +109,7 @@ def read_instance(
 ) -> dict[str, float]:
     """Memory (MiB; through `memory(handle)`, as the whole GPU's) and, where GPM answers, GPM figures."""
     f: dict[str, float] = {}
-    mem = memory(inst.devices[0].handle)
-    if mem is not None:
-        f["DCGM_FI_DEV_FB_USED"] = mem.used // MIB
-        f["DCGM_FI_DEV_FB_FREE"] = mem.free // MIB
-        f["DCGM_FI_DEV_FB_TOTAL"] = mem.total // MIB
-        if hasattr(mem, "reserved"):
-            f["DCGM_FI_DEV_FB_RESERVED"] = mem.reserved // MIB
+    add_memory(f, memory(inst.devices[0].handle))
     if gpm:
         inst.gpm.read(nvml, query, parent, f, now_ms)
     return f

@@ -27,12 +27,11 @@ from typing import Any, NamedTuple
 from gpuwatch.collect.gpm import GpmSampler
 from gpuwatch.collect.gpu_state import GpuState
 from gpuwatch.collect.gpu_status import GpuIdentity
-from gpuwatch.collect.mig import MigInstance, find_instances, read_instance
+from gpuwatch.collect.mig import MigInstance, add_memory, find_instances, read_instance
 from gpuwatch.collect.nvml_processes import DriverProcesses, NvmlProcess, binding_processes
 
 __all__ = ["GpuState", "NvmlDevices", "Reading"]
 
-MIB = 1 << 20
 _PSTATE_UNKNOWN = 32
 
 
@@ -331,13 +330,7 @@ class NvmlDevices:
         if util is not None:
             f["DCGM_FI_DEV_GPU_UTIL"] = util.gpu
             f["DCGM_FI_DEV_MEM_COPY_UTIL"] = util.memory
-        mem = self.query_first(gpu, self._memory_calls)
-        if mem is not None:
-            f["DCGM_FI_DEV_FB_USED"] = mem.used // MIB
-            f["DCGM_FI_DEV_FB_FREE"] = mem.free // MIB
-            f["DCGM_FI_DEV_FB_TOTAL"] = mem.total // MIB
-            if hasattr(mem, "reserved"):
-                f["DCGM_FI_DEV_FB_RESERVED"] = mem.reserved // MIB
+        add_memory(f, self.query_first(gpu, self._memory_calls))
         temp = self.query_first(gpu, self._temperature_calls)
         if temp is not None:
             f["DCGM_FI_DEV_GPU_TEMP"] = temp
