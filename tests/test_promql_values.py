@@ -18,9 +18,9 @@ from gpuwatch.query.values import (
     Scalar,
     Series,
     Vector,
+    format_json_value,
     format_time,
     format_times,
-    format_value,
     format_values,
     to_prometheus_json,
     to_prometheus_json_bytes,
@@ -65,17 +65,17 @@ floats = st.one_of(
 @example([0.0, -0.0, math.nan, math.inf, -math.inf, 1.0])
 @example([0.0, 0.0, 2.0])
 @example([0.0, 0.5, math.nan, 1e-7])
-def test_format_values_equals_format_value(values: list[float]) -> None:
-    assert format_values(np.array(values, dtype=np.float64)) == [format_value(v) for v in values]
+def test_format_values_equals_format_json_value(values: list[float]) -> None:
+    assert format_values(np.array(values, dtype=np.float64)) == [format_json_value(v) for v in values]
 
 
 @settings(max_examples=200, deadline=None)
 @given(st.lists(floats, min_size=1, max_size=5).map(lambda v: v * 20))
 def test_format_values_all_integral_or_plain_runs(values: list[float]) -> None:
     arr = np.array(values, dtype=np.float64)
-    assert format_values(arr) == [format_value(v) for v in values]
+    assert format_values(arr) == [format_json_value(v) for v in values]
     whole = np.round(np.abs(arr[np.isfinite(arr)]) % 1e14) + 1
-    assert format_values(whole) == [format_value(v) for v in whole.tolist()]
+    assert format_values(whole) == [format_json_value(v) for v in whole.tolist()]
 
 
 @given(st.lists(st.integers(-(2**52), 2**52), max_size=30), st.booleans())
@@ -164,3 +164,12 @@ def test_matrix_json_text_the_same_without_orjson(monkeypatch: pytest.MonkeyPatc
     fast = to_prometheus_json_text(m)
     monkeypatch.setattr(values, "_orjson", None)
     assert to_prometheus_json_text(m) == fast == json.dumps(to_prometheus_json(m), separators=(",", ":"))
+
+
+def test_the_api_writes_extreme_values_with_an_exponent_as_prometheus_does() -> None:
+    """Prometheus's JSON: Go's 'f' format, 'e' below 1e-6 and from 1e21 (seen from Prometheus 2.42:
+    `vector(1e21)` is "1e+21", `vector(1e-7)` is "1e-07")."""
+    cases = {1e21: "1e+21", 1e-7: "1e-07", -1.5e-7: "-1.5e-07", 1e20: "100000000000000000000", 1e-6: "0.000001",
+             1.7976931348623157e308: "1.7976931348623157e+308", 5e-324: "5e-324", 0.25: "0.25", 3.0: "3"}  # fmt: skip
+    assert {v: format_json_value(v) for v in cases} == cases
+    assert format_values(np.array(list(cases))) == list(cases.values())

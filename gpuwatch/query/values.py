@@ -95,15 +95,24 @@ def format_value(value: float) -> str:
     return text
 
 
+def format_json_value(value: float) -> str:
+    """Format a sample value as Prometheus's HTTP API writes it: Go's 'f' format, but 'e' where
+    |value| < 1e-6 or >= 1e21 (`1e+21`, `1.5e-07`, as jsoniter's float encoding Prometheus uses)."""
+    a = abs(value)
+    if a != 0 and (a < 1e-6 or a >= 1e21) and not math.isinf(a):
+        return repr(float(value))  # Python's shortest digits, exponent with a sign and 2+ digits: Go's 'e'
+    return format_value(value)
+
+
 def _format_one(value: float) -> str:
     text = repr(value)
     if "e" in text or "n" in text:  # exponent, nan, inf
-        return format_value(value)
+        return format_json_value(value)
     return text[:-2] if text.endswith(".0") else text
 
 
 def format_values(values: np.ndarray) -> list[str]:
-    """`format_value` of each value, fast: `repr` is the same text wherever it has no exponent."""
+    """`format_json_value` of each value, fast: `repr` is the same text wherever it has no exponent."""
     v = np.asarray(values, dtype=np.float64)
     with np.errstate(invalid="ignore"):
         a = np.abs(v)
@@ -163,14 +172,17 @@ def format_time(time_ms: int) -> float | int:
 def to_prometheus_json(result: Result) -> dict[str, Any]:
     """Return the `data` object of Prometheus's query API for `result`."""
     if isinstance(result, Scalar):
-        return {"resultType": "scalar", "result": [format_time(result.time_ms), format_value(result.value)]}
+        return {
+            "resultType": "scalar",
+            "result": [format_time(result.time_ms), format_json_value(result.value)],
+        }
     if isinstance(result, String):
         return {"resultType": "string", "result": [format_time(result.time_ms), result.value]}
     if isinstance(result, Vector):
         return {
             "resultType": "vector",
             "result": [
-                {"metric": dict(s.labels), "value": [format_time(s.time_ms), format_value(s.value)]}
+                {"metric": dict(s.labels), "value": [format_time(s.time_ms), format_json_value(s.value)]}
                 for s in result.samples
             ],
         }
@@ -181,7 +193,7 @@ def to_prometheus_json(result: Result) -> dict[str, Any]:
                 {
                     "metric": dict(s.labels),
                     "values": [
-                        [format_time(t), format_value(v)]
+                        [format_time(t), format_json_value(v)]
                         for t, v in zip(s.timestamps_ms.tolist(), s.values.tolist(), strict=True)
                     ],
                 }
