@@ -193,6 +193,62 @@ def require_tool(name: str) -> str:
     return path
 
 
+@dataclass
+class Prometheus:
+    """A running Debian `prometheus` (see `run_prometheus`)."""
+
+    url: str
+    log_path: Path
+
+    @property
+    def log(self) -> str:
+        return self.log_path.read_text()
+
+
+@contextmanager
+def run_prometheus(tmp_path: Path, config: str, *flags: str, timeout_s: float = 30.0) -> Iterator[Prometheus]:
+    """Run the real Prometheus with `config` (prometheus.yml's text) and extra `flags` until the block
+    ends; skipped (failed in CI) where it is not installed."""
+    binary = require_tool("prometheus")
+    conf = tmp_path / "prometheus.yml"
+    conf.write_text(config)
+    port = free_port()
+    prom = Prometheus(f"http://127.0.0.1:{port}", tmp_path / "prometheus.log")
+    with prom.log_path.open("w") as log:
+        proc = subprocess.Popen(
+            [
+                binary,
+                f"--config.file={conf}",
+                f"--storage.tsdb.path={tmp_path / 'prom-data'}",
+                f"--web.listen-address=127.0.0.1:{port}",
+                *flags,
+            ],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            cwd=tmp_path,
+        )
+
+        def ready() -> bool:
+            assert proc.poll() is None, f"Prometheus exited with {proc.returncode}:\n{prom.log}"
+            try:
+                return requests.get(prom.url + "/-/ready", timeout=2).status_code == 200
+            except requests.ConnectionError:
+                return False
+
+        try:
+            wait_until(
+                ready, timeout_s, f"Prometheus was not ready in {timeout_s:.0f}s; its log:\n{prom.log}"
+            )
+            yield prom
+        finally:
+            proc.terminate()
+            try:
+                proc.wait(10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+
 @pytest.fixture
 def alertmanager(tmp_path: Path) -> Iterator[str]:
     """Start the real Alertmanager (Debian's prometheus-alertmanager) on a free port; yield its URL."""

@@ -3,12 +3,10 @@
 from __future__ import annotations
 
 import gzip
-import subprocess
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-import pytest
 import requests
 from flask.testing import FlaskClient
 from prometheus_client.parser import text_string_to_metric_families
@@ -19,7 +17,7 @@ from gpuwatch.collect.scrape import Target
 from gpuwatch.collect.targetspec import TargetSpec
 from gpuwatch.core.clock import FakeClock, SystemClock
 from gpuwatch.core.model import STALE_NAN, Batch, Sample, make_labels
-from tests.conftest import Server, clean_env, free_port, require_tool, wait_until
+from tests.conftest import Server, clean_env, run_prometheus, wait_until
 
 DEMO_GPUS = 1
 
@@ -93,44 +91,10 @@ def test_federate_gzip_and_the_node_name_for_local_targets(
 @contextmanager
 def prometheus(tmp_path: Path, scrape_yaml: str) -> Iterator[str]:
     """Run the real Prometheus (Debian's `prometheus`) with one scrape job; yield its URL."""
-    binary = require_tool("prometheus")
-    conf = tmp_path / "prometheus.yml"
-    conf.write_text("global: {scrape_interval: 1s}\nscrape_configs:\n" + scrape_yaml)
-    port = free_port()
-    log_path = tmp_path / "prometheus.log"
-    with log_path.open("w") as log:
-        proc = subprocess.Popen(
-            [
-                binary,
-                f"--config.file={conf}",
-                f"--storage.tsdb.path={tmp_path / 'prom-data'}",
-                f"--web.listen-address=127.0.0.1:{port}",
-            ],
-            stdout=log,
-            stderr=subprocess.STDOUT,
-        )
-        url = f"http://127.0.0.1:{port}"
-        try:
-
-            def ready() -> bool:
-                assert proc.poll() is None, f"Prometheus exited:\n{log_path.read_text()}"
-                try:
-                    return requests.get(url + "/-/ready", timeout=2).status_code == 200
-                except requests.ConnectionError:
-                    return False
-
-            wait_until(ready, 30, "Prometheus did not start")
-            yield url
-        finally:
-            proc.terminate()
-            try:
-                proc.wait(10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+    with run_prometheus(tmp_path, "global: {scrape_interval: 1s}\nscrape_configs:\n" + scrape_yaml) as prom:
+        yield prom.url
 
 
-@pytest.mark.slow
 def test_prometheus_federates_gpuwatch_and_gpuwatch_federates_prometheus(serve, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     """Prometheus 2 scrapes a demo gpuwatch's /federate with honor_labels: gpuwatch's GPU series and the
     vLLM series it scraped arrive with their labels; then gpuwatch scrapes that Prometheus's /federate

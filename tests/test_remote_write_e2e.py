@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import math
 import signal
-import subprocess
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -32,7 +31,16 @@ import requests
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Summary, start_http_server
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.conftest import ROOT, Server, clean_env, free_port, require_tool, wait_until
+from tests.conftest import (
+    ROOT,
+    Prometheus,
+    Server,
+    clean_env,
+    free_port,
+    require_tool,
+    run_prometheus,
+    wait_until,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -118,67 +126,23 @@ def start_gpuwatch(tmp_path: Path) -> Iterator[Server]:
             srv.stop(signal.SIGKILL)
 
 
-@dataclass
-class Prometheus:
-    url: str
-    log_path: Path
-
-    @property
-    def log(self) -> str:
-        return self.log_path.read_text()
-
-
 @contextmanager
 def start_prometheus(
     tmp_path: Path, page: Page, gpuwatch: Server, rules: str | None = None
 ) -> Iterator[Prometheus]:
-    binary = require_tool("prometheus")
-    conf = tmp_path / "prometheus.yml"
     rule_files = ""
     if rules is not None:
         (tmp_path / "rules.yml").write_text(rules)
         rule_files = f"rule_files: [{tmp_path / 'rules.yml'}]\n"
-    conf.write_text(
+    config = (
         "global: {scrape_interval: 1s, scrape_timeout: 1s, evaluation_interval: 1s}\n"
         + rule_files
         + f"scrape_configs: [{{job_name: page, static_configs: [{{targets: ['{page.target}']}}]}}]\n"
         + f"remote_write: [{{url: '{gpuwatch.url}/api/v1/write', queue_config: {{batch_send_deadline: 1s}},"
         + " metadata_config: {send_interval: 1s}}]\n"  # requests with metadata only, too
     )
-    port = free_port()
-    url = f"http://127.0.0.1:{port}"
-    log_path = tmp_path / "prometheus.log"
-    with log_path.open("w") as log:
-        proc = subprocess.Popen(
-            [
-                binary,
-                f"--config.file={conf}",
-                f"--storage.tsdb.path={tmp_path / 'prom-data'}",
-                f"--web.listen-address=127.0.0.1:{port}",
-            ],
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            cwd=tmp_path,
-        )
-        prom = Prometheus(url, log_path)
-
-        def ready() -> bool:
-            assert proc.poll() is None, f"Prometheus exited with {proc.returncode}:\n{prom.log}"
-            try:
-                return requests.get(url + "/-/ready", timeout=2).status_code == 200
-            except requests.ConnectionError:
-                return False
-
-        try:
-            wait_until(ready, 20, f"Prometheus was not ready in 20s; its log:\n{prom.log}")
-            yield prom
-        finally:
-            proc.terminate()
-            try:
-                proc.wait(10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+    with run_prometheus(tmp_path, config, timeout_s=20) as prom:
+        yield prom
 
 
 def query(base: str, expr: str, at: float | None = None) -> dict[str, Any]:

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 import requests
 
-from tests.conftest import GPUWATCH, Server, clean_env, free_port, require_tool, wait_until
+from tests.conftest import GPUWATCH, Server, clean_env, free_port, require_tool, run_prometheus, wait_until
 
 pytestmark = pytest.mark.slow
 
@@ -136,22 +136,10 @@ def _query_stopped(node: Server, selector: str, at_s: float) -> dict[int, str]:
 
 
 def test_a_node_writes_into_a_real_prometheus(tmp_path: Path, servers: list[Server]) -> None:
-    prometheus = require_tool("prometheus")
-    port = free_port()
-    (tmp_path / "prom.yml").write_text("global: {scrape_interval: 1m}\n")
-    proc = subprocess.Popen(
-        [
-            prometheus,
-            f"--config.file={tmp_path / 'prom.yml'}",
-            f"--storage.tsdb.path={tmp_path / 'tsdb'}",
-            f"--web.listen-address=127.0.0.1:{port}",
-            "--web.enable-remote-write-receiver",
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.STDOUT,
-    )
-    try:
-        prom = f"http://127.0.0.1:{port}"
+    with run_prometheus(
+        tmp_path, "global: {scrape_interval: 1m}\n", "--web.enable-remote-write-receiver"
+    ) as p:
+        prom = p.url
         config = node_config(tmp_path, f"{prom}/api/v1/write")
         env = clean_env(GPUWATCH_FLUSH_INTERVAL="0.2s", GPUWATCH_HOSTNAME="node-a", GPUWATCH_DEMO_GPUS="2")
         node = Server(["--demo", "--config", str(config)], tmp_path / "node" / "data", free_port(), env)
@@ -175,9 +163,6 @@ def test_a_node_writes_into_a_real_prometheus(tmp_path: Path, servers: list[Serv
         assert labels == mine_labels
         metrics = node.get("/metrics").text
         assert 'prometheus_remote_storage_samples_total{remote_name="dest0"' in metrics
-    finally:
-        proc.terminate()
-        proc.wait(10)
 
 
 def test_a_node_writes_into_a_real_victoriametrics(tmp_path: Path, servers: list[Server]) -> None:
