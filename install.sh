@@ -301,6 +301,7 @@ push_entry() {  # the node's remote_write entry
   echo "  - url: $write_url"
   echo "    name: hub"
   echo "    authorization: {credentials_file: $token_yaml}"
+  echo "    queue_config: {live_first: true}  # after an outage, new samples first; the hub takes older ones"
 }
 
 append_file() {  # append_file PATH: stdin >> PATH

@@ -245,6 +245,7 @@ def test_install_sh_node_pushes_to_the_hub_once(tmp_path: Path) -> None:
     assert appended.returncode == 0, appended.stderr
     settings = load(node / "gpuwatch.yml")
     assert settings.port == 9843 and [d.url for d in settings.remote_write] == [dest.url]
+    assert settings.remote_write[0].queue.live_first  # a hub takes older samples: new ones go first
     own = "remote_write:\n  - url: http://victoria:8428/api/v1/write\n"
     (node / "gpuwatch.yml").write_text(own)
     kept = _install(*args, "--node", "http://127.0.0.1:9900", "--hub-token", token)

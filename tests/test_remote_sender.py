@@ -18,7 +18,7 @@ from gpuwatch.core.clock import FakeClock
 from gpuwatch.core.errors import ConfigError
 from gpuwatch.remote.config import RemoteWrite, parse_remote_write
 from gpuwatch.remote.post import http_post
-from gpuwatch.remote.sender import Answer, Batch, Sender
+from gpuwatch.remote.sender import Answer, Batch, Gap, Sender
 from gpuwatch.remote.wire import decode_request, decompress
 
 
@@ -28,6 +28,7 @@ class MemoryBacklog:
     def __init__(self) -> None:
         self.rows: list[tuple[str, tuple[tuple[str, str], ...], int, float]] = []
         self.saved: dict[str, Any] = {}
+        self.gaps: dict[str, dict[int, Gap]] = {}
 
     def add(self, name: str, labels: dict[str, str], t: int, v: float) -> None:
         self.rows.append((name, tuple(sorted(labels.items())), t, v))
@@ -38,8 +39,24 @@ class MemoryBacklog:
     def save_watermark(self, destination: str, watermark: Any, now_ms: int) -> None:
         self.saved[destination] = watermark
 
-    def appended_since(self, watermark: Any, max_samples: int) -> Batch:
-        rows = self.rows[watermark : watermark + max_samples]
+    def newest(self) -> int:
+        return len(self.rows)
+
+    def load_gaps(self, destination: str) -> list[Gap]:
+        return sorted(self.gaps.get(destination, {}).values(), key=lambda g: g.end)
+
+    def save_gap(self, destination: str, gap: Gap, now_ms: int, live: Any = None) -> None:
+        gaps = self.gaps.setdefault(destination, {})
+        if gap.start >= gap.end:
+            gaps.pop(gap.end, None)
+        else:
+            gaps[gap.end] = gap
+        if live is not None:
+            self.saved[destination] = live
+
+    def appended_since(self, watermark: Any, max_samples: int, until: Any = None) -> Batch:
+        end = len(self.rows) if until is None else until
+        rows = self.rows[watermark : min(end, watermark + max_samples)]
         series: dict[tuple[str, Any], list[tuple[int, float]]] = {}
         for name, labels, t, v in rows:
             series.setdefault((name, labels), []).append((t, v))
@@ -50,7 +67,7 @@ class MemoryBacklog:
             [np.array([t for t, _ in series[k]], np.int64) for k in keys],
             [np.array([v for _, v in series[k]]) for k in keys],
             watermark + len(rows),
-            len(self.rows) - watermark - len(rows),
+            end - watermark - len(rows),
         )
 
 
@@ -250,3 +267,72 @@ def test_samples_older_than_max_backlog_are_skipped_and_counted() -> None:
     s.step()
     assert [list(b[0].timestamps_ms) for b in receiver.bodies] == [[now - 3_000, now - 1_000]]
     assert s.state.samples_dropped_total == 1 and backlog.saved == {"hub": 3}
+
+
+def _values(bodies: list[list[Any]]) -> list[list[float]]:
+    return [[v for ts in body for v in ts.values] for body in bodies]
+
+
+def test_live_first_sends_new_samples_ahead_of_a_backlog_then_the_backlog_at_its_pace() -> None:
+    clock = FakeClock(1_000.0)
+    backlog = MemoryBacklog()
+    for i in range(8):  # an outage's backlog, 100 s old and older
+        backlog.add("m", {"lane": "old"}, 800_000 + 1000 * i, float(i))
+    receiver = Receiver()
+    d = dest(max_samples_per_send=2, live_first=True, catch_up_rate=1)
+    s = Sender(d, backlog, receiver, clock, rng=random.Random(1))
+    assert s.step() == 0.0  # the oldest 2 go; 6 more, 200 s old: the rest becomes a gap
+    assert backlog.load_gaps("hub") == [Gap(2, 8)] and backlog.saved == {"hub": 8}
+    assert s.state.samples_pending == 6
+    backlog.add("m", {"lane": "live"}, 1_000_000, 100.0)
+    backlog.add("m", {"lane": "live"}, 1_000_500, 101.0)
+    wait = s.step()  # live first; caught up, one gap batch, then the next at 1 sample/s
+    assert _values(receiver.bodies) == [[0.0, 1.0], [100.0, 101.0], [2.0, 3.0]] and wait == 2.0
+    assert s.step() == 2.0 and len(receiver.bodies) == 3  # not before its time
+    backlog.add("m", {"lane": "live"}, 1_001_000, 102.0)
+    clock.advance(2.0)
+    s.step()
+    s.step()
+    assert _values(receiver.bodies)[3:] == [[102.0], [4.0, 5.0]]
+    restarted = Sender(d, backlog, receiver, clock, rng=random.Random(1))  # the gap is in the store
+    clock.advance(2.0)
+    restarted.step()
+    clock.advance(2.0)
+    restarted.step()
+    assert backlog.load_gaps("hub") == []
+    sent = sorted(v for body in _values(receiver.bodies) for v in body)
+    assert sent == [*map(float, range(8)), 100.0, 101.0, 102.0]  # every sample once
+    assert restarted.state.samples_pending == 0
+
+
+def test_by_default_a_backlog_goes_first_in_order_and_no_gap_is_opened() -> None:
+    clock = FakeClock(1_000.0)
+    backlog = MemoryBacklog()
+    for i in range(6):
+        backlog.add("m", {}, 800_000 + 1000 * i, float(i))
+    receiver = Receiver()
+    s = Sender(dest(max_samples_per_send=2), backlog, receiver, clock, rng=random.Random(1))
+    s.step()
+    backlog.add("m", {}, 1_000_000, 100.0)
+    while s.step() == 0.0:
+        pass
+    assert _values(receiver.bodies) == [[0.0, 1.0], [2.0, 3.0], [4.0, 5.0], [100.0]]
+    assert backlog.load_gaps("hub") == []
+
+
+def test_a_gap_waits_while_the_receiver_is_down_and_nothing_is_lost() -> None:
+    clock = FakeClock(1_000.0)
+    backlog = MemoryBacklog()
+    for i in range(6):
+        backlog.add("m", {}, 800_000 + 1000 * i, float(i))
+    receiver = Receiver()
+    d = dest(max_samples_per_send=2, live_first=True, catch_up_rate=1_000_000, min_backoff="1s")
+    s = Sender(d, backlog, receiver, clock, rng=random.Random(1))
+    s.step()  # opens the gap (2, 6)
+    backlog.add("m", {}, 1_000_000, 100.0)
+    receiver.answers = [Answer(503, "restarting")]
+    assert s.step() >= 0.5  # the live batch is refused: back off, the gap is not tried
+    assert len(receiver.bodies) == 2 and backlog.load_gaps("hub") == [Gap(2, 6)]
+    while s.step() == 0.0 or backlog.load_gaps("hub"):
+        clock.advance(1.0)
+    assert sorted(v for body in _values(receiver.bodies)[2:] for v in body) == [2.0, 3.0, 4.0, 5.0, 100.0]

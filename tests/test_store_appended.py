@@ -254,3 +254,28 @@ def test_random_writes_are_all_sent_once(tmp_path_factory: object, ops: list[tup
         assert s.appended_lag(sender.mark, 0).samples == 0
     finally:
         s.close()
+
+
+def test_a_gap_is_read_up_to_its_end_and_kept_with_the_live_watermark_across_reopen(tmp_path: Path) -> None:
+    """live_first: the live lane moves past what is stored (one transaction with the gap), the gap is
+    read up to its end only, and both survive a reopen."""
+    with Store.open(tmp_path, clock=FakeClock()) as s:
+        for k in range(5):
+            s.append(Batch(k * 1000, [Sample("m", (), float(k))]))
+            s.flush()
+        first = s.appended_since(None, 2)
+        end = s.newest_appended()
+        s.save_gap("hub", first.watermark, end, 1, live=end)
+        assert s.appended_lag(first.watermark, 0, until=end).samples == 3
+        s.append(Batch(9000, [Sample("m", (), 9.0)]))
+        s.flush()
+    with Store.open(tmp_path, clock=FakeClock()) as s:
+        (gap,) = s.load_gaps("hub")
+        assert (gap.start, gap.end, s.load_watermark("hub")) == (first.watermark, end, end)
+        live = s.appended_since(s.load_watermark("hub"), 10)
+        assert [x.timestamps_ms.tolist() for x in live.series] == [[9000]]
+        behind = s.appended_since(gap.start, 10, until=gap.end)
+        assert [x.timestamps_ms.tolist() for x in behind.series] == [[2000, 3000, 4000]]
+        assert behind.watermark == gap.end
+        s.save_gap("hub", behind.watermark, gap.end, 2)  # sent: the gap goes
+        assert s.load_gaps("hub") == []

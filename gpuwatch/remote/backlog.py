@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
-from gpuwatch.remote.sender import Batch
+from gpuwatch.remote.sender import Batch, Gap
 
 
 class AppendedStore(Protocol):
     """What of `gpuwatch.store.Store` the senders use (`store/appended.py`)."""
 
-    def appended_since(self, watermark: Any, max_samples: int) -> Any: ...
+    def appended_since(self, watermark: Any, max_samples: int, until: Any = None) -> Any: ...
 
     def newest_appended(self) -> Any: ...
 
@@ -18,7 +18,11 @@ class AppendedStore(Protocol):
 
     def save_watermark(self, destination: str, watermark: Any, now_ms: int) -> None: ...
 
-    def appended_lag(self, watermark: Any, now_ms: int) -> Any: ...
+    def appended_lag(self, watermark: Any, now_ms: int, until: Any = None) -> Any: ...
+
+    def load_gaps(self, destination: str) -> list[Any]: ...
+
+    def save_gap(self, destination: str, start: Any, end: Any, now_ms: int, live: Any = None) -> None: ...
 
 
 class StoreBacklog:
@@ -39,12 +43,21 @@ class StoreBacklog:
     def save_watermark(self, destination: str, watermark: Any, now_ms: int) -> None:
         self._store.save_watermark(destination, watermark, now_ms)
 
-    def appended_since(self, watermark: Any, max_samples: int) -> Batch:
-        got = self._store.appended_since(watermark, max_samples)
+    def newest(self) -> Any:
+        return self._store.newest_appended()
+
+    def load_gaps(self, destination: str) -> list[Gap]:
+        return [Gap(g.start, g.end) for g in self._store.load_gaps(destination)]
+
+    def save_gap(self, destination: str, gap: Gap, now_ms: int, live: Any = None) -> None:
+        self._store.save_gap(destination, gap.start, gap.end, now_ms, live)
+
+    def appended_since(self, watermark: Any, max_samples: int, until: Any = None) -> Batch:
+        got = self._store.appended_since(watermark, max_samples, until)
         series = got.series
         pending = 0
         if got.samples >= max_samples:  # a backlog: say how much (a caught-up sender skips the count)
-            pending = int(self._store.appended_lag(got.watermark, self._now_ms()).samples)
+            pending = int(self._store.appended_lag(got.watermark, self._now_ms(), until).samples)
         return Batch(
             [s.name for s in series],
             [s.labels for s in series],

@@ -6,7 +6,10 @@ Per destination: `url`, `name`, `remote_timeout`, `headers`, `basic_auth` / `aut
 Prometheus's other queue keys (`capacity`, `max_shards`, `min_shards`, ...) size a memory queue that
 gpuwatch does not have (its queue is the store), so they are accepted and ignored; any other key is an
 error naming its path. gpuwatch's own: `queue_config.max_backlog`, how far behind a destination may fall
-before its oldest unsent samples are skipped (default: the retention).
+before its oldest unsent samples are skipped (default: the retention); `queue_config.live_first`, send
+live samples ahead of a backlog (for receivers that take older samples: gpuwatch, VictoriaMetrics, a
+Prometheus with an out-of-order window), and `queue_config.catch_up_rate`, the samples/s of that
+backlog (sender.py).
 """
 
 from __future__ import annotations
@@ -48,6 +51,8 @@ _QUEUE_KEYS = (
     "max_backoff",
     "retry_on_http_429",
     "max_backlog",
+    "live_first",
+    "catch_up_rate",
 )
 _QUEUE_IGNORED = ("capacity", "max_shards", "min_shards", "sample_age_limit")
 # Headers the protocol sets; Prometheus refuses them in `headers` too.
@@ -71,6 +76,8 @@ class QueueConfig:
     max_backoff_s: float = 5.0
     retry_on_http_429: bool = True
     max_backlog_s: float | None = None  # None: the retention
+    live_first: bool = False  # in order by default: a Prometheus refuses samples older than its newest
+    catch_up_rate: int = 20_000  # samples/s of a backlog sent behind the live lane (live_first)
 
 
 @dataclass(frozen=True)
@@ -92,6 +99,8 @@ class RemoteWrite:
             "max_samples_per_send": self.queue.max_samples_per_send,
             "batch_send_deadline": self.queue.batch_send_deadline_s,
             "retry_on_http_429": self.queue.retry_on_http_429,
+            "live_first": self.queue.live_first,
+            "catch_up_rate": self.queue.catch_up_rate,
         }}  # fmt: skip
 
 
@@ -125,15 +134,19 @@ def _queue(path: str, raw: object) -> QueueConfig:
     if unknown:
         raise _fail(f"{path}.{unknown[0]}", f"unknown key (known: {', '.join(_QUEUE_KEYS)})")
     q = QueueConfig()
-    retry = data.get("retry_on_http_429", q.retry_on_http_429)
-    if not isinstance(retry, bool):
-        raise _fail(f"{path}.retry_on_http_429", "expected true or false", retry)
+    flags = {}
+    for key in ("retry_on_http_429", "live_first"):
+        flags[key] = data.get(key, getattr(q, key))
+        if not isinstance(flags[key], bool):
+            raise _fail(f"{path}.{key}", "expected true or false", flags[key])
     out = QueueConfig(
         max_samples_per_send=_positive_int(f"{path}.max_samples_per_send", data.get("max_samples_per_send", q.max_samples_per_send), 100_000),
         batch_send_deadline_s=_duration(f"{path}.batch_send_deadline", data.get("batch_send_deadline", q.batch_send_deadline_s)),
         min_backoff_s=_duration(f"{path}.min_backoff", data.get("min_backoff", q.min_backoff_s)),
         max_backoff_s=_duration(f"{path}.max_backoff", data.get("max_backoff", q.max_backoff_s)),
-        retry_on_http_429=retry,
+        retry_on_http_429=flags["retry_on_http_429"],
+        live_first=flags["live_first"],
+        catch_up_rate=_positive_int(f"{path}.catch_up_rate", data.get("catch_up_rate", q.catch_up_rate), 10_000_000),
         max_backlog_s=_duration(f"{path}.max_backlog", data["max_backlog"]) if "max_backlog" in data else None,
     )  # fmt: skip
     if out.min_backoff_s > out.max_backoff_s:

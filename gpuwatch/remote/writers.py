@@ -144,6 +144,7 @@ class RemoteWriters:
                 "samplesSent": s.state.samples_total,
                 "samplesFailed": s.state.samples_failed_total,
                 "samplesPending": s.state.samples_pending,
+                "gapSamplesPending": s.state.gap_samples_pending,
                 "highestSentTimestamp": s.state.highest_sent_timestamp_ms / 1000.0,
                 "highestSentTime": format_rfc3339(s.state.highest_sent_timestamp_ms)
                 if s.state.highest_sent_timestamp_ms

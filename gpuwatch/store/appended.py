@@ -40,6 +40,10 @@ series' highest seq, a crash loses only uncommitted writes): nothing that remove
 make new samples numbered at or below a watermark, saved or not, which would never be sent. Samples retention deleted before they were sent are
 gone (they are not sent).
 
+Gaps. A sender with `live_first` moves its watermark past what is stored when it is behind, and sends
+the stretch it skipped behind the live samples: a gap, from its own watermark up to an end that is a
+`newest_appended()` of then (`until`), saved in `remote_gaps` in the same transaction as the move.
+
 Cost. Rows are found by seq: head rows with a seq past the watermark (the head is in write order, so
 DuckDB's zone maps skip the rest), and chunk rows whose seqs reach past it: their `seqs` blobs first
 (small), taken by lowest seq until they hold `max_samples` new samples, then only those rows'
@@ -269,6 +273,34 @@ def load(cur: duckdb.DuckDBPyConnection, destination: str) -> Watermark | None:
     return None if row is None else Watermark(int(row[0]), int(row[1]))
 
 
+@dataclass(frozen=True)
+class Gap:
+    """A stretch a destination's live lane skipped: the samples after `start` up to `end` (whose
+    `t_ms` is ALL), sent behind the live ones (`queue_config.live_first`)."""
+
+    start: Watermark
+    end: Watermark
+
+
+def load_gaps(cur: duckdb.DuckDBPyConnection, destination: str) -> list[Gap]:
+    rows = cur.execute(
+        "SELECT seq, t_ms, end_seq FROM remote_gaps WHERE destination = ? ORDER BY end_seq", [destination]
+    ).fetchall()
+    return [Gap(Watermark(int(seq), int(t)), Watermark(int(end), ALL)) for seq, t, end in rows]
+
+
+def save_gap(cur: duckdb.DuckDBPyConnection, destination: str, gap: Gap, now_ms: int) -> None:
+    if gap.start >= gap.end:
+        cur.execute(
+            "DELETE FROM remote_gaps WHERE destination = ? AND end_seq = ?", [destination, gap.end.seq]
+        )
+    else:
+        cur.execute(
+            "INSERT OR REPLACE INTO remote_gaps VALUES (?, ?, ?, ?, ?)",
+            [destination, gap.end.seq, gap.start.seq, gap.start.t_ms, now_ms],
+        )
+
+
 class AppendedReads:
     """Mixed into `Store`, which provides the writer, the cursors, the catalogue and the read gate."""
 
@@ -297,10 +329,12 @@ class AppendedReads:
         )
         return (int(row[0]) if row and row[0] is not None else 0) + 1
 
-    def appended_since(self, watermark: Watermark | None, max_samples: int) -> Appended:
-        """Return at most `max_samples` samples written after `watermark` (None: from the first stored),
-        in write order, grouped by series in ascending time, with the watermark to save once they are
-        delivered (`appended.py`)."""
+    def appended_since(
+        self, watermark: Watermark | None, max_samples: int, until: Watermark | None = None
+    ) -> Appended:
+        """Return at most `max_samples` samples written after `watermark` (None: from the first stored)
+        and, given `until` (a `newest_appended()` of earlier), up to it, in write order, grouped by series
+        in ascending time, with the watermark to save once they are delivered (`appended.py`)."""
         mark = START if watermark is None else watermark
         visible = self._visible()  # then the catalogue: it holds the series of every seq below it
         snap = self._snapshot()
@@ -308,17 +342,21 @@ class AppendedReads:
             # A watermark from before a restart that lost the highest seqs: number new writes past it.
             writer = self._writer
             self._ask(lambda: writer.seq_past(mark.seq), kind="now")
+        if until is not None:
+            visible = min(visible, until.seq + 1)
         return read_appended(self._cursor(), self._gate, snap, mark, max_samples, visible)
 
     def newest_appended(self) -> Watermark:
         """The watermark of a sender that has sent everything stored: `appended_since` of it is empty."""
         return Watermark(self._visible() - 1, ALL)
 
-    def appended_lag(self, watermark: Watermark | None, now_ms: int) -> Lag:
-        """How far `watermark` is behind `newest_appended()`: samples to send and the oldest one's age."""
+    def appended_lag(self, watermark: Watermark | None, now_ms: int, until: Watermark | None = None) -> Lag:
+        """How far `watermark` is behind `newest_appended()` (or `until`): samples to send and the
+        oldest one's age."""
         mark = START if watermark is None else watermark
+        visible = self._visible() if until is None else min(self._visible(), until.seq + 1)
         with turn(self._gate):
-            return read_lag(self._cursor(), mark, self._visible(), now_ms)
+            return read_lag(self._cursor(), mark, visible, now_ms)
 
     def load_watermark(self, destination: str) -> Watermark | None:
         """The watermark saved for `destination`, or None."""
@@ -331,5 +369,32 @@ class AppendedReads:
         def write() -> None:
             save(writer._cur, destination, watermark, now_ms)
             writer.seq_past(watermark.seq)
+
+        self._ask(write, kind="now")
+
+    def load_gaps(self, destination: str) -> list[Gap]:
+        """The stretches `destination`'s live lane skipped and that are not yet sent, oldest first."""
+        return load_gaps(self._cursor(), destination)
+
+    def save_gap(
+        self, destination: str, start: Watermark, end: Watermark, now_ms: int, live: Watermark | None = None
+    ) -> None:
+        """Save that the gap up to `end` is sent up to `start` (it goes once `start` reaches `end`) and,
+        given `live`, the destination's watermark in the same transaction: a gap is opened by moving
+        the live lane past it, and a crash between the two writes would lose the gap."""
+        writer = self._need_writer()
+
+        def write() -> None:
+            cur = writer._cur
+            cur.execute("BEGIN TRANSACTION")
+            try:
+                save_gap(cur, destination, Gap(start, end), now_ms)
+                if live is not None:
+                    save(cur, destination, live, now_ms)
+                cur.execute("COMMIT")
+            except duckdb.Error:
+                cur.execute("ROLLBACK")
+                raise
+            writer.seq_past(max(end.seq, live.seq if live is not None else 0))
 
         self._ask(write, kind="now")

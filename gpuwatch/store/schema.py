@@ -14,6 +14,8 @@ Tables (private to `gpuwatch.store`):
 - `remote_watermarks(destination, seq, t_ms, updated_ms)`: how far each remote-write destination has
   been sent (`appended.py`); `seq_floor(seq)`: the highest write seq given out when retention last
   deleted samples, which the writer numbers on from (a watermark may point at a deleted write).
+  `remote_gaps(destination, end_seq, seq, t_ms, updated_ms)`: stretches a destination's live lane
+  skipped (`queue_config.live_first`), each sent from its watermark (seq, t_ms) up to `end_seq`.
 - `runs(name, status, start_ms, end_ms, total_steps, config, host, gpus, last_step, last_seen_ms,
   updated_ms, process)`: training-run metadata (`gpuwatch.store.runs`); config, gpus and process (the
   SDK's pid and visible devices) as JSON text.
@@ -195,6 +197,19 @@ MIGRATIONS: tuple[tuple[int, str], ...] = (
             updated_ms BIGINT NOT NULL
         );
         CREATE TABLE seq_floor (seq BIGINT NOT NULL);
+        """,
+    ),
+    (
+        11,
+        """
+        CREATE TABLE remote_gaps (
+            destination VARCHAR NOT NULL,
+            end_seq BIGINT NOT NULL,
+            seq BIGINT NOT NULL,
+            t_ms BIGINT NOT NULL,
+            updated_ms BIGINT NOT NULL,
+            PRIMARY KEY (destination, end_seq)
+        );
         """,
     ),
 )

@@ -35,6 +35,7 @@ STRINGS = {
     "targets.remote_name": ("Destination", "目的地"),
     "targets.sent": ("Samples sent", "已发送样本"),
     "targets.pending": ("Pending", "待发送"),
+    "targets.behind_live": ("behind live samples", "排在实时样本之后"),
     "targets.failed": ("Dropped (4xx)", "已丢弃 (4xx)"),
     "targets.newest_sent": ("Newest sent", "最新已发送"),
 }
