@@ -15,10 +15,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from gpuwatch.collect.importer import group_columns
 from gpuwatch.core.model import DEFAULT_LABEL_LIMITS, LabelLimits, Labels, SeriesColumns
 from gpuwatch.core.units import MAX_TIME_MS, MIN_TIME_MS
 from gpuwatch.promtext.result import ParseIssue
+from gpuwatch.remote.columns import Read, Run, RunMemory, read_columns
 from gpuwatch.remote.wire import LABEL_CACHE_SIZE, TimeSeries, decode_request
 
 _LABEL_START = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ_")
@@ -75,18 +78,40 @@ def _problem(series: TimeSeries, label_problem: str | None) -> str | None:
     return None
 
 
-def _describe(series: TimeSeries) -> str:
-    shown = ",".join(f'{k}="{v}"' for k, v in series.labels[:8])
+def _describe(pairs: Labels) -> str:
+    shown = ",".join(f'{k}="{v}"' for k, v in pairs[:8])
     return "{" + (shown[:200] + "..." if len(shown) > 200 else shown) + "}"
 
 
 class Receiver:
     """Remote-write requests into columns, remembering the label sets it has read (bounded): a sender
-    writes the same series every few seconds, and reading and checking their labels is most of the work."""
+    writes the same series every few seconds, and reading and checking their labels is most of the work.
+    `read` takes the common shape straight into columns (columns.py), any other through `decode`."""
 
     def __init__(self) -> None:
         self.label_runs: dict[bytes, Labels] = {}  # the wire's label bytes -> pairs (wire.decode_request)
         self._keys: dict[Labels, tuple[str, Labels, str | None]] = {}
+        self._limits = DEFAULT_LABEL_LIMITS
+        self._memory = RunMemory(self._run)
+
+    def _run(self, pairs: Labels) -> Run:
+        name, labels, problem = self.key(pairs)
+        if problem is None:
+            over = self._limits.problem((("__name__", name), *labels))
+            problem = None if over is None else f"series {name}: {over}"
+        else:
+            problem = f"series {_describe(pairs)}: {problem}"
+        return Run(name, labels, problem, pairs)
+
+    def read(self, body: bytes, *, limits: LabelLimits = DEFAULT_LABEL_LIMITS) -> Received:
+        """Check and group an inflated `WriteRequest` (WireError when it is not one)."""
+        if limits != self._limits:
+            self._limits = limits
+            self._memory.forget()
+        fast = read_columns(body, self._memory)
+        if fast is None:
+            return self.received(self.decode(body), limits=limits)
+        return _grouped(fast, self._memory.runs)
 
     def decode(self, body: bytes) -> list[TimeSeries]:
         """The series of an inflated `WriteRequest` (WireError when it is not one)."""
@@ -121,7 +146,7 @@ def _received(
         name, labels, label_problem = key(one.labels)
         problem = _problem(one, label_problem)
         if problem is not None:
-            refused.append(f"series {_describe(one)}: {problem}")
+            refused.append(f"series {_describe(one.labels)}: {problem}")
             refused_samples += len(one.values) + one.histograms
             continue
         if len(one.values) == 1:
@@ -134,4 +159,35 @@ def _received(
         refused.append(issue.message)
     if errors:
         refused_samples += len(samples) - columns.samples
+    return Received(columns, list(dict.fromkeys(refused)), refused_samples)  # a series named once
+
+
+def _grouped(read: Read, runs: list[Run]) -> Received:
+    """`read`'s samples by series in order of first appearance, each in time order, a repeated time's
+    last value kept; refused series left out and named (as `_received` does)."""
+    uniq, first, inverse = np.unique(read.runs, return_index=True, return_inverse=True)
+    by_first = np.argsort(first, kind="stable")
+    rank = np.empty_like(by_first)
+    rank[by_first] = np.arange(by_first.size)
+    group = rank[inverse.ravel()]
+    found = [runs[k] for k in uniq[by_first].tolist()]
+    t, v = read.t_ms, read.values
+    refused = list(dict.fromkeys(run.problem for run in found if run.problem is not None))
+    refused_samples = 0
+    if refused:
+        bad = np.array([run.problem is not None for run in found])
+        drop = bad[group]
+        refused_samples = int(drop.sum())
+        kept = np.flatnonzero(~bad)
+        renumber = np.full(len(found), -1, np.int64)
+        renumber[kept] = np.arange(kept.size)
+        group, t, v = renumber[group[~drop]], t[~drop], v[~drop]
+        found = [found[k] for k in kept.tolist()]
+    order = np.lexsort((t, group))  # stable: a repeated time keeps the request's order
+    group, t, v = group[order], t[order], v[order]
+    keep = np.ones(group.size, dtype=bool)
+    keep[:-1] = (group[1:] != group[:-1]) | (t[1:] != t[:-1])
+    group, t, v = group[keep], t[keep], v[keep]
+    starts = np.searchsorted(group, np.arange(len(found) + 1)).astype(np.int64)
+    columns = SeriesColumns([r.name for r in found], [r.labels for r in found], starts, t, v)
     return Received(columns, refused, refused_samples)

@@ -113,6 +113,21 @@ def _label(buf: bytes, pos: int, end: int) -> tuple[str, str]:
     return name, value
 
 
+def label_run(buf: bytes, start: int, stop: int) -> Labels:
+    """The pairs of a run of `Label` fields at [start, stop) of a `TimeSeries`; WireError where the run
+    holds anything else."""
+    pairs = []
+    pos = start
+    while pos < stop:
+        key, pos = _varint(buf, pos, stop)
+        if key != 1 << 3 | _LEN:
+            raise WireError(f"not a Label field at byte {pos}")
+        end, begin = _length(buf, pos, stop)
+        pairs.append(_label(buf, begin, end))
+        pos = end
+    return tuple(pairs)
+
+
 def _sample(buf: bytes, pos: int, end: int) -> tuple[int, float]:
     if end - pos >= 11 and buf[pos] == 0x09 and buf[pos + 9] == 0x10:  # value, then time: every sender
         raw, stop = _varint(buf, pos + 10, end)

@@ -45,12 +45,11 @@ def remote_write() -> ResponseReturnValue:
     if encoding not in ("snappy", ""):
         return _error("bad_data", f"Content-Encoding {encoding!r}: remote write bodies are snappy", 400)
     receiver: Receiver = current_app.extensions.setdefault("gpuwatch.remote_write", Receiver())
+    rt = runtime()
     try:
-        series = receiver.decode(decompress(data, MAX_INFLATED_BYTES))
+        got = receiver.read(decompress(data, MAX_INFLATED_BYTES), limits=rt.settings.label_limits)
     except WireError as exc:
         return _error("bad_data", f"not a remote-write request: {exc}", 400)
-    rt = runtime()
-    got = receiver.received(series, limits=rt.settings.label_limits)
     try:
         if got.columns.samples:
             rt.store.write_columns(got.columns, rt.settings.series_limits)
