@@ -1,7 +1,7 @@
 """Prometheus remote write into a hub: gpuwatch's `POST /api/v1/write` beside VictoriaMetrics'.
 
 Usage: python bench/bench_remote_write.py [--nodes 500] [--seconds 60] [--senders 4] [--batch 2000]
-       [--rounds 1] [--only gpuwatch|victoria] [--settle 5] [--root DIR]
+       [--rounds 1] [--only gpuwatch|victoria] [--settle 5] [--root DIR] [--base DIR]
 
 Data, built before anything is timed: N nodes of 8 GPUs x 25 dcgm-exporter series (`DCGM_FI_DEV_*`,
 `DCGM_FI_PROF_*`; labels gpu, UUID, modelName, Hostname, pci_bus_id, job, instance; 200 series a node),
@@ -26,7 +26,8 @@ PromQL on both at the data's last second: `count(DCGM_FI_DEV_GPU_UTIL)` (N x 8),
 series (N x 200), and `sum(count_over_time(M[S s]))` of GPU_UTIL and summed over the 25 metrics
 (N x 8 x S and N x 200 x S samples); VictoriaMetrics
 after `/internal/force_flush`, asked with `nocache=1` at a time past its 30 s latency offset.
-`--root DIR` runs another tree's gpuwatch (a build to compare with).
+`--root DIR` runs another tree's gpuwatch; `--base DIR` runs a second tree's in turns with it instead of
+VictoriaMetrics (two builds compared).
 """
 
 from __future__ import annotations
@@ -244,7 +245,7 @@ def wait_http(url: str, proc: subprocess.Popen[Any], timeout_s: float = 120.0) -
 def start(system: str, tmp: str, port: int, root: Path) -> subprocess.Popen[Any]:
     """The server on a fresh directory under `tmp`, answering; its stderr in `tmp`/log."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("GPUWATCH_")}
-    if system == "gpuwatch":
+    if system in ("gpuwatch", "base"):
         env["PYTHONPATH"] = str(root)
         args = ["serve", "--host", "127.0.0.1", "--port", str(port), "--data-dir", f"{tmp}/gw"]
         cmd, health = [sys.executable, "-m", "gpuwatch.cli.main", *args], "/-/health"
@@ -424,6 +425,7 @@ def main() -> None:
         "--settle", type=float, default=5.0, help="seconds after the last answer, CPU still counted"
     )
     p.add_argument("--root", type=Path, default=ROOT, help="the gpuwatch tree to measure")
+    p.add_argument("--base", type=Path, help="another gpuwatch tree, run in turns with --root (no VM)")
     args = p.parse_args()
 
     def load() -> str:
@@ -439,17 +441,18 @@ def main() -> None:
         f"({compressed / 2**20:.0f} MiB); built in {reqs.build_s:.1f} s; {os.cpu_count()} CPUs, load {load()}",
         flush=True,
     )
-    systems = [args.only] if args.only else ["gpuwatch", "victoria"]
+    systems = [args.only] if args.only else ["gpuwatch", "base" if args.base else "victoria"]
     results: dict[str, list[dict[str, Any]]] = {s: [] for s in systems}
     for k in range(args.rounds):
         for system in systems if k % 2 == 0 else systems[::-1]:
-            results[system].append(run(system, reqs, args.senders, args.settle, args.root.resolve()))
+            root = args.base if system == "base" else args.root
+            results[system].append(run(system, reqs, args.senders, args.settle, root.resolve()))
             print(f"           load {load()}", flush=True)
     if len(systems) == 2:
-        gw, vm = results["gpuwatch"], results["victoria"]
+        gw, vm = results[systems[0]], results[systems[1]]
         for i, (a, b) in enumerate(zip(gw, vm, strict=True)):
             print(
-                f"round {i + 1}, gpuwatch / VictoriaMetrics: samples/s {a['rate'] / b['rate']:.2f}x, "
+                f"round {i + 1}, gpuwatch / {'base' if args.base else 'VictoriaMetrics'}: samples/s {a['rate'] / b['rate']:.2f}x, "
                 f"CPU {a['cpu_send'] / b['cpu_send']:.2f}x ({a['cpu_settled'] / b['cpu_settled']:.2f}x with "
                 f"{args.settle:.0f} s after), RSS {a['rss1'] / b['rss1']:.2f}x",
                 flush=True,

@@ -29,20 +29,22 @@ class Run(NamedTuple):
     name: str
     labels: tuple[tuple[str, str], ...]
     problem: str | None
-    pairs: tuple[tuple[str, str], ...]  # as sent, for the refusal's words
 
 
 class RunMemory:
-    """Label runs seen before: their bytes -> an index into `runs` (bounded; emptied when full)."""
+    """Label runs seen before: their bytes -> an index into `runs` (bounded; emptied when full). Their
+    label pairs are shared: a lab's series have most in common (job, model, host, GPU UUID)."""
 
     def __init__(self, check: Callable[[tuple[tuple[str, str], ...]], Run]) -> None:
         self.index: dict[bytes, int] = {}
         self.runs: list[Run] = []
+        self._pairs: dict[tuple[str, str], tuple[str, str]] = {}
         self._check = check
 
     def forget(self) -> None:
         self.index.clear()
         self.runs.clear()
+        self._pairs.clear()
 
     def learn(self, buf: bytes, start: int, stop: int) -> int | None:
         """Read the run at [start, stop); None when it is not only labels."""
@@ -50,6 +52,8 @@ class RunMemory:
             pairs = label_run(buf, start, stop)
         except WireError:
             return None
+        shared = self._pairs.setdefault
+        pairs = tuple(shared(pair, pair) for pair in pairs)
         self.runs.append(self._check(pairs))
         self.index[buf[start:stop]] = len(self.runs) - 1
         return len(self.runs) - 1

@@ -95,13 +95,13 @@ class Receiver:
         self._memory = RunMemory(self._run)
 
     def _run(self, pairs: Labels) -> Run:
-        name, labels, problem = self.key(pairs)
+        name, labels, problem = _key(pairs)
         if problem is None:
             over = self._limits.problem((("__name__", name), *labels))
             problem = None if over is None else f"series {name}: {over}"
         else:
             problem = f"series {_describe(pairs)}: {problem}"
-        return Run(name, labels, problem, pairs)
+        return Run(name, labels, problem)
 
     def read(self, body: bytes, *, limits: LabelLimits = DEFAULT_LABEL_LIMITS) -> Received:
         """Check and group an inflated `WriteRequest` (WireError when it is not one)."""
