@@ -136,9 +136,19 @@ def _query_stopped(node: Server, selector: str, at_s: float) -> dict[int, str]:
 
 
 def test_a_node_writes_into_a_real_prometheus(tmp_path: Path, servers: list[Server]) -> None:
-    with run_prometheus(
-        tmp_path, "global: {scrape_interval: 1m}\n", "--web.enable-remote-write-receiver"
-    ) as p:
+    """Samples and label sets arrive as stored, and with `gpuwatch rules export` loaded, Prometheus fires
+    a built-in alert from what the node wrote."""
+    rules = tmp_path / "gpuwatch-rules.yml"
+    export = subprocess.run(
+        [*GPUWATCH, "rules", "export", "-o", str(rules)],
+        capture_output=True,
+        text=True,
+        env=clean_env(),
+        timeout=60,
+    )
+    assert export.returncode == 0, export.stderr
+    config = "global: {scrape_interval: 1m, evaluation_interval: 1s}\nrule_files: [gpuwatch-rules.yml]\n"
+    with run_prometheus(tmp_path, config, "--web.enable-remote-write-receiver") as p:
         prom = p.url
         config = node_config(tmp_path, f"{prom}/api/v1/write")
         env = clean_env(GPUWATCH_FLUSH_INTERVAL="0.2s", GPUWATCH_HOSTNAME="node-a", GPUWATCH_DEMO_GPUS="2")
@@ -163,6 +173,22 @@ def test_a_node_writes_into_a_real_prometheus(tmp_path: Path, servers: list[Serv
         assert labels == mine_labels
         metrics = node.get("/metrics").text
         assert 'prometheus_remote_storage_samples_total{remote_name="dest0"' in metrics
+
+        pushed = requests.post(
+            f"{node.url}/api/v1/push",
+            json={"run": "llama-7b", "step": 10, "metrics": {"loss": "NaN"}},
+            timeout=10,
+        )
+        assert pushed.status_code in (200, 204), pushed.text
+
+        def fired() -> list[dict[str, Any]]:
+            alerts = requests.get(f"{prom}/api/v1/alerts", timeout=10).json()["data"]["alerts"]
+            return [
+                a for a in alerts if a["labels"]["alertname"] == "TrainingLossNaN" and a["state"] == "firing"
+            ]
+
+        wait_until(lambda: bool(fired()), 40, f"TrainingLossNaN did not fire in Prometheus; log:\n{p.log}")
+        assert fired()[0]["labels"]["run"] == "llama-7b"
 
 
 def test_a_node_writes_into_a_real_victoriametrics(tmp_path: Path, servers: list[Server]) -> None:
