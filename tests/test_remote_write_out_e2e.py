@@ -197,7 +197,12 @@ def test_a_node_writes_into_a_real_victoriametrics(tmp_path: Path, servers: list
     vm_bin = require_tool("victoria-metrics")
     port = free_port()
     proc = subprocess.Popen(
-        [vm_bin, f"-storageDataPath={tmp_path / 'vm'}", f"-httpListenAddr=127.0.0.1:{port}"],
+        [
+            vm_bin,
+            f"-storageDataPath={tmp_path / 'vm'}",
+            f"-httpListenAddr=127.0.0.1:{port}",
+            "-search.latencyOffset=1s",  # 30 s by default: the newest samples hidden from queries
+        ],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.STDOUT,
     )
@@ -225,9 +230,70 @@ def test_a_node_writes_into_a_real_victoriametrics(tmp_path: Path, servers: list
         assert all(float(mine[t]) == v for t, v in theirs.items())
         mine_labels = node.get("/api/v1/series", params={"match[]": SERIES}).json()["data"]
         assert [series["metric"]] == mine_labels
+        _builtin_alert_fires_in_vmalert(tmp_path, vm, node)
     finally:
         proc.terminate()
         proc.wait(10)
+
+
+def _builtin_alert_fires_in_vmalert(tmp_path: Path, vm: str, node: Server) -> None:
+    """`gpuwatch rules export` loaded into vmalert over VictoriaMetrics: a built-in alert fires from
+    what the node wrote, and vmalert posts it back to gpuwatch as to an Alertmanager."""
+    rules = tmp_path / "gpuwatch-rules.yml"
+    export = subprocess.run(
+        [*GPUWATCH, "rules", "export", "-o", str(rules)],
+        capture_output=True,
+        text=True,
+        env=clean_env(),
+        timeout=60,
+    )
+    assert export.returncode == 0, export.stderr
+    pushed = requests.put(
+        f"{node.url}/metrics/job/dcgm",
+        data='DCGM_FI_DEV_ROW_REMAP_PENDING{gpu="0",UUID="GPU-1"} 1\n',
+        timeout=10,
+    )
+    assert pushed.status_code in (200, 202, 204), pushed.text
+    port = free_port()
+    log = tmp_path / "vmalert.log"
+    with log.open("w") as out:
+        vmalert = subprocess.Popen(
+            [
+                require_tool("vmalert"),
+                f"-rule={rules}",
+                f"-datasource.url={vm}",
+                f"-remoteWrite.url={vm}",  # recording rules' results and ALERTS, as gpuwatch stores them
+                f"-notifier.url={node.url}",
+                "-evaluationInterval=1s",
+                f"-httpListenAddr=127.0.0.1:{port}",
+            ],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+    try:
+
+        def firing() -> bool:
+            assert vmalert.poll() is None, log.read_text()
+            try:
+                alerts = requests.get(f"http://127.0.0.1:{port}/api/v1/alerts", timeout=5).json()["data"][
+                    "alerts"
+                ]
+            except requests.RequestException:
+                return False
+            return any(a["name"] == "GPURowRemapPending" and a["state"] == "firing" for a in alerts or [])
+
+        wait_until(
+            firing, 60, f"GPURowRemapPending did not fire in vmalert; its log:\n{log.read_text()[-3000:]}"
+        )
+
+        def posted() -> bool:
+            got = node.get("/api/v2/alerts", params={"filter": 'alertname="GPURowRemapPending"'}).json()
+            return bool(got)
+
+        wait_until(posted, 30, "vmalert's alert did not reach gpuwatch")
+    finally:
+        vmalert.terminate()
+        vmalert.wait(10)
 
 
 def _answers(url: str) -> bool:
