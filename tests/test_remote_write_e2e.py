@@ -9,7 +9,8 @@ time is a little in the past and the comparison is retried until a deadline; gpu
 a sample Prometheus does not. When the page stops, Prometheus writes staleness markers: gpuwatch's
 instant query must stop returning the page's series as Prometheus's does (without the markers it would
 answer for another 5 minutes). A recording rule's output (`job:rate5m:sum`, colons in the name) must
-arrive too. Prometheus's own counters of failed and dropped samples must stay at 0.
+arrive too. Prometheus's own counters of failed and dropped samples must stay at 0. And Debian's vmagent
+writes into gpuwatch the same way.
 
 Skips without `prometheus`, except in CI (REQUIRE_TEST_TOOLS=1), where it fails.
 """
@@ -18,6 +19,7 @@ from __future__ import annotations
 
 import math
 import signal
+import subprocess
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -331,3 +333,55 @@ def test_a_recording_rule_with_colons_arrives(stack) -> None:  # type: ignore[no
     values = [float(v) for _, v in next(iter(samples.values()))]
     assert 0 < values[0] < values[-1], values
     assert_nothing_failed(prom)
+
+
+def test_vmagent_remote_writes_into_gpuwatch(tmp_path: Path) -> None:
+    """Debian's vmagent (VictoriaMetrics 1.79) scrapes the page every second and remote-writes it into
+    gpuwatch: the page's series arrive with vmagent's job and instance labels, and `up` is 1."""
+    vmagent = require_tool("vmagent")
+    with start_page() as page, start_gpuwatch(tmp_path) as gw:
+        config = tmp_path / "vmagent.yml"
+        config.write_text(
+            "global: {scrape_interval: 1s}\n"
+            f"scrape_configs: [{{job_name: page, static_configs: [{{targets: ['{page.target}']}}]}}]\n"
+        )
+        log = tmp_path / "vmagent.log"
+        with log.open("w") as out:
+            proc = subprocess.Popen(
+                [
+                    vmagent,
+                    f"-promscrape.config={config}",
+                    f"-remoteWrite.url={gw.url}/api/v1/write",
+                    f"-remoteWrite.tmpDataPath={tmp_path / 'vmagent-data'}",
+                    "-remoteWrite.flushInterval=500ms",
+                    f"-httpListenAddr=127.0.0.1:{free_port()}",
+                ],
+                stdout=out,
+                stderr=subprocess.STDOUT,
+            )
+        try:
+            gauge = 'page_temperature_celsius{job="page"}'
+            wait_until(
+                lambda: len(instant(gw.url, gauge)) == 2,
+                30,
+                f"nothing from vmagent; its log:\n{log.read_text()[-3000:]}\ngpuwatch's log:\n{gw.log}",
+                0.25,
+            )
+            got = instant(gw.url, gauge)
+            assert {dict(k)["sensor"] for k in got} == {"inlet", "outlet"}
+            assert all(dict(k)["instance"] == page.target for k in got)
+            assert instant(gw.url, 'up{job="page"}') == {
+                (("__name__", "up"), ("instance", page.target), ("job", "page")): "1"
+            }
+
+            def counted() -> list[tuple[int, str]]:
+                (values,) = raw_samples(gw.url, 'page_requests_total{job="page"}[30s]', time.time()).values()
+                return values
+
+            wait_until(lambda: len(counted()) >= 3, 20, "vmagent's samples stopped coming", 0.25)
+            values = counted()
+            assert [t for t, _ in values] == sorted({t for t, _ in values})  # one a scrape, in time order
+            assert [float(v) for _, v in values] == sorted(float(v) for _, v in values)  # a counter
+        finally:
+            proc.terminate()
+            proc.wait(10)
