@@ -1,5 +1,5 @@
 """Command line: gpuwatch serve | demo | smi | doctor | health | import | query | rules check | rules export |
-notify test | silence | token | password | --version."""
+dashboards export | notify test | silence | token | password | --version."""
 
 from __future__ import annotations
 
@@ -92,6 +92,17 @@ def _parser() -> argparse.ArgumentParser:
     export = rules.add_parser("export", help=help_text, description=help_text)
     export.add_argument("--config", type=Path, help="YAML settings file (also GPUWATCH_CONFIG)")
     export.add_argument("-o", "--output", type=Path, metavar="FILE", help="write here instead of stdout")
+    dashboards = sub.add_parser("dashboards", help="the dashboard's pages for other tools").add_subparsers(
+        dest="dashboards_command", metavar="ACTION", required=True
+    )
+    help_text = "write the cluster, GPU, training run and inference service pages as Grafana dashboards"
+    dash_export = dashboards.add_parser("export", help=help_text, description=help_text)
+    dash_export.add_argument(
+        "-o",
+        "--output",
+        metavar="DIR",
+        help="directory for one <uid>.json per dashboard (default: the current one); '-': a JSON list on stdout",
+    )
     from gpuwatch.cli.silence import add_silence_arguments
 
     help_text = "add, list or expire silences of a running gpuwatch (Alertmanager's API)"
@@ -341,6 +352,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from gpuwatch.cli.rules import run_export
 
         return run_export(args.config, args.output, dict(os.environ))
+    if args.command == "dashboards":
+        from gpuwatch.cli.dashboards import run_export as export_dashboards
+
+        return export_dashboards(args.output)
     if args.command in ("token", "password"):
         from gpuwatch.cli.access import run_access
 
