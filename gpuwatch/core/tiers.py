@@ -25,7 +25,7 @@ class TierPoints(NamedTuple):
     value after it)."""
 
     end_ms: np.ndarray  # int64, multiples of the resolution
-    count: np.ndarray  # int64: samples in the bucket (NaN values included)
+    n: np.ndarray  # int64: samples in the bucket (NaN values included)
     sum: np.ndarray  # float64
     min: np.ndarray  # float64
     max: np.ndarray  # float64
