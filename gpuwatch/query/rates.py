@@ -70,14 +70,34 @@ def extrapolated_rate_rows(w: Window, rows: np.ndarray, is_counter: bool, is_rat
             result += _counter_corrections(w, rows)
         elif is_counter:
             result += 0.0  # as adding no corrections (-0.0 + 0.0 is 0.0)
-        to_start = (ft - (w.ends - w.range_ms).astype(np.float64)) / 1000
-        to_end = (w.ends.astype(np.float64) - lt) / 1000
+        return extrapolate(result, fv, ft, lt, w.count, w.ends, w.range_ms, is_counter, is_rate), ok
+
+
+def extrapolate(
+    result: np.ndarray,
+    fv: np.ndarray,
+    ft: np.ndarray,
+    lt: np.ndarray,
+    count: np.ndarray,
+    ends: np.ndarray,
+    range_ms: int,
+    is_counter: bool,
+    is_rate: bool,
+) -> np.ndarray:
+    """Extrapolate each window's difference `result` ((k, steps): its last value less its first,
+    `fv`, with counter resets added) from its first and last sample times `ft` and `lt` (float ms)
+    to the window's edges, as Prometheus does; `count` is the window's samples. Only these figures
+    enter, so a window summed up from tier points comes to the same answer as its raw samples."""
+    with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
+        n = len(ends)
+        to_start = (ft - (ends - range_ms).astype(np.float64)) / 1000
+        to_end = (ends.astype(np.float64) - lt) / 1000
         sampled = (lt - ft) / 1000
-        avg = sampled / np.maximum(w.count - 1, 1)
+        avg = sampled / np.maximum(count - 1, 1)
         threshold = avg * 1.1
         to_start = np.where(to_start >= threshold, avg / 2, to_start)
         to_end = np.where(to_end >= threshold, avg / 2, to_end)
-        out = result * _factor(sampled, to_start, to_end, w.range_ms, is_rate)
+        out = result * _factor(sampled, to_start, to_end, range_ms, is_rate)
         if is_counter:
             # A counter is not extrapolated below zero: where its zero point is nearer than the
             # window's start, the extrapolation stops there.
@@ -87,8 +107,8 @@ def extrapolated_rate_rows(w: Window, rows: np.ndarray, is_counter: bool, is_rat
             near &= fv >= 0
             r, c = np.divmod(np.flatnonzero(near), n)  # (cheaper than np.nonzero)
             if r.size:
-                out[r, c] = result[r, c] * _factor(sampled[c], to_zero[r, c], to_end[c], w.range_ms, is_rate)
-        return out, ok
+                out[r, c] = result[r, c] * _factor(sampled[c], to_zero[r, c], to_end[c], range_ms, is_rate)
+        return out
 
 
 def _factor(
