@@ -16,7 +16,7 @@ from werkzeug.wrappers import Request, Response
 
 from gpuwatch.core.clock import FakeClock
 from gpuwatch.core.errors import ConfigError
-from gpuwatch.remote.config import RemoteWrite, parse_remote_write
+from gpuwatch.remote.config import RemoteWrite, parse_remote_write, sent_labels
 from gpuwatch.remote.post import http_post
 from gpuwatch.remote.sender import Answer, Batch, Gap, Sender
 from gpuwatch.remote.wire import decode_request, decompress
@@ -104,6 +104,25 @@ def test_a_batch_taken_moves_the_watermark_and_is_counted() -> None:
     assert (series.timestamps_ms, series.values) == ((0, 1000, 2000), (50.0, 51.0, 52.0))
     assert backlog.saved == {"hub": 3}
     assert (s.state.samples_total, s.state.samples_pending, s.state.highest_sent_timestamp_ms) == (3, 0, 2000)
+
+
+def test_every_series_is_sent_naming_its_node_unless_it_names_one() -> None:
+    """gpuwatch's own figures have no label naming the machine: two nodes' `gpuwatch_gpus` would be one
+    series on a hub (and the hub's own GPUCountDropped fired on their mix)."""
+    backlog = MemoryBacklog()
+    backlog.add("gpuwatch_gpus", {}, 1000, 2.0)
+    backlog.add("DCGM_FI_DEV_GPU_UTIL", {"Hostname": "gpu-7", "gpu": "0"}, 1000, 50.0)
+    receiver = Receiver()
+    sender(backlog, receiver, external_labels=sent_labels((("cluster", "lab"),), "node-a")).step()
+    assert {s.labels for s in receiver.bodies[0]} == {
+        (("Hostname", "node-a"), ("__name__", "gpuwatch_gpus"), ("cluster", "lab")),
+        (("Hostname", "gpu-7"), ("__name__", "DCGM_FI_DEV_GPU_UTIL"), ("cluster", "lab"), ("gpu", "0")),
+    }
+    assert sent_labels((("Hostname", "rack-1"),), "node-a") == (("Hostname", "rack-1"),)
+    backlog, receiver = MemoryBacklog(), Receiver()
+    backlog.add("gpuwatch_gpus", {}, 1000, 2.0)
+    sender(backlog, receiver, external_labels=sent_labels((("Hostname", ""),), "node-a")).step()
+    assert receiver.bodies[0][0].labels == (("__name__", "gpuwatch_gpus"),)  # '' sends none
 
 
 def test_a_backlog_goes_in_batches_back_to_back() -> None:

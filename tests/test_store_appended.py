@@ -108,6 +108,25 @@ def test_compaction_mixing_sent_and_new_samples(tmp_path: Path) -> None:
         assert len(sender.got) == 30
 
 
+def test_a_backlog_compacted_over_many_series_comes_in_full_batches(tmp_path: Path) -> None:
+    """A node's outage past a compaction: each series' chunk row starts at its own seq of the first
+    tick, so the rows' lowest seqs are 1, 2, 3, ...; a batch is still `max_samples` samples, not the
+    one sample between a row's lowest seq and the next's (2,000 series took ~2,000 calls a window)."""
+    with Store.open(tmp_path, clock=FakeClock()) as s:
+        writes: Counter[Key] = Counter()
+        for k in range(20):
+            s.append(Batch(k * 1000, [Sample("m", (("gpu", str(g)),), float(k)) for g in range(50)]))
+            writes.update(("m", (("gpu", str(g)),), k * 1000) for g in range(50))
+        s.flush()
+        sender = Sender()
+        sender.pull(s, 30)  # part of the first tick sent, then the outage's compaction
+        s.compact()
+        assert [sender.pull(s, 100) for _ in range(3)] == [100, 100, 100]
+        sender.drain(s, 100)
+        check(sender, s, writes)
+        assert len(sender.got) == 1000
+
+
 def test_bulk_chunk_bigger_than_max_samples_comes_in_pieces(tmp_path: Path) -> None:
     with Store.open(tmp_path, clock=FakeClock()) as s:
         t = np.arange(3000, dtype=np.int64) * 1000

@@ -37,6 +37,7 @@ from gpuwatch.notify.received import ReceivedAlerts
 from gpuwatch.notify.silences import Silences
 from gpuwatch.query import Engine
 from gpuwatch.remote.backlog import StoreBacklog
+from gpuwatch.remote.config import sent_labels
 from gpuwatch.remote.writers import REMOTE_METRICS, RemoteWriters
 from gpuwatch.rules.load import Group, RuleFileError
 from gpuwatch.rules.manager import RuleManager, configured_groups
@@ -154,7 +155,7 @@ def build_runtime(settings: Settings, hostname: str, clock: Clock | None = None,
                 settings.remote_write,
                 StoreBacklog(store, clock.now_ms),
                 clock,
-                external_labels=settings.external_labels,
+                external_labels=sent_labels(settings.external_labels, hostname),
                 max_backlog_s=settings.retention,
                 logger=logging.getLogger("gpuwatch.remote"),
             )

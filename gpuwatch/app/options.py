@@ -339,7 +339,8 @@ OPTIONS: tuple[Option, ...] = (
         parse_external_labels,
         (),
         "Labels added to every sample sent by `remote_write` (a series' own label of the same name wins); "
-        "also read from `global.external_labels`, as prometheus.yml has them.",
+        "also read from `global.external_labels`, as prometheus.yml has them. `Hostname` is added as "
+        "`hostname` unless set here (`Hostname: ''` adds none).",
     ),
     Option(
         "log_files",

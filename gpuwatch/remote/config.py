@@ -223,3 +223,15 @@ def parse_external_labels(raw: object) -> tuple[tuple[str, str], ...]:
             raise _fail(f"external_labels.{name}", "expected a text value", value)
         out.append((name, str(value)))
     return tuple(sorted(out))
+
+
+def sent_labels(external_labels: tuple[tuple[str, str], ...], hostname: str) -> tuple[tuple[str, str], ...]:
+    """Return the labels added to every series sent: `Hostname` (gpuwatch's `hostname`), then
+    `external_labels`.
+
+    gpuwatch's own figures (`gpuwatch_gpus`, `process_cpu_seconds_total`, the remote-write counters)
+    carry no label naming the machine, nor does a scrape of `127.0.0.1:8000`: two nodes writing to one
+    hub or VictoriaMetrics would write one series between them. A series' own `Hostname` wins, as
+    every external label; `external_labels: {Hostname: ''}` sends none.
+    """
+    return tuple(sorted({"Hostname": hostname, **dict(external_labels)}.items()))

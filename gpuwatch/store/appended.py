@@ -46,8 +46,8 @@ the stretch it skipped behind the live samples: a gap, from its own watermark up
 
 Cost. Rows are found by seq: head rows with a seq past the watermark (the head is in write order, so
 DuckDB's zone maps skip the rest), and chunk rows whose seqs reach past it: their `seqs` blobs first
-(small), taken by lowest seq until they hold `max_samples` new samples, then only those rows'
-samples decoded. A caught-up sender reads the last flushes' head rows (2,000 new samples over 2,000
+(small), taken by lowest seq until the next begins past their `max_samples`-th new seq, then only
+those rows' samples decoded. A caught-up sender reads the last flushes' head rows (2,000 new samples over 2,000
 series in a store of 1 M: ~5 ms); after a compaction, once, the rows it wrote for the series written
 since the watermark (~40 ms there). Catching up after a long outage, each call also decodes the
 `seqs` of the rows straddling the watermark (about one window's per series) again.
@@ -200,24 +200,28 @@ def _choose(
     """From chunk rows (rowid, seq, seq_lo, n, seqs) ordered by seq_lo, the bound (at most `bound`)
     up to which about `max_samples` of their samples come after `mark`, and the rows holding those.
 
-    Rows are taken in order of their lowest seq until they hold `max_samples` new samples; the bound
-    then stops before the next row's lowest seq (every seq up to it lies in the rows taken), but
-    never at or below the watermark's seq + 1: the rows straddling the watermark are all taken."""
+    The bound is the `max_samples`-th lowest new seq of the rows: they are taken in order of their
+    lowest seq until the next begins past it, so every seq up to it lies in the rows taken. (Bounding
+    by the next row's lowest seq instead gave one sample a call where each series' row begins at its
+    own seq of one tick, as after an outage longer than a compaction window.)"""
     taken: list[tuple[int, int]] = []  # (rowid, lowest seq of its samples not yet returned)
-    found = 0
+    low = np.empty(0, np.int64)  # the lowest `max_samples` new seqs of the rows taken so far
+    kth: int | None = None  # the highest of those, once there are `max_samples`
+    some_new = mark.t_ms != ALL  # samples of `mark.seq` itself may be new
     for rowid, seq, lo, n, blob in meta:
-        if found >= max_samples and lo > mark.seq + 1:
-            bound = min(bound, int(lo) - 1)
+        if kth is not None and lo > kth:
             break
-        if blob is None:  # one seq for all its samples (those of `mark.seq` itself: some may be new)
-            count, lowest = (int(n), int(seq)) if seq >= mark.seq else (0, 0)
-        else:
-            own = decode_times(blob, n)
-            new = own[own >= mark.seq]
-            count, lowest = int(new.size), int(new.min()) if new.size else 0
-        if count:
-            found += count
-            taken.append((int(rowid), lowest))
+        own = np.full(min(int(n), max_samples), int(seq), np.int64) if blob is None else decode_times(blob, n)
+        new = own[(own > mark.seq) | ((own == mark.seq) & some_new)]
+        if not new.size:
+            continue
+        taken.append((int(rowid), int(new.min())))
+        low = np.concatenate([low, new if kth is None else new[new <= kth]])
+        if low.size >= max_samples:
+            low = np.partition(low, max_samples - 1)[:max_samples]
+            kth = int(low[max_samples - 1])
+    if kth is not None:
+        bound = min(bound, kth)
     return bound, [rowid for rowid, lowest in taken if lowest <= bound]
 
 
