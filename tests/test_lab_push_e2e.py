@@ -107,7 +107,10 @@ def start_lab(tmp_path: Path, servers: list[Server]) -> tuple[Server, list[Serve
             "sample_interval: 1s\ndemo_sources: false\nremote_write:\n"
             f"  - url: {hub.url}/api/v1/write\n    name: hub\n"
             f"    authorization: {{credentials_file: {token_file}}}\n"
-            "    queue_config: {batch_send_deadline: 500ms, min_backoff: 100ms, max_backoff: 1s}\n"
+            "    queue_config: {batch_send_deadline: 500ms, min_backoff: 100ms, max_backoff: 1s"
+            # node-a as install.sh --node writes it (new samples first, the backlog behind them at a
+            # pace), node-b in order (as for a Prometheus): both must lose nothing
+            + (", live_first: true, catch_up_rate: 2000}\n" if name == NODES[0] else "}\n")
         )
         env = clean_env(GPUWATCH_FLUSH_INTERVAL="0.2s", GPUWATCH_HOSTNAME=name, GPUWATCH_DEMO_GPUS="2")
         node = Server(["--demo", "--config", str(config)], tmp_path / name / "data", free_port(), env)
@@ -136,7 +139,15 @@ def test_a_hub_restarted_for_a_minute_misses_no_node_sample(tmp_path: Path, serv
         60,
         f"the nodes did not catch up within 60 s{logs()}",
     )
+    wait_until(
+        lambda: all(
+            not n.get("/api/ui/targets").json()["data"]["remote_write"][0]["gapSamplesPending"] for n in nodes
+        ),
+        60,
+        f"node-a's backlog behind its live samples was not sent within 60 s{logs()}",
+    )
     caught_up_s = time.time() - up_at
+    assert "live samples go first" in nodes[0].log and "live samples go first" not in nodes[1].log
 
     # The hub's view: both nodes Ready, and no alert firing after a rule round that saw the catch-up.
     def evaluated_since(t_s: float) -> bool:
