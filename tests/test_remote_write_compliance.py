@@ -440,7 +440,15 @@ def case_instance_label(lab: Lab) -> None:
 def case_sorted_labels(lab: Lab) -> None:
     lab.wait(lambda: lab.taken("sorted_labels", "test"), 'no test{job="sorted_labels"} sample')
     got = lab.taken("sorted_labels", "test")
-    want = (("__name__", "test"), ("a", "1"), ("b", "2"), ("instance", lab.address), ("job", "sorted_labels"))
+    # gpuwatch names the node on every series sent (`Hostname`, the GPUWATCH_HOSTNAME above), in order.
+    want = (
+        ("Hostname", "lab"),
+        ("__name__", "test"),
+        ("a", "1"),
+        ("b", "2"),
+        ("instance", lab.address),
+        ("job", "sorted_labels"),
+    )
     assert {labels for labels, _, _ in got} == {want}
     assert set(values(got)) == {1.0}
 
