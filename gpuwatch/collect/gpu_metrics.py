@@ -12,7 +12,17 @@ from gpuwatch.core.model import MetricInfo
 
 # Labels on every per-GPU sample, as dcgm-exporter writes them (`Hostname` as in release 4.5.3-4.8.2).
 GPU_LABELS: tuple[str, ...] = ("gpu", "UUID", "modelName", "Hostname", "pci_bus_id")
-PROCESS_LABELS: tuple[str, ...] = ("pid", "process_name", "user", "container_id")
+PROCESS_LABELS: tuple[str, ...] = (
+    "pid",
+    "process_name",
+    "user",
+    "container_id",
+    "slurm_job",
+    "pod_uid",
+    "pod",
+    "namespace",
+    "container",
+)
 
 # NVML clocks-event ("throttle") reason bits, in mask order.
 CLOCK_EVENT_REASONS: tuple[tuple[int, str], ...] = (
@@ -183,7 +193,7 @@ GPU_METRIC_TABLE: tuple[GpuMetric, ...] = (
               "DCGM_EXP_XID_ERRORS_COUNT (windowed, labels err_code, err_msg)", ("xid",)),
     GpuMetric("gpuwatch_process_gpu_memory_bytes", "gauge", "bytes",
               "GPU memory used by a compute process (in bytes; NaN where the driver does not know, as under MIG).",
-              "nvmlDeviceGetComputeRunningProcesses_v3 (each MIG device's under MIG); name, user and container from /proc/<pid>",
+              "nvmlDeviceGetComputeRunningProcesses_v3 (each MIG device's under MIG); name, user, container, Slurm job and pod from /proc/<pid>",
               "", PROCESS_LABELS),
     GpuMetric("gpuwatch_gpu_lost", "gauge", "bool",
               "1 while the GPU does not answer NVML (fell off the bus: GpuIsLost/ResetRequired), else 0.",

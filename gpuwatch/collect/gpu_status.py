@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from gpuwatch.collect.attribution import NONE, Attribution
+
 
 @dataclass(frozen=True)
 class GpuIdentity:
@@ -25,6 +27,7 @@ class GpuProcess:
     container_id: str
     used_memory_bytes: int | None  # None where the driver does not report it
     gpu_instance: str = ""  # the GPU instance id (GPU_I_ID) under MIG
+    attribution: Attribution = NONE  # the Slurm job or Kubernetes pod it runs in
 
 
 @dataclass(frozen=True)

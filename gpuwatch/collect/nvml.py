@@ -244,9 +244,11 @@ class GpuCollector:
             if not info.name:  # not in our /proc (another PID namespace) or already gone
                 name = self._dev.query(None, "process_name", self._nvml.nvmlSystemGetProcessName, pid)
                 if name:
-                    info = ProcessInfo(PurePath(str(name)).name, info.user, info.container_id)
+                    info = ProcessInfo(
+                        PurePath(str(name)).name, info.user, info.container_id, info.attribution
+                    )
             self._proc_info[pid] = info
-        return GpuProcess(pid, info.name, info.user, info.container_id, used, gpu_instance)
+        return GpuProcess(pid, info.name, info.user, info.container_id, used, gpu_instance, info.attribution)
 
     def collect(self, timestamp_ms: int) -> Batch:
         """Sample every GPU once; one sample per (metric, GPU), all stamped `timestamp_ms`."""
@@ -322,7 +324,7 @@ class GpuCollector:
             return self._usage.samples()
 
     def _process_labels(self, gpu: GpuState, proc: GpuProcess, inst: MigInstance | None) -> Labels:
-        key = f"{proc.pid}\0{proc.name}\0{proc.user}\0{proc.container_id}\0{proc.gpu_instance}"
+        key = f"{proc.pid}\0{proc.name}\0{proc.user}\0{proc.container_id}\0{proc.gpu_instance}\0{proc.attribution}"
         labels = gpu.extra_labels.get(("process", key))
         if labels is None:
             labels = make_labels(
@@ -332,6 +334,7 @@ class GpuCollector:
                     "process_name": proc.name,
                     "user": proc.user,
                     "container_id": proc.container_id,
+                    **proc.attribution.labels(),
                 }
             )
             if len(gpu.extra_labels) > 4096:  # PIDs come and go; keep the cache bounded

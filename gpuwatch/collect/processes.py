@@ -1,4 +1,4 @@
-"""Who a GPU process is: its name, user and container, read from a `/proc` tree.
+"""Who a GPU process is: its name, user, container and scheduler job, read from a `/proc` tree.
 
 NVML reports driver-side (host) PIDs. Inside a container, run gpuwatch with `--pid=host`, or mount
 the host's `/proc` (for example at `/host/proc`) and set `proc_root`, or names, users and containers
@@ -11,6 +11,8 @@ import pwd
 import re
 from dataclasses import dataclass
 from pathlib import Path
+
+from gpuwatch.collect.attribution import NONE, Attribution, parse_cgroup, read_pod_names
 
 # A 64-hex container id as docker, containerd, cri-o, podman and kubepods put it in cgroup paths:
 # `/docker/<id>`, `docker-<id>.scope`, `cri-containerd-<id>.scope`, `crio-<id>.scope`,
@@ -25,6 +27,7 @@ class ProcessInfo:
     name: str
     user: str
     container_id: str
+    attribution: Attribution = NONE  # the Slurm job or Kubernetes pod it runs in
 
 
 def parse_container_id(cgroup_text: str) -> str:
@@ -67,14 +70,20 @@ def _read(path: Path) -> str | None:
 
 
 def read_process_info(proc_root: Path, pid: int) -> ProcessInfo:
-    """Read name, user and container id of `pid` under `proc_root`, tolerating the PID vanishing."""
+    """Read name, user, container id and scheduler job of `pid` under `proc_root` (the host's root
+    is taken to be its parent: `/` for `/proc`, `/host` for `/host/proc`), tolerating the PID vanishing."""
     base = proc_root / str(pid)
     comm = _read(base / "comm")
     status = _read(base / "status")
     cgroup = _read(base / "cgroup")
     uid = parse_uid(status) if status is not None else None
+    container_id = parse_container_id(cgroup) if cgroup is not None else ""
+    job = parse_cgroup(cgroup) if cgroup is not None else NONE
+    if uid is None:
+        uid = job.slurm_uid
     return ProcessInfo(
         name=comm.strip() if comm is not None else "",
         user=user_name(uid) if uid is not None else "",
-        container_id=parse_container_id(cgroup) if cgroup is not None else "",
+        container_id=container_id,
+        attribution=read_pod_names(proc_root.parent, container_id, job),
     )
