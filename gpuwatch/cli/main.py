@@ -1,4 +1,4 @@
-"""Command line: gpuwatch serve | demo | smi | doctor | health | import | query | rules check | rules export |
+"""Command line: gpuwatch serve | demo | smi | doctor | health | import | query | export | rules check | rules export |
 dashboards export | notify test | silence | token | password | --version."""
 
 from __future__ import annotations
@@ -74,6 +74,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--url", help="the server's /-/health URL (default: this machine, the configured port)")
 
     from gpuwatch.cli.access import add_access_commands, add_token_arguments
+    from gpuwatch.cli.export import add_export_arguments
     from gpuwatch.cli.query import add_import_arguments, add_query_arguments
 
     help_text = "import Prometheus text or OpenMetrics files (with timestamps) into the store"
@@ -81,6 +82,9 @@ def _parser() -> argparse.ArgumentParser:
     add_token_arguments(p)
     help_text = "evaluate a PromQL expression on a running server (--url) or a stopped data directory"
     add_query_arguments(p := sub.add_parser("query", help=help_text, description=help_text))
+    add_token_arguments(p)
+    help_text = "write a PromQL answer, or a selector's raw samples, to a Parquet or CSV file"
+    add_export_arguments(p := sub.add_parser("export", help=help_text, description=help_text))
     add_token_arguments(p)
     help_text = "check Prometheus rule files, as promtool check rules does"
     rules = sub.add_parser("rules", help="alert and recording rule files").add_subparsers(
@@ -367,10 +371,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             return run_silence(args, dict(os.environ))
         except KeyboardInterrupt:
             return 130
-    if args.command in ("import", "query"):
+    if args.command in ("import", "query", "export"):
         from gpuwatch.cli import query as querycli
+        from gpuwatch.cli.export import run_export as export_samples
 
-        run = querycli.run_import if args.command == "import" else querycli.run_query
+        run = {"import": querycli.run_import, "query": querycli.run_query, "export": export_samples}[
+            args.command
+        ]
         try:
             return run(args, dict(os.environ))
         except KeyboardInterrupt:

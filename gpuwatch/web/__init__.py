@@ -22,6 +22,7 @@ from gpuwatch.web.dash import targets as dash_targets
 from gpuwatch.web.dash import timeline as dash_timeline
 from gpuwatch.web.dash import training as dash_training
 from gpuwatch.web.errors import register_error_handlers
+from gpuwatch.web.exportapi import bp as export_bp
 from gpuwatch.web.federate import bp as federate_bp
 from gpuwatch.web.importapi import bp as import_bp
 from gpuwatch.web.login import bp as login_bp
@@ -84,6 +85,7 @@ def create_app(runtime: WebRuntime) -> Flask:
         login_bp,
         pages_bp,
         prom_bp,
+        export_bp,
         federate_bp,
         import_bp,
         remotewrite_bp,

@@ -91,6 +91,7 @@ ROUTES: dict[str, dict[str, str]] = {
     "promapi.metadata": _R,
     "promapi.query_exemplars": _PROM,
     "promapi.buildinfo": _R,
+    "exportapi.export": _PROM,
     "federate.federate": _R,
     "targets.targets": _R,
     "logs.logs": _R,

@@ -19,7 +19,7 @@ from flask import Flask, g, jsonify, request
 from flask.typing import ResponseReturnValue
 
 # Routes whose answer is computed from the store: the PromQL evaluations and the pages' JSON twins.
-COSTLY_PATHS = ("/api/v1/query", "/api/v1/query_range")
+COSTLY_PATHS = ("/api/v1/query", "/api/v1/query_range", "/api/export")
 COSTLY_PREFIXES = ("/api/ui/",)
 RETRY_AFTER_S = 1
 
