@@ -8,16 +8,27 @@ name, `value` (DOUBLE: NaN and +-Inf kept). pandas reads either file with one ca
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
+from typing import Literal, Protocol
 
 import duckdb
 import numpy as np
 
 from gpuwatch.core.errors import StoreError
-from gpuwatch.query.longtable import LongTable
 
 Format = Literal["parquet", "csv"]
 FORMATS: tuple[Format, ...] = ("parquet", "csv")
+
+
+class Table(Protocol):
+    """Rows of samples, as the query layer's LongTable holds them: `times_ms` (int64), `values`
+    (float64) and one object column of label values per column name."""
+
+    @property
+    def times_ms(self) -> np.ndarray: ...
+    @property
+    def values(self) -> np.ndarray: ...
+    @property
+    def labels(self) -> dict[str, np.ndarray]: ...
 
 
 def format_of(path: Path | str) -> Format | None:
@@ -30,7 +41,7 @@ def _quoted(name: str) -> str:
     return '"' + name.replace('"', '""') + '"'
 
 
-def write_table(table: LongTable, path: Path, fmt: Format) -> None:
+def write_table(table: Table, path: Path, fmt: Format) -> None:
     """Write `table` to `path` (replaced if it exists) as `fmt`."""
     values = table.values
     is_nan = np.isnan(values)
