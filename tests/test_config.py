@@ -27,7 +27,7 @@ def test_defaults(tmp_path: Path) -> None:
     assert s.port not in (9090, 9093, 9100, 9400, 8000, 3000)
     assert s.sample_interval == 1.0
     assert s.flush_interval == 2.0
-    assert s.retention == 30 * 86400
+    assert s.retention == 14 * 86400 and s.retention_1m == 90 * 86400 and s.retention_1h == 730 * 86400
     assert s.demo is False and s.demo_gpus == 8
     assert s.data_dir == tmp_path / ".local" / "share" / "gpuwatch"
 

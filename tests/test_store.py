@@ -291,7 +291,10 @@ def test_empty_labels_are_dropped_like_prometheus(store: Store) -> None:
 
 def test_retention_with_fake_clock(clock: FakeClock) -> None:
     day = 86_400_000
-    s = Store.open(None, clock=clock, retention_s=2 * 86400)
+    # The tiers kept as long as the samples: a series is deleted with its last sample.
+    s = Store.open(
+        None, clock=clock, retention_s=2 * 86400, tier_retention_s={60_000: 2 * 86400, 3_600_000: 2 * 86400}
+    )
     start = clock.now_ms()
     step = 60_000  # 1 sample a minute, 4 days: chunks of several windows, some straddling the cutoff
     t = start + np.arange(4 * day // step, dtype=np.int64) * step

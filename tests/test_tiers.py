@@ -202,6 +202,10 @@ def test_usable_wants_whole_buckets():
     assert not tiered.usable(2 * M, ends, M)  # shorter than a bucket
     assert tiered.usable(M, ends + 30 * S, M, offset_ms=30 * S)
     assert not tiered.usable(H, ends, 5 * M)
+    hours = np.array([1, 2], np.int64) * H
+    assert tiered.usable_instant(H, hours, 5 * M)  # within one bucket: its last sample, if recent
+    assert tiered.usable_instant(H, hours, 2 * H) and not tiered.usable_instant(H, hours, 90 * M)
+    assert not tiered.usable_instant(H, hours + M, 5 * M)
     assert tiered.window("irate", tiers.empty(), ends, M) is None
 
 
@@ -252,7 +256,9 @@ def exact_sums(
     return sums, mags
 
 
-def compare(times: np.ndarray, values: np.ndarray, p: tiers.TierPoints, ends: np.ndarray, rng: int) -> None:
+def compare(
+    times: np.ndarray, values: np.ndarray, p: tiers.TierPoints, ends: np.ndarray, rng: int, res: int
+) -> None:
     """Every tiered answer against the raw one: equal, except where additions are grouped otherwise.
 
     sum and avg must be within 4 units in the last place of the window's magnitudes of the exact sum,
@@ -286,6 +292,10 @@ def compare(times: np.ndarray, values: np.ndarray, p: tiers.TierPoints, ends: np
         else:
             assert_same(got, want)
     assert_same(tiered.instant(p, ends, rng), raw_instant(times, values, ends, rng))
+    # An instant selector's lookback within one bucket (5 minutes on 1-hour points): exact too.
+    for lookback in (5 * M, 30 * S):
+        if tiered.usable_instant(res, ends, lookback):
+            assert_same(tiered.instant(p, ends, lookback), raw_instant(times, values, ends, lookback))
 
 
 def same_points(a: tiers.TierPoints, b: tiers.TierPoints) -> None:
@@ -317,5 +327,5 @@ def test_tiered_answers_are_the_raw_answers(seed: int, kind: str, res: int):
     if res == H:
         from_minutes = tiers.combine(tiers.build(times, values, M), H)
         same_points(from_minutes, p)
-        compare(times, values, from_minutes, ends, rng)
-    compare(times, values, p, ends, rng)
+        compare(times, values, from_minutes, ends, rng, res)
+    compare(times, values, p, ends, rng, res)

@@ -27,6 +27,7 @@ from gpuwatch.core.clock import Clock, SystemClock
 from gpuwatch.core.credentials import AccessFile
 from gpuwatch.core.errors import ConfigError, NvmlUnavailable
 from gpuwatch.core.jobs import JobRegistry
+from gpuwatch.core.tiers import HOUR_MS, MINUTE_MS
 from gpuwatch.demo.incidents import IncidentSchedule
 from gpuwatch.demo.sources import DemoSources, local_url
 from gpuwatch.demo.training import training_log_file
@@ -90,6 +91,8 @@ def build_runtime(settings: Settings, hostname: str, clock: Clock | None = None,
         flush_interval_s=settings.flush_interval,
         retention_s=settings.retention,
         chunk_cache_mb=settings.chunk_cache_mb,
+        tier_retention_s={MINUTE_MS: settings.retention_1m, HOUR_MS: settings.retention_1h},
+        size_cap_bytes=settings.retention_size,
     )
     try:
         # The demo's incidents (incidents.py), shared by the simulated GPUs, servers and training run.

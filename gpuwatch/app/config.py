@@ -70,6 +70,9 @@ class Settings:
     alerting: AlertingConfig = AlertingConfig()
     demo_sources: bool = True
     chunk_cache_mb: int = 128
+    retention_1m: float = 90 * 86400.0
+    retention_1h: float = 730 * 86400.0
+    retention_size: int = 20 << 30
     max_silences: int = 10_000
     max_silence_size_bytes: int = 65_536
     max_posted_alerts: int = 10_000

@@ -47,6 +47,24 @@ def _parse_price(v: object) -> float:
     return n
 
 
+_SIZE_UNITS = {"B": 1, "KB": 1 << 10, "MB": 1 << 20, "GB": 1 << 30, "TB": 1 << 40}
+
+
+def _parse_size(v: object) -> int:
+    """A size as Prometheus's `--storage.tsdb.retention.size` writes it (`512MB`, `20GB`; powers of
+    1024), or bytes; 0: no cap."""
+    text = str(v).strip().upper() if isinstance(v, (int, str)) and not isinstance(v, bool) else ""
+    num = text.rstrip("KMGTB")
+    unit = text[len(num) :] or "B"
+    try:
+        n = float(num) * _SIZE_UNITS[unit]
+    except (KeyError, ValueError):
+        raise ValueError(f"expected a size like 20GB or 512MB (or 0: no cap), got {v!r}") from None
+    if n < 0 or (0 < n < 64 << 20):
+        raise ValueError(f"expected 0 (no cap) or at least 64MB, got {v!r}")
+    return int(n)
+
+
 def _parse_bool(v: object) -> bool:
     if isinstance(v, bool):
         return v
@@ -208,7 +226,30 @@ OPTIONS: tuple[Option, ...] = (
         "How often samples are written to disk; at most this much is lost on a crash.",
     ),
     Option(
-        "retention", _parse_positive_duration(3600, 10 * 31536000), 30 * 86400.0, "How long samples are kept."
+        "retention",
+        _parse_positive_duration(3600, 10 * 31536000),
+        14 * 86400.0,
+        "How long raw samples are kept (a day is deleted only once its 1-minute and 1-hour points are built).",
+    ),
+    Option(
+        "retention_1m",
+        _parse_positive_duration(86400, 10 * 31536000),
+        90 * 86400.0,
+        "How long 1-minute points are kept (min, max, sum, count, first, last and counter increase of "
+        "each minute): what long panels and rates read past `retention`.",
+    ),
+    Option(
+        "retention_1h",
+        _parse_positive_duration(86400, 10 * 31536000),
+        730 * 86400.0,
+        "How long 1-hour points are kept.",
+    ),
+    Option(
+        "retention_size",
+        _parse_size,
+        20 << 30,
+        "Most disk the data directory's database may use (`512MB`, `20GB`; 0: no cap): past 90 % of it the "
+        "oldest raw days are deleted, then the oldest 1-minute and 1-hour points (hourly, logged).",
     ),
     Option("query_timeout", _parse_positive_duration(0.1, 3600), 120.0, "Longest time one query may run."),
     Option("query_max_samples", _parse_int(1000, 10**10), 50_000_000, "Most samples one query may load."),
@@ -469,6 +510,8 @@ def settings_table() -> str:
             default = "(none)"
         elif isinstance(o.default, float) and o.parse.__qualname__.startswith("_parse_positive_duration"):
             default = format_duration(o.default)
+        elif o.parse is _parse_size:
+            default = f"{o.default >> 30}GB"
         elif isinstance(o.default, bool):
             default = str(o.default).lower()
         else:

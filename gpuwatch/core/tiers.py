@@ -17,7 +17,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from gpuwatch.core.model import STALE_NAN_BITS
+from gpuwatch.core.model import STALE_NAN_BITS, Labels
 
 MINUTE_MS = 60_000
 HOUR_MS = 3_600_000
@@ -53,6 +53,14 @@ class TierPoints(NamedTuple):
     @property
     def size(self) -> int:
         return int(self.end_ms.size)
+
+
+class TierSeries(NamedTuple):
+    """One series' tier points, as a source of them answers a selector."""
+
+    name: str
+    labels: Labels
+    points: TierPoints
 
 
 def empty() -> TierPoints:

@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 import promql_parser as pp
 
-from gpuwatch.query import functions, histogram, rates, windows
+from gpuwatch.query import functions, histogram, rates, tierpick, windows
 from gpuwatch.query.errors import PromQLEvalError, Unsupported
 from gpuwatch.query.frames import (
     NAME,
@@ -121,6 +121,10 @@ def absent_labels(node: Any) -> LabelSet:
 def _range_call(ev: Any, name: str, node: Any, ts: np.ndarray) -> VectorFrame:
     args = list(node.args)
     midx = next(i for i, a in enumerate(args) if isinstance(_unwrap(a), (pp.MatrixSelector, pp.SubqueryExpr)))
+    if len(args) == 1:
+        from_tiers = tierpick.range_call(ev, name, _unwrap(args[0]), ts, name in KEEP_NAME)
+        if from_tiers is not None:
+            return from_tiers
     others = [ev.scalar_arg(a, ts) for i, a in enumerate(args) if i != midx]
     frame = ev.eval(_unwrap(args[midx]), ts)
     assert isinstance(frame, RangeFrame)

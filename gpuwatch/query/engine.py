@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 import promql_parser as pp
 
-from gpuwatch.query import aggregate, binary
+from gpuwatch.query import aggregate, binary, tierpick
 from gpuwatch.query.calls import RANGE_FUNCTIONS, evaluate_call
 from gpuwatch.query.errors import PromQLEvalError, QueryTooLarge, Unsupported
 from gpuwatch.query.frames import (
@@ -193,6 +193,11 @@ class _Evaluation(QueryReads):
         self.step_ms = step_ms  # 0 in an instant query, as step() is in Prometheus
         self.invalid_utf8 = invalid_utf8
         self.node: Any = None  # the node being evaluated (the parent of what `eval` is given)
+
+    def vector_selector(self, vs: Any, ts: np.ndarray, want_times: bool = False) -> VectorFrame:
+        """An instant selector at steps `ts`: from tier points where they answer it (tierpick.py)."""
+        from_tiers = tierpick.vector(self, vs, ts, want_times)
+        return from_tiers if from_tiers is not None else super().vector_selector(vs, ts, want_times)
 
     # Evaluation ------------------------------------------------------------------------------
 

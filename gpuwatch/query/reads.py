@@ -17,6 +17,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from gpuwatch.core.model import Labels, Matcher, SeriesData
+from gpuwatch.core.tiers import TierSeries
 from gpuwatch.query.errors import QueryTimeout, QueryTooLarge
 from gpuwatch.query.frames import (
     NAME,
@@ -28,7 +29,7 @@ from gpuwatch.query.frames import (
     make_labelset,
 )
 from gpuwatch.query.parse import matchers_of
-from gpuwatch.query.source import Queryable
+from gpuwatch.query.source import Queryable, TierSource
 from gpuwatch.query.windows import same_times
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
@@ -39,7 +40,7 @@ def _series_labels(name: str, labels: Labels) -> LabelSet:
     return make_labelset({NAME: name, **dict(labels)})
 
 
-def series_labelset(sd: SeriesData) -> LabelSet:
+def series_labelset(sd: SeriesData | TierSeries) -> LabelSet:
     """Return a read series' labels with `__name__` as a LabelSet (remembered: series repeat)."""
     try:
         return _series_labels(sd.name, sd.labels)
@@ -114,6 +115,20 @@ class QueryReads:
         self.cache[key] = (start_ms, end_ms, data)
         self.check_deadline()
         return data
+
+    def select_tiers(self, vs: Any, res_ms: int, start_ms: int, end_ms: int) -> list[TierSeries] | None:
+        """Read `vs`'s tier points of resolution `res_ms` for buckets ending in (start_ms, end_ms], sorted
+        as `select` sorts series; None where the source has none (read samples then)."""
+        source = self.engine.source
+        if not isinstance(source, TierSource):
+            return None
+        found = source.select_tiers(list(matchers_of(vs)), res_ms, start_ms, end_ms)
+        if found is None:
+            return None
+        self._count(sum(s.points.size for s in found))
+        found.sort(key=series_labelset)
+        self.check_deadline()
+        return found
 
     def times(self, node: Any, ts: np.ndarray) -> np.ndarray:
         """Return the times a selector or subquery reads at, after `@` and `offset`."""

@@ -19,7 +19,8 @@ from collections.abc import Iterable, Sequence
 import numpy as np
 
 from gpuwatch.core.model import Labels, Matcher, Sample, SeriesData, last_samples, matcher_predicate
-from gpuwatch.query.source import Queryable
+from gpuwatch.core.tiers import TierSeries
+from gpuwatch.query.source import Queryable, TierSource
 
 NAME = "__name__"
 
@@ -120,6 +121,14 @@ class WithRecent:
             if old is None or old.timestamps_ms[-1] < s.timestamps_ms[-1]:
                 by_key[(s.name, s.labels)] = s
         return [by_key[k] for k in sorted(by_key)]
+
+    def select_tiers(
+        self, matchers: Sequence[Matcher], res_ms: int, start_ms: int, end_ms: int
+    ) -> list[TierSeries] | None:
+        """The source's tier points, None where samples held here match (their points are not in it)."""
+        if not isinstance(self.source, TierSource) or self.recent.select(matchers, start_ms, end_ms):
+            return None
+        return self.source.select_tiers(matchers, res_ms, start_ms, end_ms)
 
 
 def _merged(stored: list[SeriesData], held: list[SeriesData]) -> list[SeriesData]:

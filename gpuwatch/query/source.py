@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 from gpuwatch.core.model import Matcher, SeriesData
+from gpuwatch.core.tiers import TierSeries
 
 
 class Queryable(Protocol):
@@ -16,6 +17,19 @@ class Queryable(Protocol):
     def select_last(self, matchers: Sequence[Matcher], start_ms: int, end_ms: int) -> list[SeriesData]:
         """What `select` returns cut to each series' last sample (the store answers it from memory);
         instant selectors at one step use it."""
+        ...
+
+
+@runtime_checkable
+class TierSource(Protocol):
+    """A source that also has tier points (core.tiers): the store. The engine reads them where they
+    answer a query exactly as the samples would (tierpick.py)."""
+
+    def select_tiers(
+        self, matchers: Sequence[Matcher], res_ms: int, start_ms: int, end_ms: int
+    ) -> list[TierSeries] | None:
+        """The matching series' points of the buckets ending in (start_ms, end_ms], multiples of
+        `res_ms`; None where this source cannot answer from tier points (the engine reads samples)."""
         ...
 
 

@@ -160,15 +160,24 @@ def window(name: str, points: TierPoints, ends: np.ndarray, range_ms: int) -> Wi
     return None if fn is None else fn(Spans(points, ends, range_ms))
 
 
+def usable_instant(res_ms: int, ends: np.ndarray, lookback_ms: int) -> bool:
+    """Whether tier points of resolution `res_ms` answer an instant selector with `lookback_ms` at
+    `ends` (`instant`): the ends on the grid, and the lookback within one bucket or whole buckets."""
+    if res_ms <= 0 or not (lookback_ms <= res_ms or lookback_ms % res_ms == 0):
+        return False
+    return bool((np.asarray(ends, np.int64) % res_ms == 0).all())
+
+
 def instant(points: TierPoints, ends: np.ndarray, lookback_ms: int, want_times: bool = False) -> WindowResult:
     """Return what an instant selector takes at each end: the newest sample in `(end - lookback_ms, end]`
-    (its time in seconds with `want_times`), none where a staleness marker is newer. Exact where ends and
-    lookback are whole buckets (`usable`): the newest event then lies in the newest row inside."""
+    (its time in seconds with `want_times`), none where a staleness marker is newer. Exact where
+    `usable_instant`: the newest event at or before an end on the grid is the last of the newest row
+    ending at or before it, and within the lookback only if its time is."""
     e = np.asarray(ends, np.int64)
     if not points.size:
         return np.zeros(e.size), np.zeros(e.size, bool)
     i = np.searchsorted(points.end_ms, e, side="right") - 1
     ok = i >= 0
     i = np.maximum(i, 0)
-    ok &= (points.end_ms[i] > e - lookback_ms) & ~points.stale_after[i]
+    ok &= (points.last_t[i] > e - lookback_ms) & ~points.stale_after[i]
     return (points.last_t[i] / 1000.0 if want_times else points.last_v[i]), ok

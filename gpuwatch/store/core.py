@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import logging
 import threading
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
@@ -31,9 +31,10 @@ from gpuwatch.core.model import (
     SeriesColumns,
     SeriesLimits,
 )
+from gpuwatch.core.tiers import HOUR_MS, MINUTE_MS
 from gpuwatch.store import alerthistory as history_table
 from gpuwatch.store import logs as logs_table
-from gpuwatch.store import schema
+from gpuwatch.store import schema, sizecap
 from gpuwatch.store.appended import AppendedReads
 from gpuwatch.store.catalog import Catalog, Entry, Snapshot
 from gpuwatch.store.chunkcache import ChunkCache
@@ -52,6 +53,9 @@ _BACKPRESSURE_ITEMS = 64
 
 
 MEMORY_LIMIT_MB = 64
+# How long each tier keeps its points (the `retention_1m` and `retention_1h` settings); raw samples
+# are kept for `retention`.
+TIER_RETENTION_S = {MINUTE_MS: 90 * 86400.0, HOUR_MS: 730 * 86400.0}
 CHUNK_CACHE_MB = 128  # decoded chunks kept for reads (chunkcache.py); the `chunk_cache_mb` setting
 # Sample read statements in DuckDB at once (readgate.py); DuckDB runs one thread a statement, so two keep both
 # cores of a small machine busy.
@@ -73,10 +77,15 @@ class Store(SeriesSelection, SideTables, AppendedReads):
         writer: Writer | None,
         catalog: Catalog,
         chunk_cache_mb: float = CHUNK_CACHE_MB,
+        tier_retention_s: Mapping[int, float] = TIER_RETENTION_S,
+        size_cap_bytes: int = 0,
     ) -> None:
         self._con = con
         self._clock = clock
         self._retention_s = retention_s
+        self._tier_retention_s = dict(tier_retention_s)
+        self._size_cap_bytes = size_cap_bytes  # 0: none (an in-memory store has no file to cap)
+        self._built_ms = None
         self._path = path
         self._lock = lock
         self._writer = writer
@@ -110,6 +119,8 @@ class Store(SeriesSelection, SideTables, AppendedReads):
         compact_interval_s: float = 300.0,
         compact_rows: int = 1_000_000,
         chunk_cache_mb: float = CHUNK_CACHE_MB,
+        tier_retention_s: Mapping[int, float] = TIER_RETENTION_S,
+        size_cap_bytes: int = 0,
     ) -> Store:
         """Open (creating if needed) the store in `data_dir`, or an in-memory one for None."""
         lock = None
@@ -189,6 +200,8 @@ class Store(SeriesSelection, SideTables, AppendedReads):
             writer=writer,
             catalog=catalog,
             chunk_cache_mb=chunk_cache_mb,
+            tier_retention_s=tier_retention_s,
+            size_cap_bytes=size_cap_bytes,
         )
 
     # -- writing --------------------------------------------------------------------------------------
@@ -253,13 +266,26 @@ class Store(SeriesSelection, SideTables, AppendedReads):
         """Move the recent write buffer into series-sorted chunks."""
         self._ask(self._need_writer().compact)
 
+    def build_tiers(self, max_batches: int = 1_000_000) -> bool:
+        """Build the tier points that are due now (the writer builds them in the background a batch at
+        a time); return whether more is due."""
+        writer = self._need_writer()
+        return bool(self._ask(lambda: writer.build_tiers(max_batches)))
+
     def apply_retention(self, now_ms: int) -> int:
         """Delete samples older than the retention period and series left empty; return samples deleted."""
         cutoff = now_ms - int(self._retention_s * 1000)
+        tier_cutoffs = {res: now_ms - int(keep_s * 1000) for res, keep_s in self._tier_retention_s.items()}
         writer = self._need_writer()
+        path = self._path
+
+        def file_bytes() -> int:
+            return 0 if path is None else sizecap.file_bytes(path)
 
         def apply() -> int:
-            deleted = writer.apply_retention(cutoff)
+            deleted = writer.apply_retention(
+                cutoff, tier_cutoffs, self._size_cap_bytes if path is not None else 0, file_bytes
+            )
             logs_table.delete_before(writer._cur, cutoff)
             history_table.delete_before(writer._cur, cutoff)
             return deleted

@@ -194,7 +194,7 @@ def delete_before(
     cur: duckdb.DuckDBPyConnection, cutoff_ms: int, top_seq: int = 0
 ) -> tuple[int, int, list[int]]:
     """Delete samples before `cutoff_ms` (trimming chunks that straddle it) and series left without
-    samples, in one transaction; return (chunk samples deleted, head rows deleted, series ids deleted).
+    samples or tier points, in one transaction; return (chunk samples deleted, head rows deleted, series ids deleted).
     `top_seq`, the highest seq given out, is kept in `seq_floor`: a deleted sample may have had it, and
     a watermark may point at it (appended.py)."""
     cur.execute("BEGIN TRANSACTION")
@@ -223,7 +223,8 @@ def delete_before(
             r[0]
             for r in cur.execute(
                 "SELECT series_id FROM series WHERE series_id NOT IN (SELECT series_id FROM chunks) "
-                "AND series_id NOT IN (SELECT series_id FROM head)"
+                "AND series_id NOT IN (SELECT series_id FROM head) "
+                "AND series_id NOT IN (SELECT series_id FROM tier_chunks)"
             ).fetchall()
         ]
         if orphans:

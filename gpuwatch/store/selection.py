@@ -15,6 +15,8 @@ import numpy as np
 
 from gpuwatch.core.errors import StoreError, one_line
 from gpuwatch.core.model import Matcher, SeriesData
+from gpuwatch.core.tiers import TierPoints, TierSeries, build, concat, cut
+from gpuwatch.store import tierrows
 from gpuwatch.store.catalog import Catalog, Entry, Snapshot, match
 from gpuwatch.store.chunkcache import ChunkCache
 from gpuwatch.store.headindex import HeadIndex
@@ -36,6 +38,7 @@ class SeriesSelection:
     _writer: Writer | None
     _head_index: HeadIndex | None
     _matched: tuple[Snapshot | None, dict[tuple[Matcher, ...], list[Entry]]]
+    _built_ms: int | None  # a read-only store's `tier_state`, read once (-1: none built)
 
     def _cursor(self) -> duckdb.DuckDBPyConnection:
         raise NotImplementedError
@@ -115,6 +118,46 @@ class SeriesSelection:
             elif e.series_id in found:
                 st, sv = found[e.series_id]
                 out.append(SeriesData(e.name, e.labels, st[-1:], sv[-1:]))
+        return out
+
+    def _tiers_built(self) -> int | None:
+        """The end of the last day whose tier points are all built (None: none is)."""
+        if self._writer is not None:
+            return self._writer.tiers.state.built_ms
+        if self._built_ms is None:  # read-only: nothing builds while it is open
+            row = self._cursor().execute("SELECT max(built_ms) FROM tier_state").fetchone()
+            self._built_ms = (row[0] if row and row[0] is not None else -1) if row else -1
+        return None if self._built_ms == -1 else self._built_ms
+
+    def select_tiers(
+        self, matchers: Sequence[Matcher], res_ms: int, start_ms: int, end_ms: int
+    ) -> list[TierSeries]:
+        """Return the matching series' tier points of resolution `res_ms` (core.tiers), those of the
+        buckets ending in (start_ms, end_ms] (multiples of `res_ms`): read from the tier rows for the
+        days they are built for, made from the raw samples for the rest (tierbuild.py)."""
+        entries = self._match(matchers)
+        if not entries or end_ms <= start_ms:
+            return []
+        ids = [e.series_id for e in entries]
+        built = self._tiers_built()
+        split = start_ms if built is None else min(max(built, start_ms), end_ms)
+        try:
+            stored: dict[int, TierPoints] = {}
+            if split > start_ms:
+                with self._gate.reading():
+                    stored = tierrows.read_points(self._cursor(), ids, res_ms, start_ms, split)
+            fresh = self._read(ids, split + 1, end_ms).samples if end_ms > split else {}
+        except duckdb.Error as exc:
+            raise StoreError(f"store read failed: {one_line(exc)}") from None
+        out = []
+        for e in entries:
+            parts = [stored[e.series_id]] if e.series_id in stored else []
+            if e.series_id in fresh:
+                t, v = fresh[e.series_id]
+                parts.append(cut(build(t, v, res_ms), split, end_ms))
+            points = concat(parts)
+            if points.size:
+                out.append(TierSeries(e.name, e.labels, points))
         return out
 
     def _entries(self, matchers: Sequence[Matcher], start_ms: int | None, end_ms: int | None) -> list[Entry]:

@@ -19,6 +19,7 @@ import queue
 import threading
 from collections.abc import Callable, Iterable
 from concurrent.futures import Future
+from datetime import datetime, timezone
 from operator import attrgetter, itemgetter
 from typing import Any
 
@@ -28,7 +29,7 @@ import numpy as np
 from gpuwatch.core.clock import Clock
 from gpuwatch.core.errors import StoreError, one_line
 from gpuwatch.core.model import Batch, Labels, SeriesLimits, TableSamples
-from gpuwatch.store import rewrite, sqlrows
+from gpuwatch.store import rewrite, sizecap, sqlrows, tierrows
 from gpuwatch.store.catalog import Catalog
 from gpuwatch.store.chunkindex import Generation
 from gpuwatch.store.chunking import (
@@ -42,12 +43,23 @@ from gpuwatch.store.latest import Latest
 from gpuwatch.store.readgate import ReadGate
 from gpuwatch.store.seriesids import SeriesIds
 from gpuwatch.store.staged import BULK_MIN, StagedImport, labels_json
+from gpuwatch.store.tierbuild import GRACE_MS, TierBuilder
+from gpuwatch.store.tierrows import DAY_MS
 
 log = logging.getLogger(__name__)
 
 _BULK_MIN = BULK_MIN  # append_series calls at least this long skip the head and become chunks directly
 _MAX_PENDING = 20_000_000  # samples kept for retry while the database refuses writes
 _STOP = object()
+
+
+def _iso(t_ms: int) -> str:
+    return datetime.fromtimestamp(t_ms / 1000, timezone.utc).strftime("%Y-%m-%dT%H:%MZ") if t_ms else "none"
+
+
+TIER_STEP_S = 2.0  # between two batches of a tier build that has more to do (tierbuild.py) ...
+TIER_PAUSE_S = 60.0  # ... and between two looks once it is done
+RETENTION_BATCHES = 16  # tier batches a retention pass builds first, of the days it would delete
 _VALUE = itemgetter(2)  # a Sample's value
 _SERIES_ID, _NAME, _LABELS = attrgetter("series_id"), attrgetter("name"), attrgetter("labels")  # an Entry's
 
@@ -141,6 +153,9 @@ class Writer(ImportSteps):
         self.after_import_slice: Callable[[], None] | None = None  # (tests: a moment inside an import)
         self._noted: list[np.ndarray] | None = None  # series flushed while an import is written
         self._chunks_since_compact = 0
+        self.tiers = TierBuilder(self._cur)  # 1-minute and 1-hour points of closed days (tierbuild.py)
+        self._tiers_due = clock.monotonic() + TIER_PAUSE_S
+        self._size_mark = 0  # the file's size after the last deletion by size (sizecap.py)
         self._last_flush = clock.monotonic()
         self._last_compact = clock.monotonic()
         self.write_errors = 0
@@ -256,6 +271,19 @@ class Writer(ImportSteps):
             or (self._head_rows and since >= self._compact_interval_s)
         ):
             self._guarded(self.compact)
+
+        if self._clock.monotonic() >= self._tiers_due:
+            self._guarded(self.build_tiers)
+
+    def build_tiers(self, max_batches: int = 1) -> bool:
+        """Build a share of the tiers that is due; return whether more is (then again after
+        `TIER_STEP_S`, else after `TIER_PAUSE_S`: a backfill takes a batch every few seconds)."""
+        more = True
+        try:
+            more = self.tiers.step(self._clock.now_ms(), self.visible_seq - 1, self.head_index, max_batches)
+        finally:
+            self._tiers_due = self._clock.monotonic() + (TIER_STEP_S if more else TIER_PAUSE_S)
+        return more
 
     def _guarded(self, fn: Callable[[], Any]) -> None:
         try:
@@ -442,9 +470,51 @@ class Writer(ImportSteps):
         self.last_compact_ms = self._clock.now_ms()
 
     @_changes_chunks
-    def apply_retention(self, cutoff_ms: int) -> int:
-        """Delete samples before `cutoff_ms` and series left without samples; return samples deleted."""
+    def apply_retention(
+        self,
+        cutoff_ms: int,
+        tier_cutoffs: dict[int, int] | None = None,
+        size_cap_bytes: int = 0,
+        file_bytes: Callable[[], int] | None = None,
+    ) -> int:
+        """Delete raw samples before `cutoff_ms` (but none of a day the tiers are not built for yet:
+        the days it reaches into are built first), tier points of each resolution before its cutoff,
+        and series left without either; then, if the file (`file_bytes()`) grew past 90 % of
+        `size_cap_bytes`, the oldest raw days and tier points as `sizecap.py` says. Return raw samples
+        deleted."""
+        # (A retention under a day reaches into today: built early, it is rebuilt as samples come.)
+        until = -(-cutoff_ms // DAY_MS) * DAY_MS + GRACE_MS
+        self.tiers.step(until, self.visible_seq - 1, self.head_index, RETENTION_BATCHES)
+        built = self.tiers.state.built_ms
+        deleted = self._delete(min(cutoff_ms, built if built is not None else cutoff_ms), tier_cutoffs or {})
+        if not size_cap_bytes or file_bytes is None:
+            return deleted
+        size = file_bytes()
+        by_size = sizecap.cutoffs(
+            self._cur, size_cap_bytes, size, self._size_mark, built, self._clock.now_ms()
+        )
+        if by_size.over > 0:
+            more = self._delete(by_size.raw_ms, by_size.tiers)
+            self._size_mark = size
+            log.warning(
+                "retention_size: the database file is %d MB over %d%% of its %d MB cap: deleted %d raw "
+                "samples before %s and tier points before %s",
+                by_size.over >> 20,
+                int(sizecap.KEEP * 100),
+                size_cap_bytes >> 20,
+                more,
+                _iso(by_size.raw_ms),
+                ", ".join(f"{_iso(t)} ({res // 60_000} min)" for res, t in sorted(by_size.tiers.items()))
+                or "none",
+            )
+            deleted += more
+        return deleted
+
+    def _delete(self, cutoff_ms: int, tier_cutoffs: dict[int, int]) -> int:
+        if tier_cutoffs:
+            tierrows.delete_before(self._cur, tier_cutoffs)
         deleted, head_old, orphans = rewrite.delete_before(self._cur, cutoff_ms, self._seq - 1)
+        self.tiers.raw_floor_ms = max(self.tiers.raw_floor_ms, cutoff_ms)
         self._head_rows -= head_old
         gone = set(orphans)
         self._ids.forget(gone)

@@ -1,0 +1,169 @@
+"""Tier points in the `tier_chunks` table: one row per series, resolution and period, its points
+encoded as fixed-width columns under zstd (`encode_points`).
+
+A 1-minute row holds one UTC day of a series (1,440 points at most), a 1-hour row 30 days (720): a
+90-day panel at a step of an hour reads three or four rows a series, and the index of a year of 5,600
+series stays small. A row's `seq` is the store's newest write seq when it was built: a chunk written
+later for its day holds a sample the row lacks (`tierbuild.py` rebuilds it).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Sequence
+
+import cramjam
+import duckdb
+import numpy as np
+
+from gpuwatch.core.tiers import HOUR_MS, MINUTE_MS, TierPoints, concat, cut, take
+
+DAY_MS = 86_400_000
+PERIOD_MS = {MINUTE_MS: DAY_MS, HOUR_MS: 30 * DAY_MS}  # what one row of each resolution covers
+_FLOATS = 6  # sum, min, max, first_v, last_v, correction
+_LEVEL = 3
+
+
+def encode_points(p: TierPoints) -> bytes:
+    """Encode one series' points (at least one) into a row's blob: fixed-width columns (bucket ends
+    as deltas, counts and the first and last samples' offsets into their bucket as int32, the six
+    float columns byte-shuffled, the staleness flags as bits), zstd-compressed as one. One
+    decompression and a few numpy views decode it: a 90-day panel reads thousands of rows."""
+    end = p.end_ms
+    deltas = np.diff(end, prepend=np.int64(0))
+    floats = np.stack([p.sum, p.min, p.max, p.first_v, p.last_v, p.correction]).astype("<f8")
+    shuffled = np.ascontiguousarray(floats.reshape(-1).view(np.uint8).reshape(-1, 8).T)
+    body = b"".join(
+        [
+            deltas.astype("<i8").tobytes(),
+            p.n.astype("<i4").tobytes(),
+            (end - p.first_t).astype("<i4").tobytes(),
+            (end - p.last_t).astype("<i4").tobytes(),
+            shuffled.tobytes(),
+            np.packbits(p.stale_after).tobytes(),
+        ]
+    )
+    return bytes(cramjam.zstd.compress(body, _LEVEL))
+
+
+def decode_points(blob: bytes | memoryview, n: int) -> TierPoints:
+    """Decode the `n` points of a row written by `encode_points`."""
+    body = np.frombuffer(bytes(cramjam.zstd.decompress(blob)), np.uint8)
+    end = np.cumsum(body[: 8 * n].view("<i8"))
+    pos = 8 * n
+    ints = body[pos : pos + 12 * n].view("<i4").astype(np.int64)
+    pos += 12 * n
+    floats = (
+        body[pos : pos + 8 * _FLOATS * n].reshape(8, _FLOATS * n).T.copy().view("<f8").reshape(_FLOATS, n)
+    )
+    pos += 8 * _FLOATS * n
+    stale = np.unpackbits(body[pos:], count=n).astype(bool)
+    return TierPoints(
+        end_ms=end,
+        n=ints[:n],
+        sum=floats[0],
+        min=floats[1],
+        max=floats[2],
+        first_t=end - ints[n : 2 * n],
+        first_v=floats[3],
+        last_t=end - ints[2 * n :],
+        last_v=floats[4],
+        correction=floats[5],
+        stale_after=stale,
+    )
+
+
+def read_points(
+    cur: duckdb.DuckDBPyConnection, ids: Sequence[int], res_ms: int, start_ms: int, end_ms: int
+) -> dict[int, TierPoints]:
+    """{series id: its points of buckets ending in (start_ms, end_ms]} from the rows; series without
+    any left out."""
+    if not ids or end_ms <= start_ms:
+        return {}
+    listed = ",".join(map(str, sorted(set(ids))))
+    rows = cur.execute(
+        f"SELECT series_id, t_min_ms, n, data FROM tier_chunks WHERE res_ms = ? AND series_id IN ({listed}) "
+        "AND t_max_ms > ? AND t_min_ms <= ? ORDER BY series_id, t_min_ms",
+        [res_ms, start_ms, end_ms],
+    ).fetchall()
+    parts: dict[int, list[TierPoints]] = {}
+    for sid, _, n, data in rows:
+        parts.setdefault(sid, []).append(decode_points(data, n))
+    out = {}
+    for sid, found in parts.items():
+        points = cut(concat(found), start_ms, end_ms)
+        if points.size:
+            out[sid] = points
+    return out
+
+
+def replace_span(
+    cur: duckdb.DuckDBPyConnection,
+    res_ms: int,
+    lo_ms: int,
+    hi_ms: int,
+    ids: Sequence[int],
+    built: dict[int, TierPoints],
+    seq: int,
+) -> None:
+    """Make series `ids`' points of buckets ending in (lo_ms, hi_ms] those of `built` (none for a
+    series not in it), keeping their other points of the same rows. (lo_ms, hi_ms] lies within one
+    period. Run inside the caller's transaction."""
+    if not ids:
+        return
+    period = PERIOD_MS[res_ms]
+    p_lo = (hi_ms - 1) // period * period
+    listed = ",".join(map(str, sorted(set(ids))))
+    where = f"res_ms = ? AND series_id IN ({listed}) AND t_min_ms > ? AND t_min_ms <= ?"
+    params = [res_ms, p_lo, p_lo + period]
+    kept: dict[int, list[TierPoints]] = {}
+    if (hi_ms - lo_ms) < period:  # part of a row: keep the rest of it
+        for sid, n, data in cur.execute(
+            f"SELECT series_id, n, data FROM tier_chunks WHERE {where}", params
+        ).fetchall():
+            p = decode_points(data, n)
+            outside = (p.end_ms <= lo_ms) | (p.end_ms > hi_ms)
+            if outside.any():
+                kept.setdefault(sid, []).append(take(p, outside))
+    cur.execute(f"DELETE FROM tier_chunks WHERE {where}", params)
+    rows: list[tuple[int, TierPoints]] = []
+    for sid in sorted(set(kept) | set(built)):
+        parts = kept.get(sid, [])
+        if sid in built and built[sid].size:
+            parts = [*parts, built[sid]]
+        if not parts:
+            continue
+        points = concat(parts)
+        order = np.argsort(points.end_ms, kind="stable")
+        rows.append((sid, take(points, order)))
+    insert_rows(cur, res_ms, rows, seq)
+
+
+def insert_rows(
+    cur: duckdb.DuckDBPyConnection, res_ms: int, rows: list[tuple[int, TierPoints]], seq: int
+) -> None:
+    if not rows:
+        return
+    cur.register(
+        "gpuwatch_tier_rows",
+        {
+            "series_id": np.fromiter((sid for sid, _ in rows), np.int32, len(rows)),
+            "res_ms": np.full(len(rows), res_ms, np.int32),
+            "t_min_ms": np.fromiter((int(p.end_ms[0]) for _, p in rows), np.int64, len(rows)),
+            "t_max_ms": np.fromiter((int(p.end_ms[-1]) for _, p in rows), np.int64, len(rows)),
+            "n": np.fromiter((p.size for _, p in rows), np.int32, len(rows)),
+            "seq": np.full(len(rows), seq, np.int64),
+            "data": np.array([encode_points(p) for _, p in rows], dtype=object),
+        },
+    )
+    try:
+        cur.execute("INSERT INTO tier_chunks SELECT * FROM gpuwatch_tier_rows")
+    finally:
+        with contextlib.suppress(duckdb.Error):
+            cur.unregister("gpuwatch_tier_rows")
+
+
+def delete_before(cur: duckdb.DuckDBPyConnection, cutoffs: dict[int, int]) -> None:
+    """Delete the rows of each resolution whose every bucket ends before its cutoff."""
+    for res_ms, cutoff_ms in cutoffs.items():
+        cur.execute("DELETE FROM tier_chunks WHERE res_ms = ? AND t_max_ms < ?", [res_ms, cutoff_ms])

@@ -1,0 +1,276 @@
+"""The store's 1-minute and 1-hour tiers: built a closed day at a time, rebuilt for late samples,
+resumed after a restart, backfilled after an upgrade, kept by their own retention; and the engine's
+answers from them equal to its answers from the raw samples (store/tierbuild.py, query/tierpick.py)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import duckdb
+import numpy as np
+import pytest
+
+from gpuwatch.core.clock import FakeClock
+from gpuwatch.core.model import STALE_NAN, Matcher, SeriesData
+from gpuwatch.core.tiers import HOUR_MS, MINUTE_MS, build
+from gpuwatch.query import Engine
+from gpuwatch.query.values import Matrix
+from gpuwatch.store import Store, sizecap
+from gpuwatch.store.tierrows import DAY_MS, decode_points, encode_points
+
+T0 = 1_699_920_000_000  # a UTC midnight
+DAYS = 6
+UTIL = [Matcher("__name__", "=", "util")]
+
+
+class RawOnly:
+    """The store without its tiers: what the engine answers from samples alone."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+
+    def select(self, *args: object) -> list[SeriesData]:
+        return self.store.select(*args)  # type: ignore[arg-type]
+
+    def select_last(self, *args: object) -> list[SeriesData]:
+        return self.store.select_last(*args)  # type: ignore[arg-type]
+
+
+def fill(store: Store, seed: int = 1, days: int = DAYS, gpus: int = 3, step_ms: int = 15_000) -> None:
+    """`util` (a gauge with gaps, NaN and a staleness marker) and `energy` (a counter with resets) for
+    `gpus` GPUs over `days` days, off the minute grid by 7 ms."""
+    rng = np.random.default_rng(seed)
+    t = T0 + 7 + np.arange(0, days * DAY_MS, step_ms, dtype=np.int64)
+    for g in range(gpus):
+        keep = rng.random(t.size) > 0.05  # gaps
+        keep[t.size // 2 : t.size // 2 + 400] = False  # a 100-minute hole
+        tt = t[keep]
+        util = np.round(rng.random(tt.size) * 100, 1)
+        util[rng.integers(0, tt.size, 5)] = np.nan
+        util[tt.size // 3] = STALE_NAN
+        energy = np.cumsum(rng.random(tt.size) * 50_000)
+        for cut in (tt.size // 4, 2 * tt.size // 3):
+            energy[cut:] -= energy[cut] - rng.random() * 10  # a counter reset
+        labels = (("gpu", str(g)),)
+        store.append_series("util", labels, tt, util)
+        store.append_series("energy", labels, tt, energy)
+    store.flush()
+    store.compact()
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock((T0 + (DAYS + 1) * DAY_MS) / 1000)
+
+
+@pytest.fixture
+def store(tmp_path: Path, clock: FakeClock) -> Iterator[Store]:
+    s = Store.open(tmp_path / "data", clock=clock)
+    yield s
+    s.close()
+
+
+def rows(result: object) -> list[tuple[object, list[int], list[float]]]:
+    assert isinstance(result, Matrix)
+    return [(s.labels, s.timestamps_ms.tolist(), s.values.tolist()) for s in result]
+
+
+def built_ms(store: Store) -> int | None:
+    assert store._writer is not None
+    return store._writer.tiers.state.built_ms
+
+
+def test_points_round_trip_through_a_row() -> None:
+    rng = np.random.default_rng(3)
+    t = np.sort(rng.choice(np.arange(1, 10 * DAY_MS // 1000), 5000, replace=False)).astype(np.int64) * 1000
+    v = rng.standard_normal(t.size) * 1e6
+    v[::97] = np.nan
+    v[5] = STALE_NAN
+    for res in (MINUTE_MS, HOUR_MS):
+        p = build(t, v, res)
+        back = decode_points(encode_points(p), p.size)
+        for a, b in zip(p, back, strict=True):
+            assert a.dtype == b.dtype
+            assert np.array_equal(a, b, equal_nan=True)
+
+
+def test_closed_days_are_built_and_equal_points_made_from_the_samples(store: Store) -> None:
+    fill(store)
+    assert store.build_tiers() is False
+    assert built_ms(store) == T0 + DAYS * DAY_MS  # every closed day; today is still raw
+    raw = store.select(UTIL, T0 + 1, T0 + DAYS * DAY_MS)
+    for res in (MINUTE_MS, HOUR_MS):
+        got = store.select_tiers(UTIL, res, T0, T0 + DAYS * DAY_MS)
+        assert [s.labels for s in got] == [s.labels for s in raw]
+        for s, r in zip(got, raw, strict=True):
+            want = build(r.timestamps_ms, r.values, res)
+            assert np.array_equal(s.points.end_ms, want.end_ms)
+            for col in ("n", "min", "max", "first_t", "first_v", "last_t", "last_v", "stale_after"):
+                assert np.array_equal(getattr(s.points, col), getattr(want, col), equal_nan=True), col
+            # The hours are summed from the minutes: to within rounding of the samples' sums.
+            np.testing.assert_allclose(s.points.sum, want.sum, rtol=1e-12)
+
+
+QUERIES = [
+    "util",
+    "timestamp(util)",
+    "avg_over_time(util[1h])",
+    "max_over_time(util[1d])",
+    "min_over_time(util[1h] offset 1h)",
+    "count_over_time(util[10m])",
+    "sum_over_time(util[1h])",
+    "last_over_time(util[1h])",
+    "rate(energy[1h])",
+    "increase(energy[1d])",
+    "sum(rate(energy[2h]))",
+    "delta(util[3h])",
+    "quantile_over_time(0.5, util[1h])",  # not from tiers: read from samples
+]
+
+
+@pytest.mark.parametrize("query", QUERIES)
+@pytest.mark.parametrize(
+    ("start_ms", "step_ms"),
+    [
+        (T0 + HOUR_MS, HOUR_MS),  # aligned: the 1-hour tier (or the 1-minute one for a lookback)
+        (T0 + HOUR_MS, 10 * MINUTE_MS),  # aligned: the 1-minute tier
+        (T0 + 7, HOUR_MS),  # off the grid: samples
+    ],
+)
+def test_the_engine_answers_from_tiers_as_from_samples(
+    store: Store, clock: FakeClock, query: str, start_ms: int, step_ms: int
+) -> None:
+    fill(store)
+    store.build_tiers()
+    end = T0 + DAYS * DAY_MS + 12 * HOUR_MS  # past the built days: the rest made from samples
+    clock.advance(0.5 * 86400)
+    tiered = Engine(store).range(query, start_ms, end, step_ms)
+    raw = Engine(RawOnly(store)).range(query, start_ms, end, step_ms)
+    assert isinstance(tiered, Matrix) and isinstance(raw, Matrix)
+    assert [s.labels for s in tiered] == [s.labels for s in raw]
+    assert len(raw) > 0
+    for a, b in zip(tiered, raw, strict=True):
+        assert np.array_equal(a.timestamps_ms, b.timestamps_ms)
+        np.testing.assert_allclose(a.values, b.values, rtol=1e-9, atol=1e-9, equal_nan=True)
+
+
+def test_a_late_sample_rebuilds_its_day(store: Store, clock: FakeClock) -> None:
+    fill(store)
+    store.build_tiers()
+    q = "count_over_time(util[1d])"
+    at = T0 + 2 * DAY_MS
+    engine = Engine(store)
+
+    def last_count(e: Engine) -> list[float]:
+        got = e.range(q, at - DAY_MS, at, HOUR_MS)  # the 1-minute tier (24 steps x 1 day)
+        assert isinstance(got, Matrix)
+        return next(iter(got)).values.tolist()
+
+    count = last_count(engine)[-1]
+    # A node's backlog arrives: one sample of day 2 that was never stored, in a chunk of its own.
+    late_t = np.array([T0 + DAY_MS + 3 * HOUR_MS + 1], np.int64)
+    store.append_series("util", (("gpu", "0"),), late_t, np.array([42.0]))
+    store.flush()
+    store.compact()
+    assert last_count(engine)[-1] == count  # not yet: the day's row was built before the sample
+    store.build_tiers()
+    assert last_count(engine)[-1] == count + 1
+    assert last_count(engine) == last_count(Engine(RawOnly(store)))
+
+
+def test_a_build_resumes_after_a_restart(
+    tmp_path: Path, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("gpuwatch.store.tierbuild.BATCH_SAMPLES", 10_000)  # a series a batch
+    with Store.open(tmp_path / "d", clock=clock) as s:
+        fill(s)
+        assert s.build_tiers(max_batches=4) is True
+        assert built_ms(s) == T0 + DAY_MS  # day 1's first three series, then day 2's first
+    with Store.open(tmp_path / "d", clock=clock) as s:
+        assert s._writer is not None and s._writer.tiers.state.next_sid > 0
+        assert s.build_tiers() is False
+        got = s.select_tiers(UTIL, MINUTE_MS, T0, T0 + DAYS * DAY_MS)
+        raw = s.select(UTIL, T0 + 1, T0 + DAYS * DAY_MS)
+        for g, r in zip(got, raw, strict=True):
+            assert np.array_equal(g.points.n, build(r.timestamps_ms, r.values, MINUTE_MS).n)
+
+
+def test_a_store_from_before_tiers_is_backfilled(tmp_path: Path, clock: FakeClock) -> None:
+    with Store.open(tmp_path / "d", clock=clock) as s:
+        fill(s)
+    # What a store written by the release before tiers looks like: no tier tables, schema 11.
+    con = duckdb.connect(str(tmp_path / "d" / "gpuwatch.duckdb"))
+    con.execute(
+        "DROP TABLE tier_chunks; DROP TABLE tier_state; DELETE FROM schema_migrations WHERE version = 12"
+    )
+    con.close()
+    with Store.open(tmp_path / "d", clock=clock) as s:
+        assert built_ms(s) is None
+        q = "max_over_time(util[1h])"
+        raw = rows(Engine(RawOnly(s)).range(q, T0 + HOUR_MS, T0 + DAYS * DAY_MS, HOUR_MS))
+        assert rows(Engine(s).range(q, T0 + HOUR_MS, T0 + DAYS * DAY_MS, HOUR_MS)) == raw  # from samples
+        s.build_tiers()
+        assert built_ms(s) == T0 + DAYS * DAY_MS
+        assert rows(Engine(s).range(q, T0 + HOUR_MS, T0 + DAYS * DAY_MS, HOUR_MS)) == raw
+
+
+def test_tiers_outlive_raw_retention_and_keep_their_own(tmp_path: Path, clock: FakeClock) -> None:
+    day_s = DAY_MS / 1000
+    s = Store.open(
+        tmp_path / "d",
+        clock=clock,
+        retention_s=2 * day_s,
+        tier_retention_s={MINUTE_MS: 4 * day_s, HOUR_MS: 30 * day_s},
+    )
+    try:
+        fill(s)
+        # Retention builds the days it is about to delete first: nothing is lost to it.
+        s.apply_retention(clock.now_ms())  # now: day 7 begins; raw keeps days 6 and 7
+        assert built_ms(s) == T0 + 5 * DAY_MS  # (up to the cutoff, a day's end: 2 days ago)
+        assert not s.select(UTIL, T0, T0 + 5 * DAY_MS - 1)
+        assert s.select(UTIL, T0 + 5 * DAY_MS, T0 + 6 * DAY_MS)
+        # The first day's hours are still there, its minutes are not (kept 4 days).
+        first_day = (T0, T0 + DAY_MS)
+        assert not s.select_tiers(UTIL, MINUTE_MS, *first_day)
+        hours = s.select_tiers(UTIL, HOUR_MS, *first_day)
+        assert len(hours) == 3 and hours[0].points.size == 24
+        # A panel over the whole week still has its first day, from the 1-hour tier.
+        week = Engine(s).range("avg_over_time(util[1d])", T0 + DAY_MS, T0 + DAYS * DAY_MS, DAY_MS)
+        assert isinstance(week, Matrix) and len(week) == 3
+        assert next(iter(week)).timestamps_ms[0] == T0 + DAY_MS
+    finally:
+        s.close()
+
+
+def test_a_read_only_store_answers_from_its_tiers(tmp_path: Path, clock: FakeClock) -> None:
+    with Store.open(tmp_path / "d", clock=clock) as s:
+        fill(s)
+        s.build_tiers()
+        want = rows(Engine(s).range("rate(energy[1h])", T0 + HOUR_MS, T0 + DAYS * DAY_MS, HOUR_MS))
+    with Store.open(tmp_path / "d", clock=clock, read_only=True) as s:
+        assert s.select_tiers(UTIL, HOUR_MS, T0, T0 + DAY_MS)
+        assert rows(Engine(s).range("rate(energy[1h])", T0 + HOUR_MS, T0 + DAYS * DAY_MS, HOUR_MS)) == want
+
+
+def test_retention_by_size_deletes_the_oldest_raw_days_first(
+    tmp_path: Path, clock: FakeClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    keep_all = 100 * DAY_MS / 1000
+    with Store.open(tmp_path / "d", clock=clock, retention_s=keep_all) as s:
+        fill(s, gpus=8, step_ms=5_000)
+        s.build_tiers()
+    full = sizecap.file_bytes(tmp_path / "d" / "gpuwatch.duckdb")
+    cap = int(full * 0.6 / sizecap.KEEP)  # the file is 40 % over the mark
+    with Store.open(tmp_path / "d", clock=clock, retention_s=keep_all, size_cap_bytes=cap) as s:
+        assert s.apply_retention(clock.now_ms()) > 0
+        assert "retention_size: the database file is" in caplog.text
+        kept = s.select(UTIL, T0, T0 + DAYS * DAY_MS)
+        assert min(int(r.timestamps_ms[0]) for r in kept) >= T0 + 2 * DAY_MS  # the oldest days went ...
+        assert max(int(r.timestamps_ms[-1]) for r in kept) > T0 + (DAYS - 1) * DAY_MS  # ... the newest stayed
+        # ... and their points did not: a week's panel still starts on the first day.
+        week = Engine(s).range("max_over_time(util[1h])", T0 + HOUR_MS, T0 + DAYS * DAY_MS, HOUR_MS)
+        assert isinstance(week, Matrix)
+        assert min(int(r.timestamps_ms[0]) for r in week) == T0 + HOUR_MS
+        # The file has not grown since: the next pass deletes nothing.
+        assert s.apply_retention(clock.now_ms()) == 0
