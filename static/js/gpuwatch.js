@@ -14,10 +14,10 @@
 
   var config = readJson('gw-config', {});
   var strings = config.strings || {};
-  var RANGES = ['5m', '15m', '1h', '6h', '12h', '24h', '2d', '7d', '30d'];
+  var RANGES = ['5m', '15m', '1h', '6h', '12h', '24h', '2d', '7d', '30d', '90d', '1y'];
   var REFRESH = { '1s': 1000, '5s': 5000, '30s': 30000, 'off': 0 };
   var DEFAULTS = { from: 'now-1h', to: 'now', refresh: '5s' };
-  var UNIT_MS = { s: 1000, m: 60000, h: 3600000, d: 86400000, w: 604800000 };
+  var UNIT_MS = { s: 1000, m: 60000, h: 3600000, d: 86400000, w: 604800000, y: 31536000000 };
   var MAX_POINTS = 1500;
 
   var gw = {};
@@ -62,14 +62,14 @@
     s = String(s === undefined || s === null ? '' : s).trim();
     var now = nowMs === undefined ? Date.now() : nowMs;
     if (s === 'now') return now;
-    var m = /^now-(\d+(?:\.\d+)?)([smhdw])$/.exec(s);
+    var m = /^now-(\d+(?:\.\d+)?)([smhdwy])$/.exec(s);
     if (m) return now - Math.round(parseFloat(m[1]) * UNIT_MS[m[2]]);
     if (/^\d+$/.test(s)) return parseInt(s, 10);
     var d = Date.parse(s);
     return isNaN(d) ? NaN : d;
   };
   gw.parseDuration = function (s) {
-    var m = /^(\d+(?:\.\d+)?)([smhdw])$/.exec(String(s));
+    var m = /^(\d+(?:\.\d+)?)([smhdwy])$/.exec(String(s));
     return m ? Math.round(parseFloat(m[1]) * UNIT_MS[m[2]]) : NaN;
   };
 
@@ -743,7 +743,7 @@
     var rangeSel = document.getElementById('gw-range');
     var custom = document.getElementById('gw-custom');
     if (rangeSel) {
-      var m = /^now-(\d+[smhdw])$/.exec(st.from);
+      var m = /^now-(\d+[smhdwy])$/.exec(st.from);
       var preset = m && st.to === 'now' && RANGES.indexOf(m[1]) >= 0 ? m[1] : 'custom';
       rangeSel.value = preset;
       if (custom) {
