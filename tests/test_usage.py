@@ -30,6 +30,7 @@ from gpuwatch.demo.nvml import FakeNvml
 from gpuwatch.demo.training import TRAINING_RUN, TrainingSim
 from gpuwatch.query.usage import periods
 from gpuwatch.web import create_app
+from tests.browser import chart_points, wait_panels
 
 START = 1_800_000_000.0  # 2027-01-15 08:00 UTC
 TICK_S = 5  # GPUs sampled every 5 s of simulated time
@@ -334,3 +335,35 @@ def test_report_errors_are_one_line_and_exit_2(
     assert main(["report", *extra]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and words in err, err
+
+
+@pytest.mark.slow
+def test_the_usage_page_in_a_browser(lab: Lab, page: Any, tmp_path: Path) -> None:
+    """Debian's Chromium on the lab's week: tiles, the busy and idle-held bars, the table top
+    idle-but-held first, the charts over time; a split per day adds the period; no console error."""
+    view = f"from={int(START * 1000)}&to={lab.end_ms}&refresh=off"
+    page.goto(f"{lab.url}/usage?{view}")
+    states = wait_panels(page, 20_000)
+    assert states == {"usage_bars": "data", "held_by": "data", "idle_by": "data", "allocation": "data"}
+    assert page.get_attribute("a[data-nav='usage']", "aria-current") == "page"
+    rows = page.locator("#usage-body tr")
+    assert rows.count() == 3
+    assert rows.nth(0).locator("td.group").inner_text() == user_name(1001)  # the idle-held notebook first
+    assert rows.nth(0).locator("td.gw-idle").count() == 1
+    report = twin(lab, "user")
+    idle = page.locator("#tile-idle_held .value").inner_text()
+    assert idle == f"{report['total']['idle_held_gpu_hours']:.2f} h"
+    assert chart_points(page, "usage_bars") >= 6 and chart_points(page, "allocation") > 0
+    page.screenshot(path=str(tmp_path / "usage.png"), full_page=True)
+    assert page.evaluate(
+        "() => document.querySelector('#tile-cost').getBoundingClientRect().top"
+    ) == page.evaluate(
+        "() => document.querySelector('#tile-gpu_hours').getBoundingClientRect().top"
+    )  # the six tiles on one row at 1280 px
+    page.select_option("#usage-every", "day")
+    page.wait_for_url("**every=day**")
+    page.locator("#usage-head th", has_text="Period").wait_for()
+    page.select_option("#usage-by", "pod")
+    page.wait_for_url("**by=pod**")
+    page.locator("#usage-body td.group", has_text="serving/vllm-7b-0").wait_for()
+    assert page.console.errors == []

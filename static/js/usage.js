@@ -60,8 +60,11 @@
     }
     var data = [trace(gw.t('usage.busy'), groups.map(function (g) { return g.busy; }), c.accent),
       trace(gw.t('usage.idle_held'), groups.map(function (g) { return g.idle; }), c.warn)];
-    var other = groups.map(function (g) { return Math.max(0, g.allocated - g.busy - g.idle); });
-    if (other.some(function (v) { return v > 1e-6; })) data.push(trace('?', other, c.muted));
+    // increase() extrapolates each counter on its own, so busy + idle-held may differ from allocated by
+    // seconds; only a GPU that reports no utilization (MIG) leaves a visible rest.
+    var top = Math.max.apply(null, groups.map(function (g) { return g.allocated; }).concat([0]));
+    var other = groups.map(function (g) { var v = g.allocated - g.busy - g.idle; return v > 0.005 * top ? v : 0; });
+    if (other.some(function (v) { return v > 0; })) data.push(trace(gw.t('usage.no_util'), other, c.muted));
     return { data: data, layout: {
       barmode: 'stack', height: Math.max(140, 34 + 26 * groups.length), margin: { l: 12, r: 12, t: 8, b: 32 },
       paper_bgcolor: 'rgba(0,0,0,0)', plot_bgcolor: 'rgba(0,0,0,0)', font: { color: c.fg, size: 11 },
@@ -107,7 +110,7 @@
       cells.push(gw.el('td', { class: 'group' }, groupName(r.group)));
       cells.push(gw.el('td', { class: 'num' }, hours(r.allocated_gpu_hours)));
       cells.push(gw.el('td', { class: 'num' }, hours(r.busy_gpu_hours)));
-      cells.push(gw.el('td', { class: 'num' + (r.idle_held_gpu_hours > 0 ? ' warn' : '') }, hours(r.idle_held_gpu_hours)));
+      cells.push(gw.el('td', { class: 'num' + (r.idle_held_gpu_hours > 0 ? ' gw-idle' : '') }, hours(r.idle_held_gpu_hours)));
       cells.push(gw.el('td', { class: 'num' }, pct(r.idle_held_gpu_hours, r.allocated_gpu_hours)));
       cells.push(gw.el('td', { class: 'num' }, gw.format(r.energy_kwh, 'kwh')));
       cells.push(gw.el('td', { class: 'num' }, money(r.cost, rep.currency)));

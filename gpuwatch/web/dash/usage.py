@@ -50,6 +50,7 @@ STRINGS = {
     "usage.none": ("No GPU was held in this range.", "该时间范围内没有 GPU 被占用。"),
     "usage.chart": ("GPU-hours busy and idle but held (top 15)", "忙碌与空占的 GPU 小时（前 15）"),
     "usage.no_group": ("(none)", "（无）"),
+    "usage.no_util": ("held, utilization not reported", "已占用，无利用率数据"),
     "usage.unit_h": ("h", "小时"),
     "usage.of": ("of", "/"),
 }

@@ -36,7 +36,7 @@ LEGENDS = {
     "run": "{{run}}",
     "host": "{{Hostname}}",
     "job": "{{slurm_job}} ({{user}})",
-    "pod": "{{namespace}}/{{pod}}",
+    "pod": "{{pod}}",
 }
 
 
@@ -63,16 +63,29 @@ def allocation_chart(selector: str = "", width: int = 12) -> Panel:
     )
 
 
+def _named(metric: str, by: str, labels: str) -> str:
+    """GPUs per group from `metric`'s rate, the group's empty name written "(none)" (a pod without a
+    readable name by its uid), so that every series has a legend."""
+    per = f"sum by ({labels}) (rate({metric}[$__rate]))"
+    if by == "pod":
+        unnamed = f'sum by ({labels}) (rate({metric}{{pod=""}}[$__rate]))'
+        named = f'sum by ({labels}) (rate({metric}{{pod!=""}}[$__rate]))'
+        by_uid = f'label_replace({unnamed}, "pod", "$1", "pod_uid", "(.+)")'
+        return f'{named} or label_replace({by_uid}, "pod", "(none)", "pod_uid", "")'
+    first = labels.split(",")[0].strip()
+    return f'label_replace({per}, "{first}", "(none)", "{first}", "")'
+
+
 def group_charts(by: str, labels: str) -> tuple[Panel, Panel]:
     """GPUs held and GPUs held idle over time, stacked by the group `by` (its labels `labels`)."""
     legend = LEGENDS[by]
     return (
         Panel("held_by", STRINGS[f"usage.held_by.{by}"][0],
-              f"sum by ({labels}) (rate(gpuwatch_usage_allocated_gpu_seconds_total[$__rate]))", "count",
+              _named("gpuwatch_usage_allocated_gpu_seconds_total", by, labels), "count",
               legend=legend, stacked=True, min=0, width=6, title_key=f"usage.held_by.{by}",
               description="allocated GPU-seconds per second: the GPUs each group held, on average over each step"),
         Panel("idle_by", STRINGS[f"usage.idle_by.{by}"][0],
-              f"sum by ({labels}) (rate(gpuwatch_usage_idle_held_gpu_seconds_total[$__rate]))", "count",
+              _named("gpuwatch_usage_idle_held_gpu_seconds_total", by, labels), "count",
               legend=legend, stacked=True, min=0, width=6, title_key=f"usage.idle_by.{by}",
               description="allocated GPUs under the idle threshold's utilization, on average over each step"),
     )  # fmt: skip
