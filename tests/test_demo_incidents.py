@@ -27,6 +27,7 @@ from gpuwatch.core.clock import FakeClock
 from gpuwatch.demo.engines import SglangSim, VllmSim
 from gpuwatch.demo.incidents import (
     EXPECTED,
+    IDLE,
     KINDS,
     LATENCY,
     PCIE,
@@ -137,7 +138,7 @@ def hour(tmp_path_factory: pytest.TempPathFactory) -> tuple[Timeline, IncidentSc
 def test_each_incident_raises_its_alert_in_its_window(hour: tuple[Timeline, IncidentSchedule]) -> None:
     timeline, schedule = hour
     incidents = {i.kind: i for i in schedule.hour(0)}
-    assert set(incidents) == {THROTTLE, LATENCY, STALL, XID}
+    assert set(incidents) == {THROTTLE, IDLE, LATENCY, STALL, XID}
     seen = {}
     for kind, incident in incidents.items():
         expected, tail = EXPECTED[kind]
@@ -147,6 +148,8 @@ def test_each_incident_raises_its_alert_in_its_window(hour: tuple[Timeline, Inci
     assert "GPUMemoryTemperatureHigh" in timeline.firing(
         incidents[THROTTLE].start_s, incidents[THROTTLE].end_s + 60
     )
+    assert seen[IDLE] == {"GPUUtilizationLow", "GPUMemoryHeldIdle"}  # pending only: 3 of their 30 minutes
+    assert not timeline.firing(incidents[IDLE].start_s, incidents[IDLE].end_s)
     assert {"InferenceLatencyHigh", "InferenceTTFTHigh"} <= seen[LATENCY]
     assert "TrainingRunStalled" in timeline.firing(incidents[STALL].start_s, incidents[STALL].end_s + 60)
     assert {"GPUXidErrorCritical", "GPULost"} <= timeline.firing(incidents[XID].start_s, 3600)

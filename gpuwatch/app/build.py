@@ -10,6 +10,7 @@ from typing import Any
 
 from gpuwatch.app.config import Settings
 from gpuwatch.app.runtime import SELF_METRICS, Runtime, scrape_pool
+from gpuwatch.collect.allocation import ALLOCATION_METRICS
 from gpuwatch.collect.host import HOST_METRICS, HostCollector
 from gpuwatch.collect.logs import LOG_METRICS, LogTailer
 from gpuwatch.collect.nvml import DEMO_HINT, EXPECT_GPUS_HINT, GPU_METRICS, GpuCollector, load_nvml
@@ -114,7 +115,13 @@ def build_runtime(settings: Settings, hostname: str, clock: Clock | None = None,
             nvml.write_proc_root(proc_root)
         hint = EXPECT_GPUS_HINT if settings.expect_gpus and not settings.demo else DEMO_HINT
         gpu: GpuCollector | None = GpuCollector(
-            nvml, hostname=hostname, proc_root=proc_root, no_gpu_hint=hint
+            nvml,
+            hostname=hostname,
+            proc_root=proc_root,
+            no_gpu_hint=hint,
+            idle_below=settings.usage_idle_below,
+            # a sample interval past a minute still charges every interval, not none
+            max_gap_s=max(60.0, 3 * settings.sample_interval),
         )
         problem: str | None = None
         try:
@@ -135,6 +142,7 @@ def build_runtime(settings: Settings, hostname: str, clock: Clock | None = None,
                 *RUN_GPU_METRICS,
                 *RUN_ENERGY_METRICS,
                 *USAGE_METRICS,
+                *ALLOCATION_METRICS,
                 *TB_METRICS,
                 *REMOTE_METRICS,
             )

@@ -98,6 +98,7 @@ class Settings:
     tls_key_file: Path | None = None
     energy_price_per_kwh: float = 0.0
     energy_currency: str = "EUR"
+    usage_idle_below: float = 5.0
     config_file: Path | None = None
 
     @property

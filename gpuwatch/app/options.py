@@ -65,6 +65,18 @@ def _parse_size(v: object) -> int:
     return int(n)
 
 
+def _parse_percent(v: object) -> float:
+    if isinstance(v, bool):
+        raise ValueError("expected a percentage from 0 to 100")
+    try:
+        n = float(v) if isinstance(v, (int, float, str)) else None
+    except ValueError:
+        n = None
+    if n is None or not 0 <= n <= 100:  # also refuses NaN
+        raise ValueError("expected a percentage from 0 to 100")
+    return n
+
+
 def _parse_bool(v: object) -> bool:
     if isinstance(v, bool):
         return v
@@ -346,9 +358,17 @@ OPTIONS: tuple[Option, ...] = (
         "energy_price_per_kwh",
         _parse_price,
         0.0,
-        "Price of a kWh, for the cost of each training run in /api/v1/runs (0: no cost shown).",
+        "Price of a kWh, for the cost of training runs (/api/v1/runs) and of GPU usage (`gpuwatch report`, "
+        "the Usage page) (0: no cost shown).",
     ),
     Option("energy_currency", _parse_str, "EUR", "Currency of `energy_price_per_kwh`, shown with each cost."),
+    Option(
+        "usage_idle_below",
+        _parse_percent,
+        5.0,
+        "GPU utilization (percent) under which an allocated GPU counts as idle-but-held in the usage "
+        "figures (`gpuwatch report`, the Usage page).",
+    ),
     Option(
         "scrape_interval",
         _parse_positive_duration(1, 86400),

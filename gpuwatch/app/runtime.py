@@ -17,7 +17,7 @@ from gpuwatch.collect.logs import LogTailer
 from gpuwatch.collect.nvml import EXPECT_GPUS_HINT, GpuCollector
 from gpuwatch.collect.push import PushGroups
 from gpuwatch.collect.runenergy import RunEnergy, energy_samples
-from gpuwatch.collect.rungpus import RunGpus
+from gpuwatch.collect.rungpus import RunGpus, runs_by_gpu
 from gpuwatch.collect.runs import (
     RUN_STATUS_FINISHED_MS,
     run_status_samples,
@@ -256,7 +256,10 @@ class Runtime:
         records = self.store.runs()
         samples = run_status_samples(records, now_ms)
         if self.run_gpus is not None:
-            samples.extend(self.run_gpus.samples(records, self.store, now_ms))
+            held = self.run_gpus.samples(records, self.store, now_ms)
+            samples.extend(held)
+            if self.gpu is not None:
+                self.gpu.assign_runs(runs_by_gpu(held))
         samples.extend(energy_samples(self.run_energy, records, self.store, now_ms, RUN_STATUS_FINISHED_MS))
         batch = Batch(now_ms, samples)
         with self._lock:

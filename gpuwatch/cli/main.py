@@ -1,4 +1,4 @@
-"""Command line: gpuwatch serve | demo | smi | doctor | health | import | query | export | rules check | rules export |
+"""Command line: gpuwatch serve | demo | smi | doctor | health | import | query | export | report | rules check | rules export |
 dashboards export | notify test | silence | token | password | --version."""
 
 from __future__ import annotations
@@ -76,6 +76,7 @@ def _parser() -> argparse.ArgumentParser:
     from gpuwatch.cli.access import add_access_commands, add_token_arguments
     from gpuwatch.cli.export import add_export_arguments
     from gpuwatch.cli.query import add_import_arguments, add_query_arguments
+    from gpuwatch.cli.report import add_report_arguments
 
     help_text = "import Prometheus text or OpenMetrics files (with timestamps) into the store"
     add_import_arguments(p := sub.add_parser("import", help=help_text, description=help_text))
@@ -85,6 +86,9 @@ def _parser() -> argparse.ArgumentParser:
     add_token_arguments(p)
     help_text = "write a PromQL answer, or a selector's raw samples, to a Parquet or CSV file"
     add_export_arguments(p := sub.add_parser("export", help=help_text, description=help_text))
+    add_token_arguments(p)
+    help_text = "who used the GPUs: GPU-hours allocated, busy and idle-but-held, energy and cost per group"
+    add_report_arguments(p := sub.add_parser("report", help=help_text, description=help_text))
     add_token_arguments(p)
     help_text = "check Prometheus rule files, as promtool check rules does"
     rules = sub.add_parser("rules", help="alert and recording rule files").add_subparsers(
@@ -371,13 +375,17 @@ def main(argv: Sequence[str] | None = None) -> int:
             return run_silence(args, dict(os.environ))
         except KeyboardInterrupt:
             return 130
-    if args.command in ("import", "query", "export"):
+    if args.command in ("import", "query", "export", "report"):
         from gpuwatch.cli import query as querycli
         from gpuwatch.cli.export import run_export as export_samples
+        from gpuwatch.cli.report import run_report
 
-        run = {"import": querycli.run_import, "query": querycli.run_query, "export": export_samples}[
-            args.command
-        ]
+        run = {
+            "import": querycli.run_import,
+            "query": querycli.run_query,
+            "export": export_samples,
+            "report": run_report,
+        }[args.command]
         try:
             return run(args, dict(os.environ))
         except KeyboardInterrupt:

@@ -11,6 +11,7 @@ import threading
 from pathlib import Path, PurePath
 from typing import Any
 
+from gpuwatch.collect.allocation import IDLE_BELOW_PERCENT, AllocationMeter, GpuUse, Holder
 from gpuwatch.collect.gpu_metrics import GPU_METRICS
 from gpuwatch.collect.gpu_status import GpuIdentity, GpuProcess, GpuStatus, XidEvent
 from gpuwatch.collect.mig import MigInstance
@@ -46,6 +47,11 @@ EXPECT_GPUS_HINT = (
 _PCIE_MAX_BYTES_PER_S = 1 << 40
 
 
+def _holder(p: GpuProcess) -> Holder:
+    a = p.attribution
+    return Holder(p.user, a.slurm_job, a.pod, a.pod_uid, a.namespace)
+
+
 def load_nvml() -> Any:
     """Return the real `pynvml` module (from nvidia-ml-py); nvmlInit is left to GpuCollector.open."""
     try:
@@ -71,10 +77,14 @@ class GpuCollector:
         reprobe_interval_s: float = 30.0,
         pcie_throughput_fallback: bool = False,
         no_gpu_hint: str = DEMO_HINT,
+        idle_below: float = IDLE_BELOW_PERCENT,
+        max_gap_s: float = 60.0,
     ) -> None:
         """`pcie_throughput_fallback`: where the PCIe byte counters are unsupported, call
         nvmlDeviceGetPcieThroughput instead (it blocks ~20 ms per call and direction).
-        `no_gpu_hint`: what the NvmlUnavailable of `open` suggests when no GPU is found."""
+        `no_gpu_hint`: what the NvmlUnavailable of `open` suggests when no GPU is found.
+        `idle_below`, `max_gap_s`: what the usage counters take as idle (utilization percent) and the
+        longest time between two samples they charge (see `collect.allocation`)."""
         self._hint = no_gpu_hint
         self._nvml = nvml
         self._hostname = hostname
@@ -89,7 +99,8 @@ class GpuCollector:
         self._events = XidEvents(nvml, self._log, self._stopping)
         self._is_open = False
         self._proc_info: dict[int, ProcessInfo] = {}
-        self._usage = UsageMeter()
+        self._usage = UsageMeter(max_gap_s=max_gap_s)
+        self._allocation = AllocationMeter(idle_below=idle_below, max_gap_s=max_gap_s)
         self.driver_version: str | None = None
         self._dev = NvmlDevices(nvml, self._log, self._reprobe_ms)
 
@@ -254,6 +265,7 @@ class GpuCollector:
         """Sample every GPU once; one sample per (metric, GPU), all stamped `timestamp_ms`."""
         samples: list[Sample] = []
         seen: set[int] = set()
+        uses: list[GpuUse] = []
         with self._lock:
             if not self._is_open:
                 raise RuntimeError("GpuCollector.collect() before open()")
@@ -264,15 +276,22 @@ class GpuCollector:
                 if gpu.unavailable is not None:
                     continue  # cannot be opened (said once): nothing to report, not lost
                 reading = None if gpu.is_lost else self._dev.read(gpu)
+                ident = gpu.identity
                 if reading is None:
                     samples.append(Sample("gpuwatch_gpu_lost", gpu.labels, 1.0))
+                    uses.append(GpuUse(self._hostname, str(ident.index), ident.uuid, None, None))
                 else:
                     self._pcie_rates(gpu, reading.figures, timestamp_ms)
                     self._gpu_samples(gpu, reading.figures, samples)
-                    users = self._process_samples(gpu, reading.processes, samples, seen)
+                    procs = self._process_samples(gpu, reading.processes, samples, seen)
                     samples.append(Sample("gpuwatch_gpu_lost", gpu.labels, 0.0))
                     energy = reading.figures.get("DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION")
-                    self._usage.observe(self._hostname, gpu.index, timestamp_ms, users, energy)
+                    self._usage.observe(
+                        self._hostname, gpu.index, timestamp_ms, {p.user for p in procs}, energy
+                    )
+                    holders = frozenset(_holder(p) for p in procs)
+                    util = reading.figures.get("DCGM_FI_DEV_GPU_UTIL")
+                    uses.append(GpuUse(self._hostname, str(ident.index), ident.uuid, util, energy, holders))
                 with self._events_lock:
                     samples.append(Sample("DCGM_FI_DEV_XID_ERRORS", gpu.labels, float(gpu.last_xid)))
                     for xid, n in gpu.xid_counts.items():
@@ -281,6 +300,7 @@ class GpuCollector:
                         )
             for pid in self._proc_info.keys() - seen:
                 del self._proc_info[pid]
+            self._allocation.observe(timestamp_ms, uses)
         return Batch(timestamp_ms, samples)
 
     @staticmethod
@@ -305,23 +325,30 @@ class GpuCollector:
         procs: list[tuple[NvmlProcess, MigInstance | None]],
         samples: list[Sample],
         seen: set[int],
-    ) -> set[str]:
-        """One memory sample a process (NaN where the driver does not know it, as under MIG); its users."""
-        users = set()
+    ) -> list[GpuProcess]:
+        """One memory sample a process (NaN where the driver does not know it, as under MIG); the processes."""
+        found = []
         for p, inst in procs:
             seen.add(p.pid)
             proc = self._process(p.pid, p.used_bytes, str(inst.gi_id) if inst is not None else "")
-            users.add(proc.user)
+            found.append(proc)
             used = float("nan") if p.used_bytes is None else float(p.used_bytes)
             samples.append(
                 Sample("gpuwatch_process_gpu_memory_bytes", self._process_labels(gpu, proc, inst), used)
             )
-        return users
+        return found
 
     def usage_samples(self) -> list[Sample]:
-        """Per-user GPU seconds and kWh counters, as of the last `collect` (see `collect.usage`)."""
+        """Per-user GPU seconds and kWh counters, and each holder's allocated, busy and idle-held GPU
+        seconds and energy, as of the last `collect` (see `collect.usage`, `collect.allocation`)."""
         with self._lock:
-            return self._usage.samples()
+            return self._usage.samples() + self._allocation.samples()
+
+    def assign_runs(self, runs: dict[tuple[str, str, str], list[str]]) -> None:
+        """Say which training runs each GPU (Hostname, gpu, UUID) belongs to now (the `runs` job's map),
+        for the usage counters' `run` label."""
+        with self._lock:
+            self._allocation.assign_runs(runs)
 
     def _process_labels(self, gpu: GpuState, proc: GpuProcess, inst: MigInstance | None) -> Labels:
         key = f"{proc.pid}\0{proc.name}\0{proc.user}\0{proc.container_id}\0{proc.gpu_instance}\0{proc.attribution}"

@@ -138,6 +138,17 @@ def is_current(record: RunRecord, now_ms: int) -> bool:
     return record.status == "running" and now_ms - seen <= RUN_STATUS_MAX_SILENCE_MS
 
 
+def runs_by_gpu(info: Iterable[Sample]) -> dict[tuple[str, str, str], list[str]]:
+    """The runs each GPU (Hostname, gpu, UUID) belongs to, from `gpuwatch_run_gpu_info` samples."""
+    out: dict[tuple[str, str, str], list[str]] = {}
+    for s in info:
+        labels = dict(s.labels)
+        if s.name == INFO_METRIC and labels.get("run"):
+            key = (labels.get("Hostname", ""), labels.get("gpu", ""), labels.get("UUID", ""))
+            out.setdefault(key, []).append(labels["run"])
+    return out
+
+
 class RunGpus:
     """Write `gpuwatch_run_gpu_info` for the running runs (the `runs` job calls `samples`).
 

@@ -6,6 +6,8 @@ agree on what is going on. Every hour (`CYCLE_S`) runs the same four slots, vari
 
     3:00 - 10:00   a GPU overheats: its temperature climbs past 85 C in a minute, then the clock is
                    throttled (hw_thermal_slowdown); a different training GPU each hour
+    12:00 - 15:00  the notebook's user steps away: the kernel keeps its GPU memory at 0 % utilization,
+                   idle but held (GPUUtilizationLow and GPUMemoryHeldIdle pending, far from their 30 min)
     15:00 - 22:00  an inference latency spike: load 2x, requests 3.5x slower, half as many running, so the
                    queue grows to hundreds and P99 latency and TTFT go to tens of seconds (vLLM in even
                    hours, SGLang in odd ones)
@@ -26,13 +28,16 @@ from dataclasses import dataclass
 
 CYCLE_S = 3600.0
 TRAINING_GPUS = (0, 4, 5, 7)  # the "mixed" workload's training GPUs (workload._MIXED_ROLES)
+NOTEBOOK_GPU = 2  # and its notebook's
 
-THROTTLE, LATENCY, STALL, XID, PCIE = "gpu_throttle", "latency_spike", "training_stall", "xid", "pcie_replays"
-KINDS = (THROTTLE, LATENCY, STALL, XID, PCIE)
+THROTTLE, IDLE, LATENCY, STALL = "gpu_throttle", "idle_held", "latency_spike", "training_stall"
+XID, PCIE = "xid", "pcie_replays"
+KINDS = (THROTTLE, IDLE, LATENCY, STALL, XID, PCIE)
 
 # kind -> (alerts it may raise, seconds after its end they may still be active)
 EXPECTED: dict[str, tuple[frozenset[str], float]] = {
     THROTTLE: (frozenset({"GPUTemperatureHigh", "GPUThrottled", "GPUMemoryTemperatureHigh"}), 120.0),
+    IDLE: (frozenset({"GPUUtilizationLow", "GPUMemoryHeldIdle"}), 0.0),  # pending; gone once it is used
     LATENCY: (
         frozenset(
             {
@@ -88,6 +93,7 @@ class IncidentSchedule:
             hw_gpu = self._gpu(TRAINING_GPUS[(h + 2) % len(TRAINING_GPUS)])
             found = (
                 Incident(THROTTLE, base + 180, base + 600, gpu=hot),
+                Incident(IDLE, base + 720, base + 900, gpu=self._gpu(NOTEBOOK_GPU)),
                 Incident(LATENCY, base + 900, base + 1320, engine="vllm" if h % 2 == 0 else "sglang"),
                 Incident(STALL, base + 1860, base + 2640),
                 Incident(XID, base + 2880, base + 2970, gpu=hw_gpu, xid=79 if h % 4 == 0 else 31)

@@ -16,7 +16,7 @@ from functools import partial
 from pathlib import Path
 
 from gpuwatch.demo import nvmlnames
-from gpuwatch.demo.incidents import PCIE, STALL, THROTTLE, Incident, IncidentSchedule
+from gpuwatch.demo.incidents import IDLE, PCIE, STALL, THROTTLE, Incident, IncidentSchedule
 
 MIB = 1 << 20
 _MASK = (1 << 64) - 1
@@ -270,6 +270,8 @@ class Workload:
             burst = max(0.0, (self._smooth(i, 2, t, 4.0) - 0.3) / 0.7)
             return 25.0 + 72.0 * burst**0.8
         if role == "notebook":
+            if self._incident(t, IDLE) is not None:
+                return 0.0  # its user stepped away; the kernel and its memory stay
             return 15.0 + 40.0 * self._smooth(i, 11, t, 45.0) ** 2
         if role == "warmup" and t >= 45.0:  # loading for 45 s, then ramping up over four minutes
             return min(1.0, 0.1 + (t - 45.0) / 240.0) * self._train_util(i, t)

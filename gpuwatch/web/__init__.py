@@ -21,6 +21,7 @@ from gpuwatch.web.dash import page as dash_page
 from gpuwatch.web.dash import targets as dash_targets
 from gpuwatch.web.dash import timeline as dash_timeline
 from gpuwatch.web.dash import training as dash_training
+from gpuwatch.web.dash import usage as dash_usage
 from gpuwatch.web.errors import register_error_handlers
 from gpuwatch.web.exportapi import bp as export_bp
 from gpuwatch.web.federate import bp as federate_bp
@@ -42,6 +43,7 @@ DASHBOARD_BLUEPRINTS: tuple[Blueprint, ...] = (
     dash_page.bp,
     dash_assets.bp,
     dash_cluster.bp,
+    dash_usage.bp,
     dash_gpu.bp,
     dash_explore.bp,
     dash_timeline.bp,

@@ -49,6 +49,8 @@ ROUTES: dict[str, dict[str, str]] = {
         for endpoint in (
             "dash_cluster.index",
             "dash_cluster.cluster_json",
+            "dash_usage.usage_page",
+            "dash_usage.usage_json",
             "dash_gpu.gpu_page",
             "dash_gpu.gpu_json",
             "dash_explore.explore",

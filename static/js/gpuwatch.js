@@ -68,6 +68,8 @@
     var d = Date.parse(s);
     return isNaN(d) ? NaN : d;
   };
+  // A page may start on another range than the last hour (the usage page: a week), where the URL names none.
+  if (typeof config.default_from === 'string' && !isNaN(gw.parseTime(config.default_from))) DEFAULTS.from = config.default_from;
   gw.parseDuration = function (s) {
     var m = /^(\d+(?:\.\d+)?)([smhdwy])$/.exec(String(s));
     return m ? Math.round(parseFloat(m[1]) * UNIT_MS[m[2]]) : NaN;

@@ -1,5 +1,5 @@
 """The cluster page `/`: totals, one utilization heatmap of every GPU, memory per GPU, node tiles,
-idle-but-held GPUs, host network and disk; its JSON twin is `/api/ui/cluster`."""
+idle-but-held GPUs, GPUs allocated over time, host network and disk; its JSON twin is `/api/ui/cluster`."""
 
 from __future__ import annotations
 
@@ -14,16 +14,18 @@ from flask.typing import ResponseReturnValue
 from gpuwatch.core.model import Matcher
 from gpuwatch.web.dash.page import page_json, render_page
 from gpuwatch.web.dash.panel import Panel, check_unique
+from gpuwatch.web.dash.usagepanels import STRINGS as USAGE_STRINGS
+from gpuwatch.web.dash.usagepanels import allocated_stat, allocation_chart
 from gpuwatch.web.overview import GpuRow, NodeRow, Selectable, read_nodes, read_overview
 from gpuwatch.web.runtime import runtime
 
 bp = Blueprint("dash_cluster", __name__)
 
 STRINGS = {
+    **USAGE_STRINGS,
     "cluster.title": ("Cluster", "集群"),
     "cluster.gpus": ("GPUs", "GPU 数"),
     "cluster.nodes": ("Nodes", "节点"),
-    "cluster.allocated": ("Allocated", "已分配"),
     "cluster.util": ("Mean utilization", "平均利用率"),
     "cluster.power": ("Power now", "当前功率"),
     "cluster.energy": ("Energy today", "今日能耗"),
@@ -60,9 +62,7 @@ PANELS: tuple[Panel, ...] = check_unique(
               min_interval=10),
         Panel("nodes", "Nodes", f"count(count by (Hostname) (DCGM_FI_DEV_GPU_UTIL{_GPU}))", "count", "stat", width=2,
               title_key="cluster.nodes", min_interval=10),
-        Panel("allocated", "Allocated", f"count(count by (Hostname, UUID) (gpuwatch_process_gpu_memory_bytes{_GPU}))",
-              "count", "stat", width=2, title_key="cluster.allocated",
-              description="GPUs running at least one compute process", min_interval=5),
+        allocated_stat(_GPU),
         Panel("util_mean", "Mean utilization", f"avg(DCGM_FI_DEV_GPU_UTIL{_GPU})", "percent", "stat", width=2,
               title_key="cluster.util"),
         Panel("power_now", "Power now", f"sum(DCGM_FI_DEV_POWER_USAGE{_GPU})", "watts", "stat", width=2,
@@ -82,6 +82,7 @@ PANELS: tuple[Panel, ...] = check_unique(
               f"(max_over_time(DCGM_FI_DEV_GPU_UTIL{_GPU}[10m]) < 5)",
               "bytes", "table", columns=("Hostname", "gpu", "process_name", "pid", "user", "container_id"),
               width=12, title_key="cluster.idle_held", min_interval=15),
+        allocation_chart(_GPU),
         Panel("net", "Host network",
               'sum by (instance) (rate(node_network_receive_bytes_total{instance=~"$host_re",device!~"lo|veth.*|docker.*|ifb.*"}[$__rate]))'
               ' + sum by (instance) (rate(node_network_transmit_bytes_total{instance=~"$host_re",device!~"lo|veth.*|docker.*|ifb.*"}[$__rate]))',

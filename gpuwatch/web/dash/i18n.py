@@ -15,6 +15,7 @@ LANGUAGES = ("en", "zh")
 STRINGS: Mapping[str, tuple[str, str]] = {
     # navigation
     "nav.cluster": ("Cluster", "集群"),
+    "nav.usage": ("Usage", "用量"),
     "nav.training": ("Training", "训练"),
     "nav.inference": ("Inference", "推理"),
     "nav.alerts": ("Alerts", "告警"),

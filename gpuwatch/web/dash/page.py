@@ -21,9 +21,12 @@ from gpuwatch.web.runtime import runtime
 
 bp = Blueprint("dash_page", __name__)
 
+DEFAULT_FROM = "now-1h"  # a page's range where the URL gives none
+
 # (path, string key, page id) of every page, in the navigation's order.
 NAV: tuple[tuple[str, str, str], ...] = (
     ("/", "nav.cluster", "cluster"),
+    ("/usage", "nav.usage", "usage"),
     ("/training", "nav.training", "training"),
     ("/inference", "nav.inference", "inference"),
     ("/alerts", "nav.alerts", "alerts"),
@@ -49,8 +52,10 @@ def page_payload(
     data: Mapping[str, Any] | None = None,
     variables: Mapping[str, str] | None = None,
     tables: Iterable[Mapping[str, tuple[str, str]]] = (),
+    default_from: str = DEFAULT_FROM,
 ) -> dict[str, Any]:
-    """The page's data as its template embeds it and its JSON twin returns it."""
+    """The page's data as its template embeds it and its JSON twin returns it (`default_from`: the
+    range's start where the URL names none, as the time picker writes it)."""
     rt = runtime()
     texts = strings(language(), *tables)
     return {
@@ -59,6 +64,7 @@ def page_payload(
         "variables": dict(variables or {}),
         "panels": panels_json(panels, texts),
         "data": dict(data or {}),
+        "default_from": default_from,
     }
 
 
@@ -71,10 +77,11 @@ def render_page(
     variables: Mapping[str, str] | None = None,
     tables: Iterable[Mapping[str, tuple[str, str]]] = (),
     title: str = "",
+    default_from: str = DEFAULT_FROM,
 ) -> ResponseReturnValue:
     """Render a page template (which extends base.html) with the page's payload."""
     tables = tuple(tables)
-    payload = page_payload(page, panels, data, variables, tables)
+    payload = page_payload(page, panels, data, variables, tables, default_from)
     texts = strings(language(), *tables)
     return render_template(
         template,
