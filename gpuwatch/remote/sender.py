@@ -40,7 +40,7 @@ from gpuwatch.collect.relabel import relabel
 from gpuwatch.core.clock import Clock
 from gpuwatch.core.errors import GpuwatchError
 from gpuwatch.remote.config import RemoteWrite
-from gpuwatch.remote.wire import compress, encode_request, encode_series
+from gpuwatch.remote.wire import compress, encode_labels, encode_request, encode_samples
 
 Labels = tuple[tuple[str, str], ...]
 
@@ -87,6 +87,8 @@ class Backlog(Protocol):
 
 LIVE_DELAY_S = 10.0  # live_first: a batch this much older than now, with more pending, opens a gap
 GAP_EVERY_S = 30.0  # and at most one gap is opened in this time
+_LABEL_BYTES_MAX = 200_000  # series whose encoded labels a destination keeps (then it starts over)
+_UNSEEN = object()
 
 
 class Answer(NamedTuple):
@@ -150,6 +152,10 @@ class Sender:
         self._backoff_s = 0.0
         self._warned: set[int] = set()
         self._lock = threading.Lock()
+        # Each series' labels as encoded (after external labels and relabelling; None: dropped): a
+        # live batch is a sample or two of thousands of series, and encoding their labels was most of
+        # the sender's CPU (bench/README.md, "Remote write (sender)").
+        self._label_bytes: dict[tuple[str, Any], bytes | None] = {}
 
     def _request(self, batch: Batch) -> tuple[bytes, int, int]:
         """The compressed WriteRequest of `batch`, its sample count and newest timestamp (ms)."""
@@ -166,16 +172,26 @@ class Sender:
                 ts, vs = ts[keep], vs[keep]
             if not len(ts):
                 continue
-            pairs = (
-                {**external, **dict(labels), "__name__": name}
-                if external
-                else {**dict(labels), "__name__": name}
-            )
-            kept = relabel(pairs, rules) if rules else pairs
-            if kept is None or not kept.get("__name__"):
+            key = (name, labels)
+            head = self._label_bytes.get(key, _UNSEEN)
+            if head is _UNSEEN:
+                pairs = (
+                    {**external, **dict(labels), "__name__": name}
+                    if external
+                    else {**dict(labels), "__name__": name}
+                )
+                kept = relabel(pairs, rules) if rules else pairs
+                head = None
+                if kept is not None and kept.get("__name__"):
+                    head = encode_labels(
+                        sorted((k, v) for k, v in kept.items() if v)
+                    )  # sorted, no empty value
+                if len(self._label_bytes) >= _LABEL_BYTES_MAX:
+                    self._label_bytes.clear()
+                self._label_bytes[key] = head
+            if not isinstance(head, bytes):
                 continue
-            ordered = sorted((k, v) for k, v in kept.items() if v)  # sorted, no empty value (the spec)
-            messages.append(encode_series(ordered, ts.tolist(), vs.tolist()))
+            messages.append(head + encode_samples(ts.tolist(), vs.tolist()))
             samples += len(ts)
             newest = max(newest, int(ts[-1]))
         return compress(encode_request(messages)), samples, newest

@@ -311,23 +311,43 @@ def _put_len(out: bytearray, field: int, payload: bytes) -> None:
     out += payload
 
 
-def encode_series(
-    labels: Iterable[tuple[str, str]], timestamps_ms: Sequence[int], values: Sequence[float]
-) -> bytes:
-    """One `TimeSeries` message, labels and samples in the order given."""
+def encode_labels(labels: Iterable[tuple[str, str]]) -> bytes:
+    """The `labels` fields of a `TimeSeries` message, in the order given."""
     out = bytearray()
     for name, text in labels:
         label = bytearray()
         _put_len(label, 1, name.encode())
         _put_len(label, 2, text.encode())
         _put_len(out, 1, bytes(label))
-    for ts, value in zip(timestamps_ms, values, strict=True):
-        sample = bytearray(b"\x09")  # field 1, wire type 1
-        sample += _DOUBLE.pack(value)
-        sample.append(0x10)  # field 2, varint
-        _put_varint(sample, ts)
-        _put_len(out, 2, bytes(sample))
     return bytes(out)
+
+
+def _varint_bytes(n: int) -> bytes:
+    out = bytearray()
+    _put_varint(out, n)
+    return bytes(out)
+
+
+def encode_samples(timestamps_ms: Sequence[int], values: Sequence[float]) -> bytes:
+    """The `samples` fields of a `TimeSeries` message. A sample is at most 20 bytes (a one-byte
+    length), and the series of one scrape share their timestamp: its varint is made once."""
+    out = bytearray()
+    pack = _DOUBLE.pack
+    stamps: dict[int, bytes] = {}
+    for ts, value in zip(timestamps_ms, values, strict=True):
+        tail = stamps.get(ts)
+        if tail is None:
+            tail = stamps[ts] = b"\x10" + _varint_bytes(ts)  # field 2, varint
+        body = b"\x09" + pack(value) + tail  # field 1, wire type 1 (fixed64)
+        out += b"\x12" + bytes((len(body),)) + body  # TimeSeries field 2, length-delimited
+    return bytes(out)
+
+
+def encode_series(
+    labels: Iterable[tuple[str, str]], timestamps_ms: Sequence[int], values: Sequence[float]
+) -> bytes:
+    """One `TimeSeries` message, labels and samples in the order given."""
+    return encode_labels(labels) + encode_samples(timestamps_ms, values)
 
 
 def encode_request(series: Iterable[bytes]) -> bytes:

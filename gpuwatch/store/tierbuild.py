@@ -153,7 +153,8 @@ class TierBuilder:
 
     def _rebuild_late(self, seq: int, head_index: HeadIndex | None, max_batches: int) -> int:
         """Rebuild the days that chunks written since the last look hold samples of, where their
-        1-minute row was built before them; return the batches written."""
+        1-minute row was built before them (the day under way too, for the series done in it); return
+        the batches written."""
         cur, state = self._cur, self.state
         if state.built_ms is None or seq <= state.checked_seq:
             return 0
@@ -168,11 +169,19 @@ class TierBuilder:
                 FROM chunks WHERE seq > ? AND seq <= ? AND t_min_ms <= ?) c
             LEFT JOIN tier_chunks t
               ON t.res_ms = {MINUTE_MS} AND t.series_id = c.series_id AND (t.t_min_ms - 1) // {DAY_MS} = c.d
-            WHERE (c.d + 1) * {DAY_MS} <= ? AND c.d * {DAY_MS} >= ?
+            WHERE ((c.d + 1) * {DAY_MS} <= ? OR (c.d * {DAY_MS} = ? AND c.series_id < ?)) AND c.d * {DAY_MS} >= ?
             GROUP BY c.series_id, c.d, t.seq HAVING t.seq IS NULL OR max(c.seq) > t.seq
             ORDER BY c.d, c.series_id
             """,
-            [state.checked_seq, upto, state.built_ms, state.built_ms, self.raw_floor_ms],
+            [
+                state.checked_seq,
+                upto,
+                state.built_ms + DAY_MS,
+                state.built_ms,
+                state.built_ms,
+                state.next_sid,
+                self.raw_floor_ms,
+            ],
         ).fetchall()
         by_day: dict[int, list[int]] = {}
         for sid, d, _ in late:
