@@ -1,4 +1,4 @@
-"""Time the usage report (`gpuwatch report`, the Usage page's twin) over raw samples of its counters.
+"""Time the usage report (`gpuwatch report`, the Usage page's twin) over its counters' tiers (or raw samples).
 
 Usage:
     python bench/bench_usage.py --gpus 8 --days 7 --step-s 1 --dir /tmp/usage8   # the data, then the report
@@ -26,7 +26,7 @@ T0_MS = 1_793_491_200_000  # 2026-11-01T00:00:00Z
 DAY_MS = 86_400_000
 
 
-def load(data: Path, gpus: int, days: float, step_s: float) -> int:
+def load(data: Path, gpus: int, days: float, step_s: float, tiers: bool = True) -> int:
     from gpuwatch.core.clock import FakeClock
     from gpuwatch.core.model import make_labels
     from gpuwatch.store import Store
@@ -57,6 +57,10 @@ def load(data: Path, gpus: int, days: float, step_s: float) -> int:
         host = make_labels({"Hostname": "node-1"})
         store.append_series("gpuwatch_usage_gpu_seconds_total", host, t, np.cumsum(dt) * gpus)
         n += len(t)
+        if tiers:
+            t0 = time.perf_counter()
+            store.build_tiers()
+            print(f"tiers built in {time.perf_counter() - t0:.1f} s", flush=True)
     finally:
         store.close()
     return n
@@ -99,10 +103,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--runs", type=int, default=3)
     p.add_argument("--dir", type=Path, required=True)
     p.add_argument("--reuse", action="store_true", help="the data is in --dir already")
+    p.add_argument(
+        "--no-tiers", action="store_true", help="leave the tiers unbuilt: the report reads raw samples"
+    )
     args = p.parse_args(argv)
     if not args.reuse:
         t0 = time.perf_counter()
-        n = load(args.dir, args.gpus, args.days, args.step_s)
+        n = load(args.dir, args.gpus, args.days, args.step_s, not args.no_tiers)
         took = time.perf_counter() - t0
         print(f"loaded {n / 1e6:.1f} M samples in {took:.1f} s")
     report(args.dir, args.days, args.runs)

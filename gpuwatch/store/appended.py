@@ -93,16 +93,51 @@ class AppendedSeries:
     values: np.ndarray  # float64
 
 
-@dataclass(frozen=True)
 class Appended:
-    """What `Store.appended_since` returns: the samples to send and the watermark to commit after."""
+    """What `Store.appended_since` returns: samples in write order and the watermark to commit after
+    them; `series` groups them by series, each in ascending time, in order of first appearance."""
 
-    series: tuple[AppendedSeries, ...]
-    watermark: Watermark
+    def __init__(
+        self,
+        snap: Snapshot | None,
+        rows: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray],
+        watermark: Watermark,
+    ) -> None:
+        self._snap = snap
+        self._rows = rows  # series ids, times, values, write seqs: in write order
+        self.watermark = watermark
+        self._series: tuple[AppendedSeries, ...] | None = None
+
+    @classmethod
+    def empty(cls, watermark: Watermark) -> Appended:
+        i = np.zeros(0, np.int64)
+        return cls(None, (i, i, np.zeros(0), i), watermark)
 
     @property
     def samples(self) -> int:
-        return sum(s.timestamps_ms.size for s in self.series)
+        return int(self._rows[0].size)
+
+    @property
+    def series(self) -> tuple[AppendedSeries, ...]:
+        if self._series is None:
+            sid, t, v, _ = self._rows
+            self._series = _by_series(self._snap, sid, t, v) if self._snap is not None else ()
+        return self._series
+
+    def first(self, k: int) -> tuple[Appended, Appended]:
+        """The first `k` samples (or a few more: a write's samples at one time are not split), with
+        the watermark just past them, and the rest, with this one's. A sender reads ahead once and
+        sends the pieces (remote/backlog.py)."""
+        sid, t, v, seq = self._rows
+        if k >= sid.size:
+            return self, Appended.empty(self.watermark)
+        while k < sid.size and seq[k] == seq[k - 1] and t[k] == t[k - 1]:
+            k += 1
+        if k >= sid.size:
+            return self, Appended.empty(self.watermark)
+        cut = Watermark(int(seq[k - 1]), int(t[k - 1]))
+        head = Appended(self._snap, (sid[:k], t[:k], v[:k], seq[:k]), cut)
+        return head, Appended(self._snap, (sid[k:], t[k:], v[k:], seq[k:]), self.watermark)
 
 
 @dataclass(frozen=True)
@@ -131,7 +166,7 @@ def read_appended(
     `visible` (module docstring)."""
     top = visible - 1  # the highest seq that may be returned
     if mark.seq > top or (mark.seq == top and mark.t_ms == ALL) or max_samples <= 0:
-        return Appended((), mark)
+        return Appended.empty(mark)
     with turn(gate):
         cur.execute("BEGIN TRANSACTION")
         try:
@@ -191,7 +226,7 @@ def read_appended(
         new_mark = Watermark(int(seq[last_i]), int(t[last_i]))
     else:
         new_mark = max(mark, Watermark(bound, ALL))
-    return Appended(_by_series(snap, sid[order], t[order], v[order]), new_mark)
+    return Appended(snap, (sid[order], t[order], v[order], seq[order]), new_mark)
 
 
 def _choose(
