@@ -112,7 +112,7 @@ class Settings:
         out = {}
         for f in dataclasses.fields(self):
             v = getattr(self, f.name)
-            if f.name == "scrape_configs":
+            if f.name in ("scrape_configs", "remote_write"):
                 v = [c.public() for c in v]  # without passwords and tokens
             elif f.name == "log_files":
                 v = [c.public() for c in v]
