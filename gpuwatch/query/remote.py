@@ -37,7 +37,8 @@ from gpuwatch.remote.httpauth import failure, request_options
 from gpuwatch.remote.storage import RemoteStorage
 
 CONNECT_TIMEOUT_S = 5.0
-# The remote stops a query at the timeout gpuwatch passes on; its answer may take a moment more.
+# The remote stops a query at the timeout gpuwatch passes on; its answer may take a moment more
+# (at most this, and at most the timeout again).
 ANSWER_GRACE_S = 2.0
 _MAX_TEXT = 300  # of a remote's error text in a message
 _LOOKBACK_DEFAULT_S = 300.0  # Prometheus's and gpuwatch's; another `lookback` is passed on
@@ -214,6 +215,8 @@ class RemoteBackend:
     ) -> Any:
         """Ask the remote; return its answer's `data`, or raise the error gpuwatch answers for it."""
         where = f"remote query backend {self.name}"
+        wait_s = timeout_s + min(ANSWER_GRACE_S, timeout_s)
+        connect_s = min(CONNECT_TIMEOUT_S, wait_s)
         try:
             opts = request_options(self.remote.headers, self.remote.auth, self.remote.tls)
         except OSError as exc:
@@ -228,13 +231,13 @@ class RemoteBackend:
                 auth=opts.auth,
                 verify=opts.verify,
                 cert=opts.cert,
-                timeout=(min(CONNECT_TIMEOUT_S, timeout_s + ANSWER_GRACE_S), timeout_s + ANSWER_GRACE_S),
+                timeout=(connect_s, wait_s),
                 allow_redirects=False,
             )
         except requests.Timeout as exc:
             if isinstance(exc, requests.ConnectTimeout):
                 raise RemoteUnavailable(
-                    f"{where} unreachable: no connection within {CONNECT_TIMEOUT_S:g} s"
+                    f"{where} unreachable: no connection within {connect_s:g} s"
                 ) from None
             raise QueryTimeout(
                 f"{where} did not answer within {timeout_s:g} s (setting query_timeout)"
