@@ -7,7 +7,6 @@ and in docs/scale.md, each with its reason)."""
 from __future__ import annotations
 
 import math
-import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,7 +22,7 @@ from gpuwatch.query.remote import RemoteBackend
 from gpuwatch.query.values import Scalar, Vector
 from gpuwatch.remote.storage import RemoteStorage
 from gpuwatch.store import Store
-from tests.conftest import free_port, require_tool, run_prometheus, wait_until
+from tests.conftest import run_prometheus, run_victoriametrics
 from tests.labdata import NODE, RUN, LabData, Series, generate, load_store, remote_write, steady
 from tests.remotecompare import Asked, ask_both, normal, registry_queries
 
@@ -51,40 +50,10 @@ def settings() -> Settings:
     return load(None, {}, {"data_dir": "unused", "query_timeout": 60})
 
 
-def run_victoriametrics(tmp_path: Path) -> Iterator[str]:
-    """Debian's VictoriaMetrics on a free port, no latency offset, keeping data of any age."""
-    port = free_port()
-    proc = subprocess.Popen(
-        [
-            require_tool("victoria-metrics"),
-            "-search.latencyOffset=0s",
-            "-retentionPeriod=100y",
-            f"-storageDataPath={tmp_path / 'vm'}",
-            f"-httpListenAddr=127.0.0.1:{port}",
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.STDOUT,
-    )
-    url = f"http://127.0.0.1:{port}"
-
-    def up() -> bool:
-        assert proc.poll() is None, "VictoriaMetrics exited"
-        try:
-            return requests.get(f"{url}/health", timeout=2).status_code == 200
-        except requests.RequestException:
-            return False
-
-    try:
-        wait_until(up, 30, "VictoriaMetrics did not start")
-        yield url
-    finally:
-        proc.terminate()
-        proc.wait(10)
-
-
 @pytest.fixture
 def victoriametrics(tmp_path: Path) -> Iterator[str]:
-    yield from run_victoriametrics(tmp_path)
+    with run_victoriametrics(tmp_path) as url:
+        yield url
 
 
 def _compare(lab: LabData, store_dir: Path, remote_url: str) -> tuple[list[Asked], int]:
