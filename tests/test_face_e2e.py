@@ -107,8 +107,20 @@ def test_the_examples_run_a_lab_on_the_store_and_a_face_keeps_its_for_state(
             wait_until(
                 from_the_store, 40, f"the face shows none of the node's samples; face log:\n{face.log}"
             )
-            ui = face.get("/api/ui/cluster")
-            assert ui.status_code == 200, ui.text
+
+            def cluster() -> dict[str, Any]:
+                ui = face.get("/api/ui/cluster")
+                assert ui.status_code == 200, ui.text
+                return dict(ui.json()["data"])
+
+            # the cluster page's GPU table and node tiles: the node's, from the store; none for the face
+            wait_until(lambda: len(cluster()["gpus_seen"]) == 2, 30, f"no GPU table; face log:\n{face.log}")
+            page = cluster()
+            assert {(g["hostname"], g["gpu"]) for g in page["gpus_seen"]} == {
+                ("node-a", "0"),
+                ("node-a", "1"),
+            }
+            assert [(t["name"], t["state"], t["gpus"]) for t in page["tiles"]] == [("node-a", "Ready", 2)]
 
             pushed = requests.put(
                 f"{node.url}/metrics/job/dcgm",
