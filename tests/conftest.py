@@ -249,6 +249,43 @@ def run_prometheus(tmp_path: Path, config: str, *flags: str, timeout_s: float = 
                 proc.wait()
 
 
+@contextmanager
+def run_victoriametrics(tmp_path: Path) -> Iterator[str]:
+    """Run Debian's VictoriaMetrics on a free port until the block ends, with no latency offset (its
+    default hides the newest 30 s from queries) and data of any age kept; yield its URL."""
+    port = free_port()
+    proc = subprocess.Popen(
+        [
+            require_tool("victoria-metrics"),
+            "-search.latencyOffset=0s",
+            "-retentionPeriod=100y",
+            f"-storageDataPath={tmp_path / 'vm'}",
+            f"-httpListenAddr=127.0.0.1:{port}",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.STDOUT,
+    )
+    url = f"http://127.0.0.1:{port}"
+
+    def up() -> bool:
+        assert proc.poll() is None, f"VictoriaMetrics exited with {proc.returncode}"
+        try:
+            return requests.get(f"{url}/health", timeout=2).status_code == 200
+        except requests.RequestException:
+            return False
+
+    try:
+        wait_until(up, 30, "VictoriaMetrics did not start")
+        yield url
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
 @pytest.fixture
 def alertmanager(tmp_path: Path) -> Iterator[str]:
     """Start the real Alertmanager (Debian's prometheus-alertmanager) on a free port; yield its URL."""

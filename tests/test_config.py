@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+from dataclasses import asdict, is_dataclass
 from pathlib import Path
 
 import pytest
@@ -163,3 +165,72 @@ def test_a_prometheus_global_block_and_remote_write_are_read(tmp_path: Path) -> 
     f.write_text("global: {rule_files: [x]}\n")
     with pytest.raises(ConfigError, match=r"global\.rule_files: not a setting here"):
         load(f, {}, {})
+
+
+def test_storage_remote_reads_both_urls_with_a_remote_write_entrys_credentials(tmp_path: Path) -> None:
+    token = tmp_path / "token"
+    token.write_text("s3cret\n")
+    f = tmp_path / "gpuwatch.yml"
+    f.write_text(
+        "storage:\n  remote:\n    query_url: http://victoria-metrics:8428/\n"
+        "    write_url: http://victoria-metrics:8428/api/v1/write\n"
+        f"    authorization: {{credentials_file: {token}}}\n"
+        "    headers: {X-Scope-OrgID: lab}\n    tls_config: {insecure_skip_verify: true}\n"
+        "remote_write:\n  - {url: 'http://hub:9842/api/v1/write', name: hub}\n"
+    )
+    s = load(f, {}, {})
+    remote = s.storage.remote
+    assert remote is not None and remote.query_url == "http://victoria-metrics:8428"
+    assert remote.headers == (("X-Scope-OrgID", "lab"),) and remote.tls.insecure_skip_verify
+    assert remote.auth is not None and remote.auth.kind == "Bearer" and remote.auth.secret_file == str(token)
+    assert remote.write is not None and remote.write.name == "storage"
+    # write_url is one more destination of every stored sample, next to remote_write's
+    assert [(d.name, d.url) for d in s.destinations] == [
+        ("hub", "http://hub:9842/api/v1/write"),
+        ("storage", "http://victoria-metrics:8428/api/v1/write"),
+    ]
+    assert s.public()["storage"] == {"remote": {"query_url": "http://victoria-metrics:8428",
+                                                "write": remote.write.public()}}  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("storage", "message"),
+    [
+        ("[]", r"storage: expected a mapping"),
+        ("{local: {}}", r"storage\.local: unknown key \(known: remote\)"),
+        ("{remote: {write_url: 'http://vm:8428/api/v1/write'}}", r"storage\.remote\.query_url: missing"),
+        ("{remote: {query_url: 'vm:8428'}}", r"storage\.remote\.query_url: expected an http"),
+        ("{remote: {query_url: 'http://vm:8428/api/v1/query'}}", r"query_url: expected the API's base"),
+        ("{remote: {url: 'http://vm:8428'}}", r"storage\.remote\.url: unknown key: name the two URLs"),
+        (
+            "{remote: {query_url: 'http://vm', write_url: 'ftp://vm'}}",
+            r"storage\.remote\.write_url: expected",
+        ),
+        ("{remote: {query_url: 'http://vm', fast: true}}", r"storage\.remote\.fast: unknown key"),
+        ("{remote: {query_url: 'http://vm', write_url: 'http://vm/w', name: hub}}", r"named 'hub' too"),
+    ],
+)
+def test_a_bad_storage_setting_names_its_path(tmp_path: Path, storage: str, message: str) -> None:
+    f = write(
+        tmp_path, f"storage: {storage}\nremote_write:\n  - {{url: 'http://hub/api/v1/write', name: hub}}\n"
+    )
+    with pytest.raises(ConfigError, match=message):
+        load(f, {}, {})
+
+
+def test_storage_without_write_url_only_reads(tmp_path: Path) -> None:
+    s = load(write(tmp_path, "storage: {remote: {query_url: 'https://prometheus:9090'}}\n"), {}, {})
+    assert s.storage.remote is not None and s.storage.remote.write is None
+    assert s.destinations == ()
+
+
+def test_settings_page_shows_no_remote_credentials(tmp_path: Path) -> None:
+    """/-/settings writes the settings whole (dataclasses included): passwords must not be in them."""
+    f = write(
+        tmp_path,
+        "remote_write:\n  - {url: 'http://vm/api/v1/write', basic_auth: {username: u, password: pw-1}}\n"
+        "storage: {remote: {query_url: 'http://vm', write_url: 'http://vm/w', bearer_token: tok-2}}\n",
+    )
+    text = json.dumps(load(f, {}, {}).public(), default=lambda o: asdict(o) if is_dataclass(o) else str(o))
+    assert "pw-1" not in text and "tok-2" not in text
+    assert "http://vm/api/v1/write" in text and "http://vm/w" in text

@@ -7,7 +7,6 @@ import io
 import math
 from collections.abc import Iterator
 from pathlib import Path
-from types import SimpleNamespace
 
 import numpy as np
 import pandas as pd
@@ -24,6 +23,7 @@ from gpuwatch.web.errors import register_error_handlers
 from gpuwatch.web.exportapi import bp as export_bp
 from gpuwatch.web.promapi import bp as prom_bp
 from tests.conftest import wait_until
+from tests.test_promql_api import ApiRuntime
 
 T0 = 1_700_000_000_000  # ms
 HOUR = 3_600_000
@@ -50,7 +50,7 @@ def client() -> Iterator[FlaskClient]:
     app.register_blueprint(prom_bp)
     app.register_blueprint(export_bp)
     register_error_handlers(app)
-    app.extensions["gpuwatch"] = SimpleNamespace(
+    app.extensions["gpuwatch"] = ApiRuntime(
         store=store,
         queryable=store,
         clock=clock,

@@ -13,11 +13,20 @@ from flask.testing import FlaskClient
 
 from gpuwatch.app.config import load
 from gpuwatch.core.clock import FakeClock
+from gpuwatch.query.backend import LocalBackend
 from gpuwatch.store import Store
 from gpuwatch.web.errors import register_error_handlers
 from gpuwatch.web.promapi import bp
 
 T0 = 1_700_000_000_000  # ms
+
+
+class ApiRuntime(SimpleNamespace):
+    """What the API's routes use of a runtime; the backend follows the settings a test changes."""
+
+    @property
+    def backend(self) -> LocalBackend:
+        return LocalBackend(self.queryable, self.store, self.settings, self.clock.monotonic)
 
 
 @pytest.fixture
@@ -32,7 +41,7 @@ def runtime() -> Iterator[SimpleNamespace]:
     store.append_series("requests_total", (("job", "api"),), t, np.arange(len(t), dtype=np.float64) * 15)
     store.append_series("temp_celsius", (("room", "Küche ☃"),), t, np.full(len(t), 21.5))
     store.flush()
-    yield SimpleNamespace(
+    yield ApiRuntime(
         store=store,
         queryable=store,
         clock=clock,

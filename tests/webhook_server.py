@@ -1,4 +1,5 @@
-"""A real HTTP receiver on 127.0.0.1 for notification tests: records every POST, can answer with an error."""
+"""A real HTTP receiver on 127.0.0.1 for notification and remote query tests: records every POST (and
+GET), can answer with an error."""
 
 from __future__ import annotations
 
@@ -11,7 +12,8 @@ from typing import Any
 
 
 class Hook:
-    """Requests received (path with query, headers, JSON body); `status`/`answer` set the reply."""
+    """Requests received (path with query, headers, JSON body: form bodies as text, None for a GET);
+    `status`/`answer` set the reply (an `answer` of bytes is sent as it is)."""
 
     def __init__(self, port: int = 0) -> None:
         self.requests: list[tuple[str, dict[str, str], Any]] = []
@@ -28,7 +30,14 @@ class Hook:
                 except ValueError:
                     data = body.decode(errors="replace")
                 hook.requests.append((self.path, dict(self.headers.items()), data))
-                out = json.dumps(hook.answer).encode()
+                self._answer()
+
+            def do_GET(self) -> None:
+                hook.requests.append((self.path, dict(self.headers.items()), None))
+                self._answer()
+
+            def _answer(self) -> None:
+                out = hook.answer if isinstance(hook.answer, bytes) else json.dumps(hook.answer).encode()
                 self.send_response(hook.status)
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(out)))

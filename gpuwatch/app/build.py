@@ -38,11 +38,14 @@ from gpuwatch.notify.notifier import NOTIFY_METRICS, Notifier, NotifyStore
 from gpuwatch.notify.received import ReceivedAlerts
 from gpuwatch.notify.silences import Silences
 from gpuwatch.query import Engine
+from gpuwatch.query.backend import QueryBackend
+from gpuwatch.query.remote import RemoteBackend
 from gpuwatch.remote.backlog import StoreBacklog
 from gpuwatch.remote.config import sent_labels
 from gpuwatch.remote.writers import REMOTE_METRICS, RemoteWriters
 from gpuwatch.rules.load import Group, RuleFileError
 from gpuwatch.rules.manager import RuleManager, configured_groups
+from gpuwatch.rules.restore import ForStateRestorer
 from gpuwatch.rules.roundcache import RoundCache
 from gpuwatch.rules.state import RuleStore
 from gpuwatch.store import Store
@@ -161,15 +164,17 @@ def build_runtime(settings: Settings, hostname: str, clock: Clock | None = None,
             run_gpus=RunGpus(hostname, proc_root, machine_name=socket.gethostname()),
             admission=Admission.of(settings),
         )
-        if settings.remote_write:
+        if settings.destinations:
             runtime.remote = RemoteWriters(
-                settings.remote_write,
+                settings.destinations,
                 StoreBacklog(store, clock.now_ms),
                 clock,
                 external_labels=sent_labels(settings.external_labels, hostname),
                 max_backlog_s=settings.retention,
                 logger=logging.getLogger("gpuwatch.remote"),
             )
+        if settings.storage.remote is not None:
+            runtime.remote_queries = RemoteBackend(settings.storage.remote, settings)
         jobs.add("sample", runtime.sample, settings.sample_interval)
         jobs.add("push", runtime.repush, REEMIT_INTERVAL_S)
         jobs.add("host", runtime.sample_host, settings.host_interval)
@@ -179,7 +184,9 @@ def build_runtime(settings: Settings, hostname: str, clock: Clock | None = None,
         runtime.first_token = runtime.access.ensure(clock.now_ms())
         # The rules read the store, and gpuwatch's own latest figures from memory: on a full disk,
         # GpuwatchStoreWriteErrors fires from the write errors counted, not from what was stored.
-        runtime.rules = build_manager(settings, store, clock, runtime.queryable)
+        runtime.rules = build_manager(
+            settings, store, clock, runtime.queryable, remote=runtime.remote_queries, hostname=hostname
+        )
         jobs.add("rules", runtime.rules.run_due, runtime.rules.min_interval_s)
         runtime.silences = Silences(
             store, clock, limit=settings.max_silences, max_size_bytes=settings.max_silence_size_bytes
@@ -242,12 +249,35 @@ def configured_rule_groups(settings: Settings) -> list[Group]:
     )
 
 
-def build_manager(settings: Settings, store: RuleStore, clock: Clock, queryable: Any) -> RuleManager:
-    """Return the rule manager for `settings`; raise ConfigError naming every bad rule file."""
+def build_manager(
+    settings: Settings,
+    store: RuleStore,
+    clock: Clock,
+    queryable: Any,
+    *,
+    remote: QueryBackend | None = None,
+    hostname: str = "",
+) -> RuleManager:
+    """Return the rule manager for `settings`; raise ConfigError naming every bad rule file.
+
+    With `remote` (storage.remote) the rules are evaluated there, as vmalert evaluates them: what they
+    record and their ALERTS go to the local store and from it by remote write, and pending alerts'
+    `for` state is restored from the remote's ALERTS_FOR_STATE at start."""
     try:
         groups = configured_rule_groups(settings)
     except RuleFileError as e:
         raise ConfigError("config error: rule_files: " + "; ".join(e.errors)) from None
+    if remote is not None:
+        sent = dict(sent_labels(settings.external_labels, hostname))
+        return RuleManager(
+            store,
+            remote.instant,
+            clock,
+            groups,
+            default_interval_s=settings.evaluation_interval,
+            loader=lambda: configured_rule_groups(settings),
+            restorer=ForStateRestorer(remote.instant, sent),
+        )
     cache = RoundCache(queryable)
     engine = Engine.configured(cache, settings, clock.monotonic)
     return RuleManager(

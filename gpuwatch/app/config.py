@@ -21,6 +21,7 @@ from gpuwatch.core.model import LabelLimits, SeriesLimits
 from gpuwatch.notify.alerting import AlertingConfig
 from gpuwatch.notify.config import NotifyConfig
 from gpuwatch.remote.config import RemoteWrite
+from gpuwatch.remote.storage import Storage
 from gpuwatch.rules.config import BuiltinRules
 
 
@@ -58,6 +59,7 @@ class Settings:
     scrape_configs: tuple[ScrapeConfig, ...] = ()
     scrape: tuple[str, ...] = ()
     remote_write: tuple[RemoteWrite, ...] = ()
+    storage: Storage = Storage()
     external_labels: tuple[tuple[str, str], ...] = ()
     log_files: tuple[LogFileConfig, ...] = ()
     tensorboard_dirs: tuple[str, ...] = ()
@@ -111,16 +113,24 @@ class Settings:
         """The limits on new series every push, import and scrape is held to."""
         return SeriesLimits(self.max_new_series_per_request, self.max_new_series_per_minute)
 
+    @property
+    def destinations(self) -> tuple[RemoteWrite, ...]:
+        """Where every stored sample is sent: `remote_write`, and `storage.remote`'s `write_url`."""
+        remote = self.storage.remote
+        return (
+            (*self.remote_write, remote.write) if remote is not None and remote.write else self.remote_write
+        )
+
     def public(self) -> dict[str, Any]:
         """Return the settings as JSON-friendly values (for /-/settings)."""
         out = {}
         for f in dataclasses.fields(self):
             v = getattr(self, f.name)
-            if f.name == "scrape_configs":
+            if f.name in ("scrape_configs", "remote_write"):
                 v = [c.public() for c in v]  # without passwords and tokens
             elif f.name == "log_files":
                 v = [c.public() for c in v]
-            elif f.name in ("builtin_rules", "notify", "alerting"):
+            elif f.name in ("builtin_rules", "notify", "alerting", "storage"):
                 v = v.public()
             out[f.name] = str(v) if isinstance(v, Path) else v
         return out
@@ -214,4 +224,16 @@ def load(
         values["data_dir"] = default.with_name(default.name + "-demo") if values["demo"] else default
     if (values["tls_cert_file"] is None) != (values["tls_key_file"] is None):
         raise ConfigError("config error: tls_cert_file and tls_key_file go together; set both or neither")
+    _check_destinations(values["remote_write"], values["storage"])
     return Settings(**values, config_file=file)
+
+
+def _check_destinations(remote_write: tuple[RemoteWrite, ...], storage: Storage) -> None:
+    """`storage.remote`'s writing is one more destination: its name must differ from remote_write's
+    (each keeps its own watermark)."""
+    dest = storage.remote.write if storage.remote is not None else None
+    if dest is not None and dest.name in {d.name for d in remote_write}:
+        raise ConfigError(
+            f"config error: storage.remote.name: a remote_write destination is named {dest.name!r} too "
+            "(each keeps its own place); give one of them another name"
+        )

@@ -17,6 +17,7 @@ from gpuwatch.core.units import format_duration, parse_duration
 from gpuwatch.notify.alerting import AlertingConfig, parse_alerting
 from gpuwatch.notify.config import NotifyConfig, parse_notify
 from gpuwatch.remote.config import parse_external_labels, parse_remote_write
+from gpuwatch.remote.storage import Storage, parse_storage
 from gpuwatch.rules.config import BuiltinRules, parse_builtin_rules, parse_language
 
 
@@ -396,6 +397,14 @@ OPTIONS: tuple[Option, ...] = (
         "Mimir, a gpuwatch hub), as prometheus.yml writes `remote_write`; see docs/remote-write.md.",
     ),
     Option(
+        "storage",
+        parse_storage,
+        Storage(),
+        "A remote store the pages, `/api/v1/*` and the rules read from and every sample is written to "
+        "(a gpuwatch face on VictoriaMetrics or Prometheus): `{remote: {query_url, write_url}}` with a "
+        "`remote_write` entry's credentials and TLS keys; see docs/scale.md.",
+    ),
+    Option(
         "external_labels",
         parse_external_labels,
         (),
@@ -526,7 +535,7 @@ def settings_table() -> str:
     for o in OPTIONS:
         if o.default is None or o.default == "":
             default = "(see meaning)"
-        elif o.default == () or o.key in ("notify", "alerting"):
+        elif o.default == () or o.key in ("notify", "alerting", "storage"):
             default = "(none)"
         elif isinstance(o.default, float) and o.parse.__qualname__.startswith("_parse_positive_duration"):
             default = format_duration(o.default)

@@ -34,6 +34,7 @@ from gpuwatch.notify.notifier import Notifier
 from gpuwatch.notify.received import ReceivedAlerts
 from gpuwatch.notify.silences import Silences
 from gpuwatch.promtext.writer import format_text
+from gpuwatch.query.backend import LocalBackend, QueryBackend
 from gpuwatch.query.recent import RecentSamples, WithRecent
 from gpuwatch.remote.writers import RemoteWriters
 from gpuwatch.rules.manager import RuleManager
@@ -167,6 +168,7 @@ class Runtime:
     run_gpus: RunGpus | None = None  # joins runs with the process table (gpuwatch_run_gpu_info)
     run_energy: RunEnergy = field(default_factory=RunEnergy)
     remote: RemoteWriters | None = None  # remote_write destinations' senders
+    remote_queries: QueryBackend | None = None  # storage.remote: what answers PromQL instead of the store
     # the turns PromQL queries and the pages' twins take (web/admission.py; counted in /metrics)
     admission: Admission = field(default_factory=lambda: Admission.of(None))  # the defaults
     # gpuwatch's own figures as sampled, which the rules read even while the store cannot write them
@@ -182,6 +184,14 @@ class Runtime:
         """What queries read: the store, with gpuwatch's own figures of the last minutes merged in from
         memory (so they answer while the disk is full and cannot take them)."""
         return WithRecent(self.store, self.own_figures)
+
+    @property
+    def backend(self) -> QueryBackend:
+        """What answers PromQL, series and label questions for the pages, the API and the rules: the
+        remote store where `storage.remote` is set, else gpuwatch's engine over `queryable`."""
+        if self.remote_queries is not None:
+            return self.remote_queries
+        return LocalBackend(self.queryable, self.store, self.settings, self.clock.monotonic)
 
     # -- sampling -------------------------------------------------------------------------------
     def sample(self) -> None:

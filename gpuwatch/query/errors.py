@@ -27,3 +27,9 @@ class QueryTooLarge(PromQLEvalError):
 
 class QueryTimeout(QueryError):
     """The query ran past its deadline."""
+
+
+class RemoteUnavailable(QueryError):
+    """The remote query backend (`storage.remote`) could not be asked, or failed to answer."""
+
+    http_status = 503

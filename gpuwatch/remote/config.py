@@ -158,7 +158,8 @@ def _queue(path: str, raw: object) -> QueueConfig:
     return out
 
 
-def _destination(path: str, raw: object) -> RemoteWrite:
+def parse_destination(path: str, raw: object) -> RemoteWrite:
+    """One destination at config path `path` (a `remote_write` entry, or `storage.remote`'s writing)."""
     data = _mapping(path, raw)
     unknown = [k for k in data if k not in _KEYS]
     if unknown:
@@ -200,7 +201,7 @@ def parse_remote_write(raw: object) -> tuple[RemoteWrite, ...]:
         return ()
     if not isinstance(raw, list):
         raise _fail("remote_write", "expected a list of destinations", raw)
-    out = tuple(_destination(f"remote_write[{i}]", d) for i, d in enumerate(raw))
+    out = tuple(parse_destination(f"remote_write[{i}]", d) for i, d in enumerate(raw))
     names = [d.name for d in out]
     for i, name in enumerate(names):
         if name in names[:i]:

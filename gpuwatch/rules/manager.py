@@ -43,6 +43,7 @@ from gpuwatch.rules.load import (
 )
 from gpuwatch.rules.pack import apply_builtin
 from gpuwatch.rules.reads import may_read
+from gpuwatch.rules.restore import ForStateRestorer
 from gpuwatch.rules.roundcache import RoundCache
 from gpuwatch.rules.state import (
     HISTORY_LENGTH,
@@ -89,8 +90,13 @@ class RuleManager(AlertPersistence):
         external_labels: Mapping[str, str] | None = None,
         loader: Callable[[], list[Group]] | None = None,
         cache: RoundCache | None = None,
+        restorer: ForStateRestorer | None = None,
     ) -> None:
         self._loader = loader
+        # Groups whose pending alerts' `for` state is still to be restored from the remote store
+        # (after their first evaluation since start, as vmalert does).
+        self._restorer = restorer
+        self._to_restore = {g.key for g in groups} if restorer is not None else set()
         self._cache = cache  # the store reads `query` goes through, shared within a round
         self._store = store
         self._query = query
@@ -249,6 +255,8 @@ class RuleManager(AlertPersistence):
                 result = _samples(self._query(rule.expr, now_ms))
                 if rule.kind == "alert":
                     g.alerts[i], changed = evaluate(rule, result, g.alerts[i], now_ms, self._external)
+                    if self._restorer is not None and g.group.key in self._to_restore:
+                        g.alerts[i] = self._restorer.restore(rule, g.alerts[i], now_ms)
                     transitions.extend(changed)
                     if changed:
                         self._remember([HistoryEntry(g.group.name, rule.name, t) for t in changed])
@@ -277,6 +285,7 @@ class RuleManager(AlertPersistence):
             st.duration_s = self._clock.monotonic() - t0
         if self._flush_owed:
             self._show(None)
+        self._to_restore.discard(g.group.key)
         g.last_eval_ms = now_ms
         g.duration_s = self._clock.monotonic() - start
         self._save(g)

@@ -36,7 +36,8 @@ def register_error_handlers(app: Flask) -> None:
     def domain_error(e: GpuwatchError):  # type: ignore[no-untyped-def]
         code = e.http_status
         if _wants_json():
-            return jsonify({"status": "error", "errorType": "execution", "error": str(e)}), code
+            kind = "unavailable" if code == 503 else "execution"  # 503: a remote store that did not answer
+            return jsonify({"status": "error", "errorType": kind, "error": str(e)}), code
         return render_template("error.html", code=code, message=str(e)), code
 
     @app.errorhandler(Exception)

@@ -1,8 +1,8 @@
 """Prometheus-compatible HTTP API (/api/v1/...): the same parameters, JSON shapes and error types.
 
 Grafana's Prometheus data source and prometheus-api-client talk to these routes unchanged.
-Dependencies come from `current_app.extensions["gpuwatch"]`: `store`, `clock`, `settings`
-and optionally `metric_metadata()`.
+Dependencies come from `current_app.extensions["gpuwatch"]`: `backend` (what answers: the local
+engine, or the remote store of `storage.remote`), `clock`, `settings` and optionally `metric_metadata()`.
 """
 
 from __future__ import annotations
@@ -107,11 +107,8 @@ def series() -> ResponseReturnValue:
     def run() -> ResponseReturnValue:
         params = request_params()
         start, end = _range(params)
-        seen: dict[tuple[tuple[str, str], ...], dict[str, str]] = {}
-        for matchers in _match_sets(params, required=True):
-            for labels in runtime().store.series(matchers, start, end):
-                seen.setdefault(tuple(sorted(labels.items())), dict(labels))
-        items, warnings = _limited([seen[k] for k in sorted(seen)], _limit(params))
+        found = runtime().backend.series(_match_sets(params, required=True), start, end)
+        items, warnings = _limited(found, _limit(params))
         return _success(items, warnings)
 
     return _run(run)
@@ -124,12 +121,8 @@ def labels() -> ResponseReturnValue:
     def run() -> ResponseReturnValue:
         params = request_params()
         start, end = _range(params)
-        store = runtime().store
-        names: set[str] = set()
-        sets = _match_sets(params, required=False) or [[]]
-        for matchers in sets:
-            names.update(store.label_names(matchers, start, end))
-        items, warnings = _limited(sorted(names), _limit(params))
+        names = runtime().backend.label_names(_match_sets(params, required=False), start, end)
+        items, warnings = _limited(names, _limit(params))
         return _success(items, warnings)
 
     return _run(run)
@@ -142,12 +135,8 @@ def label_values(name: str) -> ResponseReturnValue:
     def run() -> ResponseReturnValue:
         params = request_params()
         start, end = _range(params)
-        store = runtime().store
-        values: set[str] = set()
-        sets = _match_sets(params, required=False) or [[]]
-        for matchers in sets:
-            values.update(store.label_values(name, matchers, start, end))
-        items, warnings = _limited(sorted(values), _limit(params))
+        values = runtime().backend.label_values(name, _match_sets(params, required=False), start, end)
+        items, warnings = _limited(values, _limit(params))
         return _success(items, warnings)
 
     return _run(run)

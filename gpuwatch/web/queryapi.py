@@ -10,7 +10,6 @@ from flask import Response, current_app, request
 from gpuwatch.core.errors import GpuwatchError, QueryError
 from gpuwatch.core.units import parse_duration_ms, parse_time_ms
 from gpuwatch.query import (
-    Engine,
     PromQLEvalError,
     PromQLParseError,
     QueryTimeout,
@@ -18,6 +17,7 @@ from gpuwatch.query import (
     Unsupported,
 )
 from gpuwatch.query.engine import MAX_POINTS
+from gpuwatch.query.errors import RemoteUnavailable
 from gpuwatch.query.values import Result, to_prometheus_json_bytes
 from gpuwatch.web.runtime import WebRuntime
 
@@ -32,6 +32,7 @@ class BadData(Exception):
 ERRORS: tuple[tuple[type[Exception] | tuple[type[Exception], ...], int, str], ...] = (
     ((BadData, PromQLParseError), 400, "bad_data"),
     (QueryTimeout, 503, "timeout"),
+    (RemoteUnavailable, 503, "unavailable"),
     ((Unsupported, QueryTooLarge, PromQLEvalError, QueryError, GpuwatchError), 422, "execution"),
 )
 KNOWN_ERRORS = tuple(t for kinds, _, _ in ERRORS for t in (kinds if isinstance(kinds, tuple) else (kinds,)))
@@ -82,17 +83,14 @@ def duration_ms(text: str, name: str) -> int:
         raise BadData(f'invalid parameter "{name}": cannot parse "{text}" to a valid duration') from None
 
 
-def _engine(runtime: WebRuntime, params: Params) -> Engine:
-    settings = runtime.settings
-    timeout_s = settings.query_timeout
+def _limits(runtime: WebRuntime, params: Params) -> tuple[float, int | None]:
+    """The request's timeout (at most `query_timeout`) and its own lookback, if it gives one."""
+    timeout_s = runtime.settings.query_timeout
     text = one(params, "timeout")
     if text:
         timeout_s = min(timeout_s, duration_ms(text, "timeout") / 1000)
     text = one(params, "lookback_delta")
-    lookback_ms = duration_ms(text, "lookback_delta") if text else None
-    return Engine.configured(
-        runtime.queryable, settings, runtime.clock.monotonic, timeout_s=timeout_s, lookback_ms=lookback_ms
-    )
+    return timeout_s, duration_ms(text, "lookback_delta") if text else None
 
 
 def _query_text(params: Params) -> str:
@@ -107,7 +105,8 @@ def instant_query(runtime: WebRuntime, params: Params) -> Result:
     text = _query_text(params)
     t = one(params, "time")
     at = time_ms(t, "time") if t else runtime.clock.now_ms()
-    return _engine(runtime, params).instant(text, at)
+    timeout_s, lookback_ms = _limits(runtime, params)
+    return runtime.backend.instant(text, at, timeout_s=timeout_s, lookback_ms=lookback_ms)
 
 
 def range_query(runtime: WebRuntime, params: Params) -> Result:
@@ -131,7 +130,8 @@ def range_query(runtime: WebRuntime, params: Params) -> Result:
             f"exceeded maximum resolution of {MAX_POINTS:,} points per timeseries. "
             "Try decreasing the query resolution (?step=XX)"
         )
-    return _engine(runtime, params).range(text, start, end, step)
+    timeout_s, lookback_ms = _limits(runtime, params)
+    return runtime.backend.range(text, start, end, step, timeout_s=timeout_s, lookback_ms=lookback_ms)
 
 
 def result_response(result: Result) -> Response:

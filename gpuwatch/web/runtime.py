@@ -21,6 +21,7 @@ from gpuwatch.notify.config import NotifyConfig
 from gpuwatch.notify.notifier import Notifier
 from gpuwatch.notify.received import ReceivedAlerts
 from gpuwatch.notify.silences import Silences
+from gpuwatch.query.backend import QueryBackend
 from gpuwatch.query.source import EngineSettings, Queryable
 from gpuwatch.rules.manager import RuleManager
 from gpuwatch.web.access import AccessSettings
@@ -71,6 +72,12 @@ class WebRuntime(Protocol):
     @property
     def queryable(self) -> Queryable:
         """What PromQL reads: the store, with gpuwatch's own recent figures merged in from memory."""
+        ...
+
+    @property
+    def backend(self) -> QueryBackend:
+        """What answers PromQL, series and labels for pages and APIs: the remote store where
+        `storage.remote` is set, else gpuwatch's engine over `queryable`."""
         ...
 
     @property

@@ -195,14 +195,16 @@ def cluster_data(hostname: str = "") -> dict[str, Any]:
     now = rt.clock.now_ms()
     s = rt.settings
     fresh_ms = int(max(30.0, 5 * s.sample_interval + 2 * s.flush_interval) * 1000)
-    rows = read_overview(rt.store, now, fresh_ms)
-    rows += stale_gpus(rt.store, rows, now, STALE_WINDOW_MS)
+    rows = read_overview(rt.backend, now, fresh_ms)
+    rows += stale_gpus(rt.backend, rows, now, STALE_WINDOW_MS)
     status = rt.status()
+    # A face on a remote store is not one of the lab's nodes: only GPUs found there make tiles.
+    is_face = rt.backend.name != "local"
     tiles = node_tiles(
         rows,
-        read_nodes(rt.store, now),
+        read_nodes(rt.backend, now),
         _firing(),
-        local_host=str(status.get("hostname", "")),
+        local_host="" if is_face else str(status.get("hostname", "")),
         local_ok=not status.get("gpu_problem"),
         now_ms=now,
         stale_ms=fresh_ms,

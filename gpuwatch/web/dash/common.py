@@ -8,7 +8,6 @@ from collections.abc import Callable
 from flask import abort, request
 
 from gpuwatch.core.units import parse_time_ms
-from gpuwatch.query import Engine
 from gpuwatch.query.values import Result
 from gpuwatch.web.runtime import WebRuntime
 
@@ -16,9 +15,9 @@ InstantQuery = Callable[[str, int], Result]
 
 
 def instant_query(rt: WebRuntime) -> InstantQuery:
-    """Evaluate PromQL at a time with the limits the settings give (as /api/v1/query does)."""
-    engine = Engine.configured(rt.queryable, rt.settings, rt.clock.monotonic)
-    return engine.instant
+    """Evaluate PromQL at a time with the limits the settings give (as /api/v1/query does), where the
+    runtime's queries are answered (the local engine, or `storage.remote`)."""
+    return rt.backend.instant
 
 
 def float_arg(name: str, default: float, lo: float, hi: float, *, hi_open: bool = False) -> float:

@@ -83,7 +83,10 @@ PANELS: tuple[Panel, ...] = check_unique(
            description="the moments a counter rose, a throttle reason began or an alert changed state"),
         _p("processes", "Processes now", f"gpuwatch_process_gpu_memory_bytes{_G}", "bytes", "gpu.processes",
            kind="table", columns=("pid", "user", "container_id", "process_name"), empty="gpu.no_process"),
-        _p("users", "Who used this GPU", f"max_over_time(gpuwatch_process_gpu_memory_bytes{_G}[$__range])",
+        # `max without ()` drops the metric name, as Prometheus's max_over_time does and
+        # VictoriaMetrics' does not (docs/scale.md): the same table from either store.
+        _p("users", "Who used this GPU",
+           f"max without () (max_over_time(gpuwatch_process_gpu_memory_bytes{_G}[$__range]))",
            "bytes", "gpu.users", kind="table", columns=("user", "container_id", "process_name", "pid"),
            empty="gpu.no_process"),
     ]
@@ -112,7 +115,7 @@ def gpu_data(hostname: str, gpu: str) -> dict[str, Any]:
     now = rt.clock.now_ms()
     s = rt.settings
     fresh_ms = int(max(30.0, 5 * s.sample_interval + 2 * s.flush_interval) * 1000)
-    rows = [r for r in read_overview(rt.store, now, fresh_ms) if r.hostname == hostname and r.gpu == gpu]
+    rows = [r for r in read_overview(rt.backend, now, fresh_ms) if r.hostname == hostname and r.gpu == gpu]
     info: dict[str, Any] | None = None
     if rows:
         info = asdict(rows[0])

@@ -6,18 +6,20 @@ The run page's curves come from its twin, which smooths every raw point before r
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from flask import Blueprint, abort, request
 from flask.typing import ResponseReturnValue
 
+from gpuwatch.core.model import LogLine, Matcher, RunRecord, SeriesData
 from gpuwatch.web.dash.common import float_arg, instant_query, time_arg
 from gpuwatch.web.dash.gpupanels import STRINGS as GPU_STRINGS
 from gpuwatch.web.dash.gpupanels import gpu_panels
 from gpuwatch.web.dash.page import page_json, render_page
 from gpuwatch.web.dash.smoothing import DEFAULT_WEIGHT, MAX_POINTS
 from gpuwatch.web.dash.trainingdata import parse_compare, run_detail, runs_table
-from gpuwatch.web.runtime import runtime
+from gpuwatch.web.runtime import WebRuntime, runtime
 
 bp = Blueprint("dash_training", __name__)
 
@@ -90,10 +92,27 @@ STRINGS = {
 TABLES = (STRINGS, GPU_STRINGS)
 
 
+class _Reads:
+    """What the training pages read: the runs and their log lines from the local store (they stay
+    there), their series where queries are answered (the local store, or `storage.remote`)."""
+
+    def __init__(self, rt: WebRuntime) -> None:
+        self._rt = rt
+
+    def runs(self) -> list[RunRecord]:
+        return self._rt.store.runs()
+
+    def log_lines(self, **kw: Any) -> list[LogLine]:
+        return self._rt.store.log_lines(**kw)
+
+    def select(self, matchers: Sequence[Matcher], start_ms: int, end_ms: int) -> list[SeriesData]:
+        return self._rt.backend.select(matchers, start_ms, end_ms)
+
+
 def _runs() -> dict[str, Any]:
     rt = runtime()
     now = rt.clock.now_ms()
-    return {"runs": runs_table(rt.store, instant_query(rt), now)}
+    return {"runs": runs_table(_Reads(rt), instant_query(rt), now)}
 
 
 def _run(name: str) -> dict[str, Any]:
@@ -106,7 +125,7 @@ def _run(name: str) -> dict[str, Any]:
     runs = []
     for i, n in enumerate(parse_compare(request.args.get("compare"), name)):
         detail = run_detail(
-            rt.store, query, n, now, start_ms=start, end_ms=end, weight=weight, max_points=max_points
+            _Reads(rt), query, n, now, start_ms=start, end_ms=end, weight=weight, max_points=max_points
         )
         if detail is None:
             if i == 0:
@@ -138,7 +157,7 @@ def run_page(name: str) -> ResponseReturnValue:
     # The page draws its curves from the twin (with its range and smoothing); here only the summary.
     rt = runtime()
     now = rt.clock.now_ms()
-    detail = run_detail(rt.store, instant_query(rt), name, now, start_ms=now, end_ms=now)
+    detail = run_detail(_Reads(rt), instant_query(rt), name, now, start_ms=now, end_ms=now)
     if detail is None:
         abort(404, f"no training run named {name!r}")
     run = detail["run"]
