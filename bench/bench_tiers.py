@@ -91,17 +91,20 @@ def load_gpuwatch(args: argparse.Namespace, work: Path, now_s: float) -> dict[st
     store.flush()
     store.compact()
     t_write = time.perf_counter() - t0
+    print(f"gpuwatch: {n:,} samples written in {t_write:.0f} s", flush=True)
     t0 = time.perf_counter()
     store.build_tiers()
     t_tiers = time.perf_counter() - t0
     t0 = time.perf_counter()
     store.apply_retention(clock.now_ms())
     t_retention = time.perf_counter() - t0
-    rows = (
-        store._cursor()
-        .execute("SELECT res_ms, count(*), sum(n), sum(octet_length(data)) FROM tier_chunks GROUP BY 1")
-        .fetchall()
-    )
+    cur = store._cursor()
+    rows = [
+        (res, count, points, cur.execute(
+            "SELECT sum(octet_length(data)) / sum(n) FROM (SELECT * FROM tier_chunks WHERE res_ms = ? LIMIT 500)", [res]
+        ).fetchone()[0])
+        for res, count, points in cur.execute("SELECT res_ms, count(*), sum(n) FROM tier_chunks GROUP BY 1 ORDER BY 1").fetchall()
+    ]  # fmt: skip
     store.close()
     size = sum(p.stat().st_size for p in (work / "gpuwatch").iterdir() if p.is_file())
     print(
@@ -110,9 +113,10 @@ def load_gpuwatch(args: argparse.Namespace, work: Path, now_s: float) -> dict[st
         f"after close ({size / n:.2f} B per sample written)",
         flush=True,
     )
-    for res, count, points, nbytes in sorted(rows):
+    for res, count, points, per_point in rows:
         print(
-            f"  tier {res // 1000} s: {count:,} rows, {points:,} points, {nbytes / 1e6:,.1f} MB ({nbytes / points:.1f} B a point)"
+            f"  tier {res // 1000} s: {count:,} rows, {points:,} points, ~{per_point:.1f} B a point",
+            flush=True,
         )
     return {"samples": n, "size": size}
 

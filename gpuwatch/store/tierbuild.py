@@ -32,7 +32,8 @@ from gpuwatch.store.tierrows import DAY_MS, replace_span
 log = logging.getLogger(__name__)
 
 GRACE_MS = 10 * 60_000
-BATCH_SAMPLES = 2_000_000  # raw samples read, decoded and summed up in one transaction (~50 MB at peak)
+BATCH_SAMPLES = 2_000_000  # raw samples read, decoded and summed up in one transaction (~50 MB at peak) ...
+BATCH_SERIES = 2_000  # ... of at most this many series (their 1-hour rows, ~11 KB each, are rewritten)
 
 
 @dataclass
@@ -86,7 +87,7 @@ def _batches(ids: np.ndarray, sizes: np.ndarray) -> Iterator[list[int]]:
     start, total = 0, 0
     for i, n in enumerate(sizes.tolist()):
         total += n
-        if total >= BATCH_SAMPLES or i + 1 == ids.size:
+        if total >= BATCH_SAMPLES or i + 1 - start >= BATCH_SERIES or i + 1 == ids.size:
             yield ids[start : i + 1].tolist()
             start, total = i + 1, 0
 

@@ -20,6 +20,7 @@ from gpuwatch.core.tiers import HOUR_MS, MINUTE_MS, TierPoints, concat, cut, tak
 
 DAY_MS = 86_400_000
 PERIOD_MS = {MINUTE_MS: DAY_MS, HOUR_MS: 30 * DAY_MS}  # what one row of each resolution covers
+READ_BYTES = 4 << 20
 _FLOATS = 6  # sum, min, max, first_v, last_v, correction
 _LEVEL = 3
 
@@ -80,15 +81,23 @@ def read_points(
     any left out."""
     if not ids or end_ms <= start_ms:
         return {}
-    listed = ",".join(map(str, sorted(set(ids))))
-    rows = cur.execute(
-        f"SELECT series_id, t_min_ms, n, data FROM tier_chunks WHERE res_ms = ? AND series_id IN ({listed}) "
-        "AND t_max_ms > ? AND t_min_ms <= ? ORDER BY series_id, t_min_ms",
-        [res_ms, start_ms, end_ms],
-    ).fetchall()
+    # A statement's blobs stay in DuckDB's memory (64 MB, shared) until fetched: about READ_BYTES of
+    # them at a time (a 7-day read of 1-minute rows is ~160 KB a series).
+    period = PERIOD_MS[res_ms]
+    row_bytes = 16 * period // res_ms
+    per_series = ((end_ms - start_ms) // period + 2) * row_bytes
+    step = max(1, READ_BYTES // per_series)
+    wanted = sorted(set(ids))
     parts: dict[int, list[TierPoints]] = {}
-    for sid, _, n, data in rows:
-        parts.setdefault(sid, []).append(decode_points(data, n))
+    for i in range(0, len(wanted), step):
+        listed = ",".join(map(str, wanted[i : i + step]))
+        rows = cur.execute(
+            f"SELECT series_id, t_min_ms, n, data FROM tier_chunks WHERE res_ms = ? AND series_id IN ({listed}) "
+            "AND t_max_ms > ? AND t_min_ms <= ? ORDER BY series_id, t_min_ms",
+            [res_ms, start_ms, end_ms],
+        ).fetchall()
+        for sid, _, n, data in rows:
+            parts.setdefault(sid, []).append(decode_points(data, n))
     out = {}
     for sid, found in parts.items():
         points = cut(concat(found), start_ms, end_ms)
