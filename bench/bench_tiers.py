@@ -5,7 +5,7 @@ Usage: python bench/bench_tiers.py [--gpus 64] [--days 90] [--runs 5] [--no-vm] 
 
 Data (bench/querydata.py's dcgm-exporter figures, deterministic): `--gpus` GPUs x the 5 metrics the
 cluster page charts (utilization, framebuffer used, power, temperature, the energy counter) at 15 s for
-`--days` days, ending at the next UTC midnight. gpuwatch: every sample through `Store.append_series`,
+`--days` days, 7 s off the grid (module constant OFF_GRID_MS). gpuwatch: every sample through `Store.append_series`,
 the tiers built (`Store.build_tiers`, timed: the build rate), then retention with the defaults (raw
 14 days, 1-minute 90 days, 1-hour 2 years), as a store that ran that long looks; file size after
 close. VictoriaMetrics: the same samples by `/api/v1/import` (JSON lines), `force_flush`; its data
@@ -45,8 +45,12 @@ from gpuwatch.core.clock import FakeClock
 from gpuwatch.core.model import make_labels
 from gpuwatch.query import Engine
 from gpuwatch.store import Store
+from gpuwatch.store.tierrows import TABLE
 
 DAY_S = 86_400
+# Samples 7 s off the 15 s grid: no sample sits exactly on a window's start, where VictoriaMetrics
+# (left-closed windows) and Prometheus 3 / gpuwatch (left-open) would take different samples.
+OFF_GRID_MS = 7_000
 METRICS = [
     "DCGM_FI_DEV_GPU_UTIL",
     "DCGM_FI_DEV_FB_USED",
@@ -73,7 +77,7 @@ def step_for(span_s: float, width_px: int = 1200) -> int:
 
 def series_of(gpus: int, days: int) -> Any:
     """(name, labels, timestamps, values) of every bench series, one GPU at a time."""
-    t = querydata.timestamps(days)[:-1]
+    t = querydata.timestamps(days)[:-1] + OFF_GRID_MS
     for g in range(gpus):
         values = querydata.gpu_series(g, t)
         for name in METRICS:
@@ -101,9 +105,10 @@ def load_gpuwatch(args: argparse.Namespace, work: Path, now_s: float) -> dict[st
     cur = store._cursor()
     rows = [
         (res, count, points, cur.execute(
-            "SELECT sum(octet_length(data)) / sum(n) FROM (SELECT * FROM tier_chunks WHERE res_ms = ? LIMIT 500)", [res]
+            f"SELECT sum(octet_length(data)) / sum(n) FROM (SELECT * FROM {table} LIMIT 500)"
         ).fetchone()[0])
-        for res, count, points in cur.execute("SELECT res_ms, count(*), sum(n) FROM tier_chunks GROUP BY 1 ORDER BY 1").fetchall()
+        for res, table in TABLE.items()
+        for count, points in cur.execute(f"SELECT count(*), sum(n) FROM {table}").fetchall()
     ]  # fmt: skip
     store.close()
     size = sum(p.stat().st_size for p in (work / "gpuwatch").iterdir() if p.is_file())

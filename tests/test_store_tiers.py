@@ -202,7 +202,7 @@ def test_a_store_from_before_tiers_is_backfilled(tmp_path: Path, clock: FakeCloc
     # What a store written by the release before tiers looks like: no tier tables, schema 11.
     con = duckdb.connect(str(tmp_path / "d" / "gpuwatch.duckdb"))
     con.execute(
-        "DROP TABLE tier_chunks; DROP TABLE tier_state; DELETE FROM schema_migrations WHERE version = 12"
+        "DROP TABLE tier_1m; DROP TABLE tier_1h; DROP TABLE tier_state; DELETE FROM schema_migrations WHERE version = 12"
     )
     con.close()
     with Store.open(tmp_path / "d", clock=clock) as s:

@@ -224,7 +224,8 @@ def delete_before(
             for r in cur.execute(
                 "SELECT series_id FROM series WHERE series_id NOT IN (SELECT series_id FROM chunks) "
                 "AND series_id NOT IN (SELECT series_id FROM head) "
-                "AND series_id NOT IN (SELECT series_id FROM tier_chunks)"
+                "AND series_id NOT IN (SELECT series_id FROM tier_1m) "
+                "AND series_id NOT IN (SELECT series_id FROM tier_1h)"
             ).fetchall()
         ]
         if orphans:

@@ -22,7 +22,7 @@ from pathlib import Path
 import duckdb
 
 from gpuwatch.core.tiers import HOUR_MS, MINUTE_MS
-from gpuwatch.store.tierrows import DAY_MS
+from gpuwatch.store.tierrows import DAY_MS, TABLE
 
 KEEP = 0.9  # of the cap: past this, data is deleted ...
 HEADROOM = 0.05  # ... the excess and this much of the cap more
@@ -84,10 +84,8 @@ def cutoffs(
     for res in (MINUTE_MS, HOUR_MS):
         if need <= 0:
             break
-        per_point = _bytes_each(cur, "octet_length(data)", f"tier_chunks WHERE res_ms = {res}")
-        for t_max, n in cur.execute(
-            "SELECT t_max_ms, n FROM tier_chunks WHERE res_ms = ? ORDER BY t_max_ms", [res]
-        ).fetchall():
+        per_point = _bytes_each(cur, "octet_length(data)", TABLE[res])
+        for t_max, n in cur.execute(f"SELECT t_max_ms, n FROM {TABLE[res]} ORDER BY t_max_ms").fetchall():
             if need <= 0:
                 break
             tiers[res], need = int(t_max) + 1, need - int(n * per_point) - _ROW_BYTES

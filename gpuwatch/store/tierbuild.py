@@ -168,8 +168,7 @@ class TierBuilder:
                 SELECT series_id, seq,
                        unnest(range((t_min_ms - 1) // {DAY_MS}, (t_max_ms - 1) // {DAY_MS} + 1)) AS d
                 FROM chunks WHERE seq > ? AND seq <= ? AND t_min_ms <= ?) c
-            LEFT JOIN tier_chunks t
-              ON t.res_ms = {MINUTE_MS} AND t.series_id = c.series_id AND (t.t_min_ms - 1) // {DAY_MS} = c.d
+            LEFT JOIN tier_1m t ON t.series_id = c.series_id AND (t.t_min_ms - 1) // {DAY_MS} = c.d
             WHERE ((c.d + 1) * {DAY_MS} <= ? OR (c.d * {DAY_MS} = ? AND c.series_id < ?)) AND c.d * {DAY_MS} >= ?
             GROUP BY c.series_id, c.d, t.seq HAVING t.seq IS NULL OR max(c.seq) > t.seq
             ORDER BY c.d, c.series_id

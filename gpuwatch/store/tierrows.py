@@ -1,4 +1,4 @@
-"""Tier points in the `tier_chunks` table: one row per series, resolution and period, its points
+"""Tier points in the `tier_1m` and `tier_1h` tables: one row per series, resolution and period, its points
 encoded as fixed-width columns under zstd (`encode_points`).
 
 A 1-minute row holds one UTC day of a series (1,440 points at most), a 1-hour row 30 days (720): a
@@ -20,6 +20,7 @@ from gpuwatch.core.tiers import HOUR_MS, MINUTE_MS, TierPoints, concat, cut, tak
 
 DAY_MS = 86_400_000
 PERIOD_MS = {MINUTE_MS: DAY_MS, HOUR_MS: 30 * DAY_MS}  # what one row of each resolution covers
+TABLE = {MINUTE_MS: "tier_1m", HOUR_MS: "tier_1h"}
 READ_BYTES = 4 << 20
 _FLOATS = 6  # sum, min, max, first_v, last_v, correction
 _LEVEL = 3
@@ -92,9 +93,9 @@ def read_points(
     for i in range(0, len(wanted), step):
         listed = ",".join(map(str, wanted[i : i + step]))
         rows = cur.execute(
-            f"SELECT series_id, t_min_ms, n, data FROM tier_chunks WHERE res_ms = ? AND series_id IN ({listed}) "
+            f"SELECT series_id, t_min_ms, n, data FROM {TABLE[res_ms]} WHERE series_id IN ({listed}) "
             "AND t_max_ms > ? AND t_min_ms <= ? ORDER BY series_id, t_min_ms",
-            [res_ms, start_ms, end_ms],
+            [start_ms, end_ms],
         ).fetchall()
         for sid, _, n, data in rows:
             parts.setdefault(sid, []).append(decode_points(data, n))
@@ -123,18 +124,19 @@ def replace_span(
     period = PERIOD_MS[res_ms]
     p_lo = (hi_ms - 1) // period * period
     listed = ",".join(map(str, sorted(set(ids))))
-    where = f"res_ms = ? AND series_id IN ({listed}) AND t_min_ms > ? AND t_min_ms <= ?"
-    params = [res_ms, p_lo, p_lo + period]
+    table = TABLE[res_ms]
+    where = f"series_id IN ({listed}) AND t_min_ms > ? AND t_min_ms <= ?"
+    params = [p_lo, p_lo + period]
     kept: dict[int, list[TierPoints]] = {}
     if (hi_ms - lo_ms) < period:  # part of a row: keep the rest of it
         for sid, n, data in cur.execute(
-            f"SELECT series_id, n, data FROM tier_chunks WHERE {where}", params
+            f"SELECT series_id, n, data FROM {table} WHERE {where}", params
         ).fetchall():
             p = decode_points(data, n)
             outside = (p.end_ms <= lo_ms) | (p.end_ms > hi_ms)
             if outside.any():
                 kept.setdefault(sid, []).append(take(p, outside))
-    cur.execute(f"DELETE FROM tier_chunks WHERE {where}", params)
+    cur.execute(f"DELETE FROM {table} WHERE {where}", params)
     rows: list[tuple[int, TierPoints]] = []
     for sid in sorted(set(kept) | set(built)):
         parts = kept.get(sid, [])
@@ -157,7 +159,6 @@ def insert_rows(
         "gpuwatch_tier_rows",
         {
             "series_id": np.fromiter((sid for sid, _ in rows), np.int32, len(rows)),
-            "res_ms": np.full(len(rows), res_ms, np.int32),
             "t_min_ms": np.fromiter((int(p.end_ms[0]) for _, p in rows), np.int64, len(rows)),
             "t_max_ms": np.fromiter((int(p.end_ms[-1]) for _, p in rows), np.int64, len(rows)),
             "n": np.fromiter((p.size for _, p in rows), np.int32, len(rows)),
@@ -166,7 +167,7 @@ def insert_rows(
         },
     )
     try:
-        cur.execute("INSERT INTO tier_chunks SELECT * FROM gpuwatch_tier_rows")
+        cur.execute(f"INSERT INTO {TABLE[res_ms]} SELECT * FROM gpuwatch_tier_rows")
     finally:
         with contextlib.suppress(duckdb.Error):
             cur.unregister("gpuwatch_tier_rows")
@@ -175,4 +176,4 @@ def insert_rows(
 def delete_before(cur: duckdb.DuckDBPyConnection, cutoffs: dict[int, int]) -> None:
     """Delete the rows of each resolution whose every bucket ends before its cutoff."""
     for res_ms, cutoff_ms in cutoffs.items():
-        cur.execute("DELETE FROM tier_chunks WHERE res_ms = ? AND t_max_ms < ?", [res_ms, cutoff_ms])
+        cur.execute(f"DELETE FROM {TABLE[res_ms]} WHERE t_max_ms < ?", [cutoff_ms])
