@@ -27,7 +27,7 @@ import numpy as np
 from gpuwatch.collect.allocation import ALLOCATED, GPU_SECONDS
 from gpuwatch.collect.nvml import GpuCollector
 from gpuwatch.core.clock import Clock, FakeClock
-from gpuwatch.core.model import Labels, Sample, SeriesColumns, stable_labels
+from gpuwatch.core.model import Labels, Sample, stable_labels
 from gpuwatch.demo.historygpu import LOST, PROCESS, THROTTLED, XID_TOTAL, GpuSeries, Series, gpu_history
 from gpuwatch.demo.historyruns import training_history
 from gpuwatch.demo.historyusage import USER_ENERGY, USER_SECONDS, Holding, usage_history
@@ -37,7 +37,11 @@ from gpuwatch.demo.training import TRAINING_RUN
 from gpuwatch.store import Store
 
 DAYS = 7
-STEP_S = 15.0
+STEP_S = 15.0  # the last day's
+RECENT_DAYS = 1.0
+GPUS_AT_STEP = 8  # older days: a step 15 s longer for every 8 GPUs more, up to a minute (see `old_step_s`)
+MAX_STEP_S = 60.0  # run energy sums counter samples at most a minute apart (collect/runenergy.py)
+RUNS_EVERY_S = 15.0  # the runs job's interval (collect/runs.py RUN_STATUS_INTERVAL_S)
 _NOT_FIGURES = {PROCESS, XID_TOTAL, USER_SECONDS, USER_ENERGY, GPU_SECONDS, "gpuwatch_gpus_allocated"}
 
 
@@ -99,11 +103,25 @@ def learn_series(nvml: FakeNvml, hostname: str, proc_root: Path) -> LearnedSerie
     return LearnedSeries([gpus[k] for k in sorted(gpus, key=int)], holders, users, host)
 
 
-def history_ticks(end_ms: int, days: float, step_s: float) -> np.ndarray:
-    """The sample times (ms) of a history of `days` ending one step before `end_ms`."""
-    step_ms = int(round(step_s * 1000))
-    n = int(days * 86_400_000 // step_ms)
-    return end_ms - step_ms * np.arange(n, 0, -1, dtype=np.int64)
+def old_step_s(gpus: int) -> float:
+    """The step of a history's older days: 15 s up to 8 GPUs, then longer with the GPU count (30 s at
+    16, a minute from 32), so a big demo imports in seconds, not minutes; the tiers' 1-minute points
+    are as fine either way."""
+    return min(MAX_STEP_S, STEP_S * -(-gpus // GPUS_AT_STEP))
+
+
+def history_ticks(
+    end_ms: int, days: float, step_s: float = STEP_S, old_s: float = STEP_S, recent_days: float = RECENT_DAYS
+) -> np.ndarray:
+    """The sample times (ms) of a history of `days` ending one step before `end_ms`: every `step_s`
+    over the last `recent_days`, every `old_s` before."""
+    step_ms, old_ms = int(round(step_s * 1000)), int(round(old_s * 1000))
+    n = int(min(days, recent_days) * 86_400_000 // step_ms)
+    recent = end_ms - step_ms * np.arange(n, 0, -1, dtype=np.int64)
+    start_ms = end_ms - int(round(days * 86_400_000))
+    first = int(recent[0]) if n else end_ms
+    old = start_ms + old_ms * np.arange(max(0, -(-(first - start_ms) // old_ms)), dtype=np.int64)
+    return np.concatenate((old[old < first], recent))
 
 
 @dataclass
@@ -116,15 +134,21 @@ class DemoHistory:
     end_ms: int
     days: float = DAYS
     step_s: float = STEP_S
+    old_s: float | None = None  # the older days' step (None: `old_step_s` of the GPU count)
     idle_below: float = 5.0
     max_gap_s: float = 60.0
     run_gpus: list[int] = field(default_factory=list)  # the training run's GPUs; none: no run
     last: dict[tuple[str, Labels], float] = field(default_factory=dict)
 
+    def ticks(self) -> np.ndarray:
+        """The history's sample times (ms)."""
+        old = self.old_s if self.old_s is not None else old_step_s(self.nvml.gpu_count)
+        return history_ticks(self.end_ms, self.days, self.step_s, old)
+
     def chunks(self) -> Iterator[list[Series]]:
         """The history's series, a GPU at a time, then the usage counters, then the training run."""
         w = self.nvml.workload
-        t_ms = history_ticks(self.end_ms, self.days, self.step_s)
+        t_ms = self.ticks()
         arrays = WorkloadArrays(w, float(t_ms[-1]) / 1000.0)
         learned = learn_series(self.nvml, self.hostname, self.proc_root)
         holdings: list[Holding] = []
@@ -139,9 +163,9 @@ class DemoHistory:
             holdings.append(Holding(state, holder, learned.users.get(g.index)))
             w.resume_counters(g.index, *state.integrals)
             yield out
-        yield usage_history(
-            t_ms, holdings, learned.host, idle_below=self.idle_below, max_gap_s=self.max_gap_s
-        )
+        # a sampler at the history's step would charge gaps of up to three of its steps (build.py)
+        max_gap_s = max(self.max_gap_s, 3 * float(np.diff(t_ms).max(initial=0)) / 1000.0)
+        yield usage_history(t_ms, holdings, learned.host, idle_below=self.idle_below, max_gap_s=max_gap_s)
         self.run_step = 0
         if self.run_gpus:
             run = training_history(
@@ -149,37 +173,29 @@ class DemoHistory:
                 self.end_ms / 1000.0,
                 incidents=w.incidents,
                 gpus=self._run_gpus,
-                runs_ticks_ms=t_ms,
+                runs_ticks_ms=history_ticks(self.end_ms, self.days, RUNS_EVERY_S, RUNS_EVERY_S),
             )
             self.run_updates = run.updates
             self.run_step = run.step
             yield run.series
 
     def write(self, store: Store, clock: Clock) -> Imported:
-        """Write the history into `store` (a GPU's series a transaction), hand the live simulation its
-        counters, and return what was written."""
+        """Write the history into `store` (its bulk path: the writer encodes a GPU's series while the
+        next is computed), hand the live simulation its counters, and return what was written."""
         began = clock.monotonic()
         n_series = n_samples = 0
         self.run_updates = []
         for chunk in self.chunks():
             chunk = [c for c in chunk if c[2].size]
-            for name, labels, _, values in chunk:
+            for name, labels, t, values in chunk:
                 self.last[(name, labels)] = float(values[-1])
-            lengths = np.array([c[2].size for c in chunk], dtype=np.int64)
-            columns = SeriesColumns(
-                [c[0] for c in chunk],
-                [c[1] for c in chunk],
-                np.concatenate(([0], np.cumsum(lengths))),
-                np.concatenate([c[2] for c in chunk]).astype(np.int64),
-                np.concatenate([c[3] for c in chunk]).astype(np.float64),
-            )
-            store.write_columns(columns)
+                n_samples += t.size
+            store.append_many(chunk)
             n_series += len(chunk)
-            n_samples += columns.samples
         for update in self.run_updates:
             store.upsert_run(update)
         store.flush()
-        t_ms = history_ticks(self.end_ms, self.days, self.step_s)
+        t_ms = self.ticks()
         return Imported(
             series=n_series,
             samples=n_samples,

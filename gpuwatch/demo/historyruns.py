@@ -104,7 +104,12 @@ def training_history(
         ("training_tokens", key, at, tokens),
         ("training_throughput_tokens_per_second", key, at[fast], tokens[fast] / elapsed[fast]),
         # the close of a checkpoint logs how long the saving took (from its step's tick)
-        ("training_checkpoint_seconds", key, close_ms, ticks[is_close] - ticks[np.flatnonzero(is_close) - 4]),
+        (
+            "training_checkpoint_seconds",
+            key,
+            close_ms,
+            ticks[is_close] - ticks[np.flatnonzero(is_close) - checkpoint_ticks],
+        ),
         ("training_loss", log_key, at, np.round(loss, 4)),
         ("training_learning_rate", log_key, at, np.array([float(f"{x:.4e}") for x in lr])),
         ("training_grad_norm", log_key, at, np.round(grad, 3)),
