@@ -42,6 +42,7 @@ RECENT_DAYS = 1.0
 GPUS_AT_STEP = 8  # older days: a step 15 s longer for every 8 GPUs more, up to a minute (see `old_step_s`)
 MAX_STEP_S = 60.0  # run energy sums counter samples at most a minute apart (collect/runenergy.py)
 RUNS_EVERY_S = 15.0  # the runs job's interval (collect/runs.py RUN_STATUS_INTERVAL_S)
+WRITE_SAMPLES = 1_000_000  # a bulk write's size: the writer's copies of it stay tens of MB
 _NOT_FIGURES = {PROCESS, XID_TOTAL, USER_SECONDS, USER_ENERGY, GPU_SECONDS, "gpuwatch_gpus_allocated"}
 
 
@@ -108,6 +109,20 @@ def old_step_s(gpus: int) -> float:
     16, a minute from 32), so a big demo imports in seconds, not minutes; the tiers' 1-minute points
     are as fine either way."""
     return min(MAX_STEP_S, STEP_S * -(-gpus // GPUS_AT_STEP))
+
+
+def _parts(chunk: list[Series], samples: int) -> Iterator[list[Series]]:
+    """`chunk` in runs of whole series of about `samples` samples."""
+    part: list[Series] = []
+    n = 0
+    for series in chunk:
+        part.append(series)
+        n += series[2].size
+        if n >= samples:
+            yield part
+            part, n = [], 0
+    if part:
+        yield part
 
 
 def history_ticks(
@@ -190,7 +205,9 @@ class DemoHistory:
             for name, labels, t, values in chunk:
                 self.last[(name, labels)] = float(values[-1])
                 n_samples += t.size
-            store.append_many(chunk)
+            for part in _parts(chunk, WRITE_SAMPLES):
+                store.flush()  # the previous part written (while this one was computed): bounded memory
+                store.append_many(part)
             n_series += len(chunk)
         for update in self.run_updates:
             store.upsert_run(update)
