@@ -29,8 +29,6 @@ from gpuwatch.core.credentials import AccessFile
 from gpuwatch.core.errors import ConfigError, NvmlUnavailable
 from gpuwatch.core.jobs import JobRegistry
 from gpuwatch.core.tiers import HOUR_MS, MINUTE_MS
-from gpuwatch.demo.history import DAYS as HISTORY_DAYS
-from gpuwatch.demo.history import DemoHistory, Imported
 from gpuwatch.demo.incidents import IncidentSchedule
 from gpuwatch.demo.sources import DemoSources, local_url
 from gpuwatch.demo.training import training_log_file
@@ -53,6 +51,7 @@ from gpuwatch.web.admission import Admission
 log = logging.getLogger("gpuwatch")
 
 LOG_INTERVAL_S = 1.0  # one job for every tailed file: a thread wake-up costs CPU on small VMs
+DEMO_HISTORY_DAYS = 7.0  # the week a new demo imports (demo_history)
 
 
 def make_nvml(
@@ -108,7 +107,7 @@ def build_runtime(settings: Settings, hostname: str, clock: Clock | None = None,
         with_history = (
             settings.demo and settings.demo_history and nvml is None and store.counters()["series"] == 0
         )
-        demo_start = clock.now() - HISTORY_DAYS * 86400.0 if with_history else clock.now()
+        demo_start = clock.now() - DEMO_HISTORY_DAYS * 86400.0 if with_history else clock.now()
         # The demo's incidents (incidents.py), shared by the simulated GPUs, servers and training run.
         incidents = IncidentSchedule(demo_start, settings.demo_gpus) if settings.demo else None
         if nvml is None:
@@ -147,9 +146,9 @@ def build_runtime(settings: Settings, hostname: str, clock: Clock | None = None,
         # would (its process is gpuwatch's own, which NVML's simulated table does not list).
         roles = getattr(getattr(nvml, "workload", None), "roles", ())
         training_gpus = [i for i, role in enumerate(roles) if role == "training"]
-        history = None
+        run_step = 0
         if with_history and gpu is not None:
-            history = import_history(
+            run_step = import_history(
                 settings,
                 store,
                 clock,
@@ -236,7 +235,7 @@ def build_runtime(settings: Settings, hostname: str, clock: Clock | None = None,
                 token=runtime.access.first_token(),
                 training_gpus=[str(i) for i in training_gpus] or None,
                 incidents=incidents,
-                training_step=history.run_step if history is not None else 0,
+                training_step=run_step,
             )
             log_files = (*log_files, training_log_file(demo_log))
         if log_files:
@@ -267,13 +266,19 @@ def import_history(
     hostname: str,
     proc_root: Path,
     run_gpus: list[int],
-) -> Imported:
-    """Import the demo's week of history into `store` and let the collector go on from its last values."""
+) -> int:
+    """Import the demo's week of history into `store`, let the collector go on from its last values,
+    and return the training run's step at its end (0: none going on).
+
+    Imported here, in demo mode only, as the simulated NVML is (make_nvml): it reads pynvml's names."""
+    from gpuwatch.demo.history import DemoHistory
+
     history = DemoHistory(
         nvml,
         hostname,
         proc_root,
         end_ms=clock.now_ms(),
+        days=DEMO_HISTORY_DAYS,
         idle_below=settings.usage_idle_below,
         max_gap_s=max(60.0, 3 * settings.sample_interval),
         run_gpus=run_gpus,
@@ -283,12 +288,12 @@ def import_history(
     gpu.assign_runs(runs_by_gpu(imported.last))
     log.info(
         "demo: imported %g days of history (%d series, %d samples) in %.1f s",
-        HISTORY_DAYS,
+        DEMO_HISTORY_DAYS,
         imported.series,
         imported.samples,
         imported.seconds,
     )
-    return imported
+    return imported.run_step
 
 
 def _config_dir(settings: Settings) -> Path | None:
