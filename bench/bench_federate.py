@@ -38,7 +38,7 @@ from gpuwatch.web import create_app  # noqa: E402
 def serve(series: int, rounds: int) -> None:
     clock = FakeClock(1_800_000_000)
     with tempfile.TemporaryDirectory() as d:
-        settings = load(None, {}, {"data_dir": d, "demo": True, "demo_sources": False})
+        settings = load(None, {}, {"data_dir": d, "demo": True, "demo_sources": False, "demo_history": False})
         nvml = FakeNvml(gpu_count=8, clock=clock, blocking_event_wait=False)
         rt = build_runtime(settings, "node", clock=clock, nvml=nvml)
         try:

@@ -56,7 +56,11 @@ def requests(rounds: int, no_in_clause: bool, moving: bool, threads: int) -> Non
 
     clock = FakeClock(1_790_000_000)
     nvml = FakeNvml(gpu_count=16, clock=clock, blocking_event_wait=False)
-    settings = load(None, {}, {"data_dir": tempfile.mkdtemp() + "/data", "demo": True, "chunk_cache_mb": 32})
+    settings = load(
+        None,
+        {},
+        {"data_dir": tempfile.mkdtemp() + "/data", "demo": True, "demo_history": False, "chunk_cache_mb": 32},
+    )
     rt = build_runtime(settings, "node-1", clock=clock, nvml=nvml)
     try:
         for i in range(1200):

@@ -44,6 +44,7 @@ def once(root: Path, n: int) -> None:
         PYTHONPATH=str(root),
         GPUWATCH_DEMO_GPUS="1",
         GPUWATCH_DEMO_SOURCES="false",
+        GPUWATCH_DEMO_HISTORY="false",
         GPUWATCH_FLUSH_INTERVAL="0.25",
         GPUWATCH_SAMPLE_INTERVAL="0.1",
     )

@@ -136,6 +136,7 @@ def main() -> None:
             GPUWATCH_SAMPLE_INTERVAL=args.sample_interval,
             GPUWATCH_LOG_LEVEL="warning",
             GPUWATCH_DEMO_SOURCES="false",
+            GPUWATCH_DEMO_HISTORY="false",
         )
         env.update(kv.split("=", 1) for kv in args.env)
         serve = subprocess.Popen(

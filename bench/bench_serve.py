@@ -75,6 +75,7 @@ def main() -> None:
             GPUWATCH_SAMPLE_INTERVAL=args.interval,
             GPUWATCH_LOG_LEVEL="warning",
             GPUWATCH_DEMO_SOURCES="false",  # GPUs only: the figure is the cost of sampling them
+            GPUWATCH_DEMO_HISTORY="false",
         )
         proc = subprocess.Popen(
             [

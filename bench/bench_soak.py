@@ -332,7 +332,9 @@ def main() -> None:
             "static_configs": [{"targets": [f"127.0.0.1:{p}" for p in ready["ports"]]}],
         }]}))  # fmt: skip
         env = {k: v for k, v in os.environ.items() if not k.startswith("GPUWATCH_")}
-        env.update(GPUWATCH_DEMO_GPUS=str(args.gpus), GPUWATCH_DEMO_SOURCES="false")
+        env.update(
+            GPUWATCH_DEMO_GPUS=str(args.gpus), GPUWATCH_DEMO_SOURCES="false", GPUWATCH_DEMO_HISTORY="false"
+        )
         env.update(kv.split("=", 1) for kv in args.env)
         log_path = Path(tmp) / "serve.log"
         probe = ["-m", "gpuwatch.cli.main"]

@@ -1,13 +1,13 @@
 """Save a screenshot of each dashboard page, light and dark, to docs/screenshots/ (1280x800 PNG).
 
-    .venv/bin/python bench/screenshots.py [--out docs/screenshots] [--hours 6]
+    .venv/bin/python bench/screenshots.py [--out docs/screenshots] [--warmup 300]
 
-Records `--hours` of the demo's GPUs and simulated inference servers on a fake clock
-(bench/dashboard_history.py), starts `gpuwatch serve
---demo` on that data dir, lets it run a little, then shows each page in Debian's Chromium
-(/usr/bin/chromium) over the last 6 hours. The store holds the demo's data only, so every page shows
-what `--demo` shows (its healthy lab with scheduled incidents), not benchmark data. Pages that answer
-404 (not built yet) are skipped.
+Starts `gpuwatch serve --demo` on a new data directory, as a newcomer does: it imports its week of
+history (demo/history.py), then runs `--warmup` seconds live (the simulated vLLM and SGLang servers have
+no history: their pages show the last minutes), then each page is shown in Debian's Chromium
+(/usr/bin/chromium) over the range `pages` gives it. The store holds the demo's data only, so every page
+shows what `--demo` shows (its healthy lab with scheduled incidents), not benchmark data. Pages that
+answer 404 (not built yet) are skipped.
 """
 
 from __future__ import annotations
@@ -24,9 +24,6 @@ from urllib.parse import quote
 
 import requests
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import dashboard_history
-
 ROOT = Path(__file__).resolve().parent.parent
 ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
         "--disable-sync", "--no-first-run"]  # fmt: skip
@@ -39,20 +36,25 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def pages(hours: float) -> list[tuple[str, str]]:
-    r = f"from=now-{int(hours)}h&to=now&refresh=off"
+def pages(live_s: float) -> list[tuple[str, str]]:
+    def r(span: str) -> str:
+        return f"from=now-{span}&to=now&refresh=off"
+
+    live = r(f"{max(1, int(live_s // 60))}m")  # what the simulated servers have: the minutes since the start
     return [
-        ("cluster", f"/?{r}"),
-        ("gpu", f"/gpus/{quote(HOST)}/0?{r}"),
-        ("explore", f"/explore?expr={quote('avg by (Hostname) (DCGM_FI_DEV_GPU_UTIL)')}&{r}"),
-        ("timeline", f"/timeline?{r}"),
-        ("training", f"/training?{r}"),
-        ("training-run", "/training/demo-llama-7b-sft?refresh=off"),  # the run's whole life
-        ("inference", f"/inference?{r}"),
-        ("inference-service", "/inference/demo-vllm?from=now-1h&to=now&refresh=off"),
-        ("alerts", f"/alerts?{r}"),
-        ("targets", f"/targets?{r}"),
-        ("logs", f"/logs?{r}"),
+        ("cluster", f"/?{r('24h')}"),
+        ("gpu", f"/gpus/{quote(HOST)}/0?{r('6h')}"),
+        ("usage", f"/usage?{r('7d')}"),
+        ("explore", f"/explore?expr={quote('avg by (Hostname) (DCGM_FI_DEV_GPU_UTIL)')}&{r('7d')}"),
+        ("timeline", f"/timeline?{r('6h')}"),
+        ("training", f"/training?{r('24h')}"),
+        # its last 6 hours: its week has 1,500 checkpoints and restarts every 18 hours
+        ("training-run", f"/training/demo-llama-7b-sft?{r('6h')}"),
+        ("inference", f"/inference?{live}"),
+        ("inference-service", f"/inference/demo-vllm?{live}"),
+        ("alerts", f"/alerts?{r('24h')}"),
+        ("targets", f"/targets?{r('1h')}"),
+        ("logs", f"/logs?{live}"),
     ]
 
 
@@ -65,9 +67,9 @@ SETTLED = """() => {
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default=str(ROOT / "docs" / "screenshots"))
-    ap.add_argument("--hours", type=float, default=6.0)
-    # 90 s: the demo's warming-up GPU has loaded its model and left 0 % (GPUUtilizationLow pending)
-    ap.add_argument("--warmup", type=float, default=90.0, help="seconds the live demo runs before the shots")
+    # 5 minutes: the simulated servers' charts (no history) have some minutes to show
+    ap.add_argument("--warmup", type=float, default=300.0, help="seconds the live demo runs before the shots")
+    ap.add_argument("--only", nargs="+", metavar="PAGE", help="these pages only (names as the files')")
     args = ap.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -75,9 +77,6 @@ def main() -> None:
 
     with tempfile.TemporaryDirectory(prefix=f"gpuwatch-shots-{os.getpid()}-") as tmp:
         data = Path(tmp) / "data"
-        t0 = time.time()
-        ticks = dashboard_history.record_local(data, HOST, args.hours, step_s=30.0)
-        print(f"history: {ticks} ticks of 8 demo GPUs ({time.time() - t0:.0f} s)")
         port = free_port()
         env = {k: v for k, v in os.environ.items() if not k.startswith("GPUWATCH_")}
         env.update(GPUWATCH_HOSTNAME=HOST, GPUWATCH_FLUSH_INTERVAL="1s", GPUWATCH_HOST_INTERVAL="5s")
@@ -88,14 +87,16 @@ def main() -> None:
             stdout=log, stderr=subprocess.STDOUT, env=env,
         )  # fmt: skip
         base = f"http://127.0.0.1:{port}"
+        started = time.monotonic()
         try:
-            for _ in range(120):
+            for _ in range(240):  # the week's import comes first
                 try:
                     if requests.get(base + "/-/health", timeout=2).ok:
                         break
                 except requests.ConnectionError:
                     pass
                 time.sleep(0.5)
+            print(f"serving after {time.monotonic() - started:.0f} s; live for {args.warmup:.0f} s")
             time.sleep(args.warmup)
             for _ in range(120):  # the inference pages need the demo's first recorded series
                 found = requests.get(base + "/api/ui/inference", timeout=5).json()["data"]["services"]
@@ -107,7 +108,9 @@ def main() -> None:
                 for theme in ("light", "dark"):
                     ctx = browser.new_context(viewport={"width": 1280, "height": 800}, color_scheme=theme)
                     page = ctx.new_page()
-                    for name, path in pages(args.hours):
+                    for name, path in pages(time.monotonic() - started):
+                        if args.only and name not in args.only:
+                            continue
                         resp = page.goto(f"{base}{path}&theme={theme}")
                         if resp is None or resp.status == 404:
                             print(f"{name}: 404, skipped")

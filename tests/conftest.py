@@ -39,8 +39,10 @@ def free_port() -> int:
 
 
 def clean_env(**extra: str) -> dict[str, str]:
-    """Return the environment without any GPUWATCH_* the developer may have set."""
+    """Return the environment without any GPUWATCH_* the developer may have set, and with the demo's
+    week of history off (seconds of every start; a test of it turns it on)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("GPUWATCH_")}
+    env["GPUWATCH_DEMO_HISTORY"] = "false"
     env.update(extra)
     return env
 

@@ -104,6 +104,7 @@ def main(data_dir: str, rules_file: str) -> None:
             "demo": True,
             "demo_gpus": 2,
             "demo_sources": False,
+            "demo_history": False,
             "rule_files": [rules_file],
         },
     )

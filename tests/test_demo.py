@@ -303,7 +303,11 @@ def test_two_demo_hosts_do_not_share_gpu_uuids(tmp_path: Path) -> None:
     clock = FakeClock()
     uuids = []
     for host in ("lab-a", "lab-b"):
-        settings = load(None, {}, {"data_dir": str(tmp_path / host), "demo": True, "demo_sources": False})
+        settings = load(
+            None,
+            {},
+            {"data_dir": str(tmp_path / host), "demo": True, "demo_sources": False, "demo_history": False},
+        )
         rt = build_runtime(settings, host, clock=clock)
         try:
             assert rt.gpu is not None

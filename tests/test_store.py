@@ -129,6 +129,34 @@ def test_large_bulk_series_round_trips_and_skips_nothing(store: Store) -> None:
     assert is_stale(got.values[5]) and not is_stale(got.values[19_999])
 
 
+def test_append_many_round_trips_long_short_and_repeated_series(store: Store) -> None:
+    """Long series are encoded together; a series given twice keeps the second write where they meet."""
+    t = np.arange(0, 30_000_000, 15_000, dtype=np.int64)  # 2,000 samples over five 2-hour windows
+    power = np.round(np.random.default_rng(1).uniform(80, 700, t.size), 3)
+    ones = np.ones(t.size)
+    store.append_many(
+        [
+            ("power", gpu(0), t, power),
+            ("power", gpu(1), t[::2], power[::2]),
+            ("twice", (), t, ones),
+            ("short", (), t[:5], ones[:5]),
+            ("one", (), t[:1], ones[:1]),
+            ("twice", (), t[1000:], 2 * ones[1000:]),
+        ]
+    )
+    store.flush()
+
+    def read(name: str, labels: Labels = ()) -> tuple[list[int], list[int]]:
+        (got,) = store.select([Matcher(NAME, "=", name), *(Matcher(k, "=", v) for k, v in labels)], *ALL)
+        return got.timestamps_ms.tolist(), bits(got.values)
+
+    assert read("power", gpu(0)) == (t.tolist(), bits(power))
+    assert read("power", gpu(1)) == (t[::2].tolist(), bits(power[::2]))
+    assert read("twice") == (t.tolist(), bits(np.r_[ones[:1000], 2 * ones[1000:]]))
+    assert read("short") == (t[:5].tolist(), bits(ones[:5]))
+    assert read("one") == (t[:1].tolist(), bits(ones[:1]))
+
+
 def test_duplicate_timestamps_last_write_wins(store: Store) -> None:
     for v in (1.0, 2.0, 3.0):
         store.append(Batch(5000, [Sample("m", (), v)]))

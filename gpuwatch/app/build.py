@@ -16,7 +16,7 @@ from gpuwatch.collect.logs import LOG_METRICS, LogTailer
 from gpuwatch.collect.nvml import DEMO_HINT, EXPECT_GPUS_HINT, GPU_METRICS, GpuCollector, load_nvml
 from gpuwatch.collect.push import PUSH_METRICS, REEMIT_INTERVAL_S
 from gpuwatch.collect.runenergy import RUN_ENERGY_METRICS
-from gpuwatch.collect.rungpus import RUN_GPU_METRICS, RunGpus
+from gpuwatch.collect.rungpus import RUN_GPU_METRICS, RunGpus, runs_by_gpu
 from gpuwatch.collect.runs import (
     RUN_METRICS,
     RUN_STATUS_INTERVAL_S,
@@ -54,6 +54,7 @@ from gpuwatch.web.admission import Admission
 log = logging.getLogger("gpuwatch")
 
 LOG_INTERVAL_S = 1.0  # one job for every tailed file: a thread wake-up costs CPU on small VMs
+DEMO_HISTORY_DAYS = 7.0  # the week a new demo imports (demo_history)
 
 
 def make_nvml(
@@ -62,9 +63,11 @@ def make_nvml(
     hostname: str = "",
     incidents: IncidentSchedule | None = None,
     serving_pid: int | None = None,
+    start: float | None = None,
 ) -> Any:
     """Return the simulated NVML in demo mode (UUIDs derived from `hostname`), else the real pynvml module.
-    `serving_pid`: the pid the simulated inference GPUs' process reports (see FakeNvml).
+    `serving_pid`: the pid the simulated inference GPUs' process reports (see FakeNvml); `start`: when
+    the simulation started (default: now).
 
     The simulated NVML is imported here, in demo mode only: it reads pynvml's names at import, so a
     real start never depends on what the installed binding spells."""
@@ -80,6 +83,7 @@ def make_nvml(
                 hostname=hostname,
                 incidents=incidents,
                 serving_pid=serving_pid,
+                start=start,
             )
         except ValueError as e:
             raise ConfigError(f"config error: demo_model: {e}") from None
@@ -87,7 +91,11 @@ def make_nvml(
 
 
 def build_runtime(settings: Settings, hostname: str, clock: Clock | None = None, nvml: Any = None) -> Runtime:
-    """Open the store and the GPU collector as `settings` say; raise StoreInUse/StoreError on trouble."""
+    """Open the store and the GPU collector as `settings` say; raise StoreInUse/StoreError on trouble.
+
+    A demo on an empty store (`demo_history`) starts its simulation a week ago and imports what it
+    would have stored since (demo/history.py); a caller's own `nvml` is a simulation of its own, with
+    no history."""
     clock = clock or SystemClock()
     store = Store.open(
         settings.data_dir,
@@ -99,8 +107,12 @@ def build_runtime(settings: Settings, hostname: str, clock: Clock | None = None,
         size_cap_bytes=settings.retention_size,
     )
     try:
+        with_history = (
+            settings.demo and settings.demo_history and nvml is None and store.counters()["series"] == 0
+        )
+        demo_start = clock.now() - DEMO_HISTORY_DAYS * 86400.0 if with_history else clock.now()
         # The demo's incidents (incidents.py), shared by the simulated GPUs, servers and training run.
-        incidents = IncidentSchedule(clock.now(), settings.demo_gpus) if settings.demo else None
+        incidents = IncidentSchedule(demo_start, settings.demo_gpus) if settings.demo else None
         if nvml is None:
             # The demo's simulated vLLM and SGLang listen in this process (demo/sources.py): its pid is
             # the one the inference GPUs report, so the serving-GPU lookup (port -> pid) finds them.
@@ -110,6 +122,7 @@ def build_runtime(settings: Settings, hostname: str, clock: Clock | None = None,
                 hostname,
                 incidents,
                 serving_pid=os.getpid() if settings.demo_sources else None,
+                start=demo_start,
             )
         proc_root = settings.proc_root
         if settings.demo and hasattr(nvml, "write_proc_root"):
@@ -132,6 +145,22 @@ def build_runtime(settings: Settings, hostname: str, clock: Clock | None = None,
         except NvmlUnavailable as e:
             gpu, problem = None, str(e)
             log.warning("%s", problem)
+        # The simulated fine-tuning job's GPUs: the run names them, as a trainer's CUDA_VISIBLE_DEVICES
+        # would (its process is gpuwatch's own, which NVML's simulated table does not list).
+        roles = getattr(getattr(nvml, "workload", None), "roles", ())
+        training_gpus = [i for i, role in enumerate(roles) if role == "training"]
+        run_step = 0
+        if with_history and gpu is not None:
+            run_step = import_history(
+                settings,
+                store,
+                clock,
+                nvml,
+                gpu,
+                hostname,
+                proc_root,
+                training_gpus if settings.demo_sources else [],
+            )
         jobs = JobRegistry(clock)
         metadata = {
             m.name: m
@@ -206,17 +235,14 @@ def build_runtime(settings: Settings, hostname: str, clock: Clock | None = None,
             # Nothing is bound until start(); the training run pushes to this very gpuwatch and writes
             # a trainer's log that is tailed like any `log_files` entry.
             demo_log = settings.data_dir / "demo-logs" / "train.log"
-            # The simulated fine-tuning job's GPUs: the run names them, as a trainer's CUDA_VISIBLE_DEVICES
-            # would (its process is gpuwatch's own, which NVML's simulated table does not list).
-            roles = getattr(getattr(nvml, "workload", None), "roles", ())
-            training_gpus = [str(i) for i, role in enumerate(roles) if role == "training"] or None
             runtime.demo = DemoSources(
                 local_url(settings.host, settings.port),
                 clock=clock,
                 training_log=demo_log,
                 token=runtime.access.first_token(),
-                training_gpus=training_gpus,
+                training_gpus=[str(i) for i in training_gpus] or None,
                 incidents=incidents,
+                training_step=run_step,
             )
             log_files = (*log_files, training_log_file(demo_log))
         if log_files:
@@ -236,6 +262,45 @@ def build_runtime(settings: Settings, hostname: str, clock: Clock | None = None,
     except BaseException:
         store.close()
         raise
+
+
+def import_history(
+    settings: Settings,
+    store: Store,
+    clock: Clock,
+    nvml: Any,
+    gpu: GpuCollector,
+    hostname: str,
+    proc_root: Path,
+    run_gpus: list[int],
+) -> int:
+    """Import the demo's week of history into `store`, let the collector go on from its last values,
+    and return the training run's step at its end (0: none going on).
+
+    Imported here, in demo mode only, as the simulated NVML is (make_nvml): it reads pynvml's names."""
+    from gpuwatch.demo.history import DemoHistory
+
+    history = DemoHistory(
+        nvml,
+        hostname,
+        proc_root,
+        end_ms=clock.now_ms(),
+        days=DEMO_HISTORY_DAYS,
+        idle_below=settings.usage_idle_below,
+        max_gap_s=max(60.0, 3 * settings.sample_interval),
+        run_gpus=run_gpus,
+    )
+    imported = history.write(store, clock)
+    gpu.resume(imported.last_ms, imported.last)
+    gpu.assign_runs(runs_by_gpu(imported.last))
+    log.info(
+        "demo: imported %g days of history (%d series, %d samples) in %.1f s",
+        DEMO_HISTORY_DAYS,
+        imported.series,
+        imported.samples,
+        imported.seconds,
+    )
+    return imported.run_step
 
 
 def _config_dir(settings: Settings) -> Path | None:

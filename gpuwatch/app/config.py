@@ -71,6 +71,7 @@ class Settings:
     notify: NotifyConfig = NotifyConfig()
     alerting: AlertingConfig = AlertingConfig()
     demo_sources: bool = True
+    demo_history: bool = True
     chunk_cache_mb: int = 128
     retention_1m: float = 90 * 86400.0
     retention_1h: float = 730 * 86400.0

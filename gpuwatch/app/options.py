@@ -205,6 +205,14 @@ OPTIONS: tuple[Option, ...] = (
         "`demo-sglang`) and a simulated training run; false: only simulated GPUs.",
     ),
     Option(
+        "demo_history",
+        _parse_bool,
+        True,
+        "In demo mode on an empty data directory, first import 7 days of the simulation's history (its GPUs "
+        "every 15 s, coarser before the last day past 8 GPUs; processes, usage counters, training run), so "
+        "every page and range has data from the first minute; false: start empty.",
+    ),
+    Option(
         "hostname",
         _parse_str,
         "",

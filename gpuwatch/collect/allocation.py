@@ -38,6 +38,9 @@ IDLE_HELD = "gpuwatch_usage_idle_held_gpu_seconds_total"
 ENERGY = "gpuwatch_usage_energy_kwh_total"
 GPU_SECONDS = "gpuwatch_usage_gpu_seconds_total"
 GPUS_ALLOCATED = "gpuwatch_gpus_allocated"
+ENERGY_COUNTER = "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION"
+GPU_LOST = "gpuwatch_gpu_lost"
+_HOLDER_FIELDS = {ALLOCATED: "allocated_s", BUSY: "busy_s", IDLE_HELD: "idle_s", ENERGY: "kwh"}
 
 ALLOCATION_METRICS: tuple[MetricInfo, ...] = (
     MetricInfo(
@@ -146,6 +149,30 @@ class AllocationMeter:
         """Say which run each GPU (Hostname, gpu, UUID) belongs to now; where two runs name one GPU,
         the first by name is charged."""
         self._runs = {gpu: min(names) for gpu, names in runs.items() if names}
+
+    def resume(self, t_ms: int, samples: Iterable[Sample]) -> None:
+        """Go on from counters already written: `samples` holds each series' newest value at `t_ms` (an
+        imported history's), and the GPUs' energy counters and `gpuwatch_gpu_lost` then."""
+        energy: dict[tuple[str, str, str], float] = {}
+        lost: dict[tuple[str, str, str], bool] = {}
+        for s in samples:
+            d = dict(s.labels)
+            gpu = (d.get("Hostname", ""), d.get("gpu", ""), d.get("UUID", ""))
+            field_name = _HOLDER_FIELDS.get(s.name)
+            if field_name is not None:
+                holder = Holder(
+                    *(d.get(k, "") for k in ("user", "slurm_job", "pod", "pod_uid", "namespace", "run"))
+                )
+                f = self._figures.setdefault((*gpu, holder), _Figures(last_ms=t_ms))
+                setattr(f, field_name, s.value)
+            elif s.name == GPU_SECONDS:
+                self._gpu_seconds[gpu[0]] = s.value
+            elif s.name == ENERGY_COUNTER:
+                energy[gpu] = s.value
+            elif s.name == GPU_LOST:
+                lost[gpu] = s.value > 0
+        for gpu, is_lost in lost.items():
+            self._prev[gpu] = _Prev(t_ms, None if is_lost else energy.get(gpu))
 
     def observe(self, t_ms: int, gpus: Sequence[GpuUse]) -> None:
         """Charge each GPU's holders for the time (and energy) since that GPU's previous sample."""

@@ -344,6 +344,25 @@ class GpuCollector:
         with self._lock:
             return self._usage.samples() + self._allocation.samples()
 
+    def resume(self, t_ms: int, samples: list[Sample]) -> None:
+        """Go on from an imported history whose last tick was `t_ms`: the PCIe byte totals, the XIDs and
+        the usage counters continue from `samples` (each of its series' newest value), not from 0."""
+        with self._lock, self._events_lock:
+            by_gpu = {(gpu.hostname, str(gpu.index), gpu.identity.uuid): gpu for gpu in self._gpus}
+            for s in samples:
+                d = dict(s.labels)
+                gpu = by_gpu.get((d.get("Hostname", ""), d.get("gpu", ""), d.get("UUID", "")))
+                if gpu is None:
+                    continue
+                if s.name in ("gpuwatch_pcie_tx_bytes_total", "gpuwatch_pcie_rx_bytes_total"):
+                    gpu.pcie_totals[s.name] = s.value
+                elif s.name == "DCGM_FI_DEV_XID_ERRORS":
+                    gpu.last_xid = int(s.value)
+                elif s.name == "gpuwatch_xid_errors_total" and d.get("xid", "").isdigit():
+                    gpu.xid_counts[int(d["xid"])] = int(s.value)
+            self._usage.resume(t_ms, samples)
+            self._allocation.resume(t_ms, samples)
+
     def assign_runs(self, runs: dict[tuple[str, str, str], list[str]]) -> None:
         """Say which training runs each GPU (Hostname, gpu, UUID) belongs to now (the `runs` job's map),
         for the usage counters' `run` label."""

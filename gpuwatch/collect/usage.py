@@ -10,22 +10,26 @@ is the week's GPU-hours per user.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from gpuwatch.core.model import MetricInfo, Sample, stable_labels
 
 MJ_PER_KWH = 3.6e9
 
+SECONDS = "gpuwatch_user_gpu_seconds_total"
+ENERGY = "gpuwatch_user_gpu_energy_kwh_total"
+
 USAGE_METRICS: tuple[MetricInfo, ...] = (
     MetricInfo(
-        "gpuwatch_user_gpu_seconds_total",
+        SECONDS,
         "counter",
         "GPU time of each user's compute processes (one GPU for one second is one), since gpuwatch started.",
         "seconds",
         ("user", "Hostname"),
     ),
     MetricInfo(
-        "gpuwatch_user_gpu_energy_kwh_total",
+        ENERGY,
         "counter",
         "Energy of the GPUs each user's processes held, split equally among the users of a GPU (kWh).",
         "kWh",
@@ -49,6 +53,34 @@ class UsageMeter:
     _gpus: dict[tuple[str, int], _Gpu] = field(default_factory=dict)
     _seconds: dict[tuple[str, str], float] = field(default_factory=dict)
     _kwh: dict[tuple[str, str], float] = field(default_factory=dict)
+
+    def resume(self, t_ms: int, samples: Iterable[Sample]) -> None:
+        """Go on from counters already written: `samples` holds each series' newest value at `t_ms` (an
+        imported history's), and the GPUs' energy counters and `gpuwatch_gpu_lost` then."""
+        energy: dict[tuple[str, int], float] = {}
+        lost: set[tuple[str, int]] = set()
+        for s in samples:
+            d = dict(s.labels)
+            if s.name in (SECONDS, ENERGY) and "user" in d:
+                table = self._seconds if s.name == SECONDS else self._kwh
+                table[(d["user"], d.get("Hostname", ""))] = s.value
+            elif (
+                s.name in ("DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION", "gpuwatch_gpu_lost")
+                and d.get("gpu", "").isdigit()
+            ):
+                gpu = (d.get("Hostname", ""), int(d["gpu"]))
+                if s.name == "gpuwatch_gpu_lost":
+                    if s.value > 0:
+                        lost.add(gpu)
+                else:
+                    energy[gpu] = s.value
+        for key in self._seconds.keys() - self._kwh.keys():
+            self._kwh[key] = 0.0
+        for key in self._kwh.keys() - self._seconds.keys():
+            self._seconds[key] = 0.0
+        for gpu, mj in energy.items():
+            if gpu not in lost:  # a lost GPU was last observed before: it is charged from its next answer
+                self._gpus[gpu] = _Gpu(t_ms, mj)
 
     def observe(self, hostname: str, gpu: int, t_ms: int, users: set[str], energy_mj: float | None) -> None:
         """Charge the users on GPU `gpu` now for the time (and energy) since its previous sample."""
@@ -78,6 +110,6 @@ class UsageMeter:
         out = []
         for (user, hostname), seconds in self._seconds.items():
             labels = stable_labels({"user": user, "Hostname": hostname})
-            out.append(Sample("gpuwatch_user_gpu_seconds_total", labels, seconds))
-            out.append(Sample("gpuwatch_user_gpu_energy_kwh_total", labels, self._kwh[(user, hostname)]))
+            out.append(Sample(SECONDS, labels, seconds))
+            out.append(Sample(ENERGY, labels, self._kwh[(user, hostname)]))
         return out

@@ -72,12 +72,15 @@ class FakeNvml(DeviceCalls):
         incidents: IncidentSchedule | None = None,
         mig: dict[int, tuple[str, ...]] | None = None,
         serving_pid: int | None = None,
+        start: float | None = None,
     ) -> None:
         """`hostname`: mixed into the UUIDs, so two demo hosts never share one. `incidents`: the demo's
         schedule (throttling, XIDs, PCIe replays, a stalled run); None: only injected faults. `mig`: GPU
         index -> the MIG profiles of its GPU instances, e.g. {1: ("3g.40gb", "1g.10gb")} (tests).
         `serving_pid`: the pid the inference GPUs' process reports (the demo passes its own, as its
-        simulated vLLM and SGLang listen in it), so the serving-GPU lookup finds them; None: made up."""
+        simulated vLLM and SGLang listen in it), so the serving-GPU lookup finds them; None: made up.
+        `start`: the Unix time the simulation started (default: the clock's now; a demo with a history
+        started that long before)."""
         if model not in MODELS:
             raise ValueError(f"unknown GPU model {model!r}; choose one of: {', '.join(MODELS)}")
         self.spec = MODELS[model]
@@ -87,12 +90,13 @@ class FakeNvml(DeviceCalls):
         self.driver_present = driver_present
         self.blocking_event_wait = blocking_event_wait
         self.incidents = incidents
+        self.hostname = hostname
         self.workload = Workload(
             gpu_count,
             self.spec,
             workload,
             seed,
-            start=self.clock.now(),
+            start=self.clock.now() if start is None else start,
             hostname=hostname,
             incidents=incidents,
             serving_pid=serving_pid,
@@ -129,6 +133,22 @@ class FakeNvml(DeviceCalls):
                 self._call_errors[(i, call)] = pynvml.NVMLError_NotSupported()
             if not self.spec.is_datacenter:
                 self._unsupported_fields.update((i, f) for f in CONSUMER_UNSUPPORTED_FIELDS)
+
+    def calm_copy(self, clock: Clock) -> FakeNvml:
+        """Return simulated GPUs like these (identities, roles, processes) on `clock`, started at its
+        now, without incidents or faults: what a demo's history learns the live series from."""
+        w = self.workload
+        return FakeNvml(
+            self.gpu_count,
+            self.spec.name,
+            seed=w.seed,
+            clock=clock,
+            driver_version=self.driver_version,
+            blocking_event_wait=False,
+            hostname=self.hostname,
+            serving_pid=w.serving_pid,
+            workload=w.workload,
+        )
 
     @classmethod
     def no_driver(cls, **kwargs: Any) -> FakeNvml:

@@ -63,9 +63,11 @@ class DemoSources:
         token: str | None = None,
         training_gpus: list[str] | None = None,
         incidents: IncidentSchedule | None = None,
+        training_step: int = 0,
     ) -> None:
         """`token`: the machine token the training run sends (needed where loopback is not trusted).
-        `incidents`: the demo's schedule (latency spikes, a stalled run); None: always healthy."""
+        `incidents`: the demo's schedule (latency spikes, a stalled run); None: always healthy.
+        `training_step`: the step the training run is at (a demo going on from its history)."""
         self.clock = clock or SystemClock()
         self.tick_s = tick_s
         rng = random.Random(seed)
@@ -83,6 +85,7 @@ class DemoSources:
                 gpus=training_gpus,
                 report_process=False,
                 incidents=incidents,
+                first_step=training_step,
                 **options,
             )
             if gpuwatch_url

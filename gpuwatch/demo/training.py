@@ -21,6 +21,21 @@ log = logging.getLogger("gpuwatch.demo.sources")
 TRAINING_RUN = "demo-llama-7b-sft"
 TRAINING_LOG_JOB = "demo-log"  # the tailed log's figures get their own series next to the SDK's
 TRAINING_LOG_MAX_BYTES = 4 * 1024 * 1024  # then the log is rotated to <name>.1, as logrotate would
+TRAINING_CONFIG = {"model": "llama-7b", "lr": 3e-4, "batch_size": 16, "seq_len": 2048, "demo": True}
+
+
+def learning_rate(step: int, total_steps: int) -> float:
+    """Return the learning rate at `step`: linear warmup, then cosine decay to a tenth."""
+    peak, warmup = 3e-4, max(1, total_steps // 30)
+    if step < warmup:
+        return peak * (step + 1) / warmup
+    progress = (step - warmup) / max(1, total_steps - warmup)
+    return peak * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * progress)))
+
+
+def mean_loss(step: float, total_steps: int) -> float:
+    """Return the loss before noise: falling fast, then slowly."""
+    return 1.4 + 1.2 * math.exp(-step / (total_steps / 10)) + 0.3 * (1 - step / total_steps)
 
 
 def training_log_file(path: Path) -> LogFileConfig:
@@ -86,8 +101,10 @@ class TrainingSim:
         checkpoint_ticks: int = 4,
         log_path: Path | None = None,
         incidents: IncidentSchedule | None = None,
+        first_step: int = 0,
         **options: Any,
     ) -> None:
+        """`first_step`: the step the run is at when this starts (a demo going on from its history)."""
         self.url = url
         self.rng = rng
         self.clock = clock
@@ -98,6 +115,7 @@ class TrainingSim:
         self.incidents = incidents
         self.run: client.Run | None = None
         self.step = 0
+        self._resume_at = first_step
         self.text_log = TrainerLog(log_path, clock) if log_path is not None else None
         self._saving: contextlib.ExitStack | None = None
         self._saving_left = 0
@@ -107,31 +125,26 @@ class TrainingSim:
             self.text_log.write(level, text)
 
     def _start(self) -> client.Run:
-        self.step = 0
+        self.step, self._resume_at = self._resume_at, 0
         self._log("INFO", "***** Running training *****")
         self._log("INFO", f"  Num steps = {self.total_steps}, batch size = 16, seq len = 2048")
         return client.init(
             run=TRAINING_RUN,
             total_steps=self.total_steps,
             url=self.url,
-            config={"model": "llama-7b", "lr": 3e-4, "batch_size": 16, "seq_len": 2048, "demo": True},
+            config=dict(TRAINING_CONFIG),
             clock=self.clock,
             flush_interval_s=2.0,
             **self.options,
         )
 
     def learning_rate(self, step: int) -> float:
-        """Return the learning rate at `step`: linear warmup, then cosine decay to a tenth."""
-        peak, warmup = 3e-4, max(1, self.total_steps // 30)
-        if step < warmup:
-            return peak * (step + 1) / warmup
-        progress = (step - warmup) / max(1, self.total_steps - warmup)
-        return peak * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * progress)))
+        """Return the learning rate at `step` (`learning_rate`)."""
+        return learning_rate(step, self.total_steps)
 
     def loss(self, step: int) -> float:
         """Return a loss that falls fast, then slowly, with noise."""
-        base = 1.4 + 1.2 * math.exp(-step / (self.total_steps / 10)) + 0.3 * (1 - step / self.total_steps)
-        return max(0.5, base + self.rng.gauss(0, 0.04))
+        return max(0.5, mean_loss(step, self.total_steps) + self.rng.gauss(0, 0.04))
 
     def tick(self) -> None:
         """Train one step (or go on saving a checkpoint); finish and start over at the end.

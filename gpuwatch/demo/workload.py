@@ -132,6 +132,10 @@ class _Integral:
             self.base = last - len(self.values) + 1
         return self.values[k - self.base] + self.rate(k * self.STEP) * (t - k * self.STEP)
 
+    def resume(self, k: int, value: float) -> None:
+        """Go on from `value`, the integral up to grid point `k` (computed elsewhere: a history)."""
+        self.base, self.values = k, [value]
+
 
 @dataclass(frozen=True, slots=True)
 class Reading:
@@ -165,7 +169,7 @@ class Reading:
 
 
 # role -> (SM activity per unit of utilization, tensor share of SM activity, occupancy, DRAM per util)
-_ACTIVITY = {
+ACTIVITY = {
     "training": (0.88, 0.62, 0.42, 0.55),
     "warmup": (0.88, 0.62, 0.42, 0.55),
     "inference": (0.72, 0.40, 0.30, 0.70),
@@ -197,6 +201,7 @@ class Workload:
             raise ValueError(f"unknown workload {workload!r}; choose one of: {', '.join(WORKLOADS)}")
         self.spec = spec
         self.seed = seed
+        self.workload = workload
         self.host = host_key(hostname)
         self.incidents = incidents
         self.serving_pid = serving_pid
@@ -233,6 +238,13 @@ class Workload:
             return workload
         role = _MIXED_ROLES[i % len(_MIXED_ROLES)]
         return "training" if role == "warmup" and i >= len(_MIXED_ROLES) else role
+
+    def resume_counters(self, i: int, k: int, energy: float, tx: float, rx: float) -> None:
+        """Go on from a history: GPU `i`'s energy (mJ) and PCIe byte integrals up to grid point `k`
+        (k x 10 s since the start), as `readings.WorkloadArrays.counters` computed them."""
+        self._energy[i].resume(k, energy)
+        self._tx[i].resume(k, tx)
+        self._rx[i].resume(k, rx)
 
     # -- identity --------------------------------------------------------------------------------
 
@@ -415,9 +427,9 @@ class Workload:
     def _activity(self, i: int, t: float, u: float, clock: float) -> dict[str, float]:
         """The GPM figures: what the SMs do while "utilization" says only that a kernel ran."""
         role = self.roles[i]
-        if u <= 0.0 or role not in _ACTIVITY:
+        if u <= 0.0 or role not in ACTIVITY:
             return {}
-        per_util, tensor_share, occupancy, dram = _ACTIVITY[role]
+        per_util, tensor_share, occupancy, dram = ACTIVITY[role]
         wobble = 0.95 + 0.1 * self._smooth(i, 12, t, 5.0)
         if self._stalled(i, t):  # a hung collective: one spinning kernel, idle SMs
             per_util, tensor_share, occupancy, dram = 0.03, 0.0, 0.02, 0.01

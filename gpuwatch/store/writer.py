@@ -35,6 +35,7 @@ from gpuwatch.store.chunkindex import Generation
 from gpuwatch.store.chunking import (
     ChunkRow,
     dedupe_last,
+    encode_many,
     encode_series,
 )
 from gpuwatch.store.headindex import HeadIndex
@@ -323,17 +324,39 @@ class Writer(ImportSteps):
 
     def _add_many(self, items: list[tuple[str, Labels, np.ndarray, np.ndarray]]) -> None:
         """`_add_series` of each; the one-sample series (most of an import of new series) buffered as
-        one block rather than one per series."""
+        one block rather than one per series, the long ones (a history) encoded together
+        (`encode_many`: the same rows, numpy work per chunk length rather than per chunk)."""
         ids: list[int] = []
         times: list[int] = []
         values: list[float] = []
+        bulk: dict[int, tuple[np.ndarray, np.ndarray]] = {}
         for name, labels, t, v in items:
             if t.size == 1:
                 ids.append(self._ids.of(name, labels))
                 times.append(int(t[0]))
                 values.append(float(v[0]))
-            else:
+                continue
+            sid = self._ids.of(name, labels) if t.size >= _BULK_MIN else -1
+            if sid in bulk:  # the same series twice: both in order, so that the second wins
+                self._add_series(name, labels, *bulk.pop(sid))
                 self._add_series(name, labels, t, v)
+            elif sid < 0:
+                self._add_series(name, labels, t, v)
+            else:
+                bulk[sid] = dedupe_last(t, v, np.arange(t.size))
+        if bulk:
+            sids = sorted(bulk)
+            first = self._next_seq(len(sids))
+            lengths = np.array([bulk[sid][0].size for sid in sids])
+            self._pending_chunks.extend(
+                encode_many(
+                    np.repeat(np.array(sids, np.int64), lengths),
+                    np.concatenate([bulk[sid][0] for sid in sids]),
+                    np.concatenate([bulk[sid][1] for sid in sids]),
+                    np.repeat(first + np.arange(len(sids), dtype=np.int64), lengths),
+                )
+            )
+            self._pending_rows += int(lengths.sum())
         if ids:
             self._buffer(np.array(ids, np.int32), np.array(times, np.int64), np.array(values, np.float64))
 

@@ -6,6 +6,7 @@
   'use strict';
   var run = gw.data.run;
   var PALETTE = ['#1f77b4', '#ff7f0e', '#2ca02c', '#d62728', '#9467bd', '#8c564b', '#e377c2', '#17becf'];
+  var MAX_CHECKPOINT_LINES = 60;
   var smoothing = document.getElementById('smoothing');
   var smoothingOut = document.getElementById('smoothing-value');
   var xaxis = document.getElementById('xaxis');
@@ -96,7 +97,9 @@
           hovertemplate: '%{y:.5~g}<extra>' + name + ' eval</extra>' });
       }
       if (opts.checkpoints) {
-        d.checkpoints.forEach(function (cp) {
+        // a line a checkpoint; past a few dozen in view (a week of the demo: 1,500) they would hatch the
+        // chart, and the checkpoint chart below shows them anyway
+        (d.checkpoints.length <= MAX_CHECKPOINT_LINES ? d.checkpoints : []).forEach(function (cp) {
           var cx = xOne(d, cp.t, cp.step);
           shapes.push({ type: 'line', xref: 'x', yref: 'paper', x0: cx, x1: cx, y0: 0, y1: 1, line: { color: color, width: 1, dash: 'dot' } });
         });
