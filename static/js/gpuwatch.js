@@ -367,7 +367,8 @@
     return { percent: { ticksuffix: ' %' }, mib: { ticksuffix: ' MiB', tickformat: '.4~s' }, celsius: { ticksuffix: ' °C' }, watts: { ticksuffix: ' W' },
       mhz: { ticksuffix: ' MHz' }, ratio: { tickformat: '.0%' }, bytes: { tickformat: '.3~s', ticksuffix: 'B' },
       bytes_per_second: { tickformat: '.3~s', ticksuffix: 'B/s' }, per_second: { tickformat: '.3~s', ticksuffix: '/s' },
-      hz: { tickformat: '.3~s', ticksuffix: 'Hz' }, seconds: { tickformat: '.3~s', ticksuffix: 's' } }[unit] || { tickformat: '.3~s' };
+      hz: { tickformat: '.3~s', ticksuffix: 'Hz' }, seconds: { tickformat: '.3~s', ticksuffix: 's' },
+      count: { tickformat: '.3~g' } }[unit] || { tickformat: '.3~s' };  // a count of 0.05 GPUs is not '50m'
   }
   function thresholdShapes(panel, c) {
     var th = panel.thresholds || {}, shapes = [];
