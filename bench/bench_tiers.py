@@ -32,6 +32,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import duckdb
 import orjson
 import requests
 
@@ -102,7 +103,8 @@ def load_gpuwatch(args: argparse.Namespace, work: Path, now_s: float) -> dict[st
     t0 = time.perf_counter()
     store.apply_retention(clock.now_ms())
     t_retention = time.perf_counter() - t0
-    cur = store._cursor()
+    store.close()
+    cur = duckdb.connect(str(work / "gpuwatch" / "gpuwatch.duckdb"), read_only=True)
     rows = [
         (res, count, points, cur.execute(
             f"SELECT sum(octet_length(data)) / sum(n) FROM (SELECT * FROM {table} LIMIT 500)"
@@ -110,7 +112,7 @@ def load_gpuwatch(args: argparse.Namespace, work: Path, now_s: float) -> dict[st
         for res, table in TABLE.items()
         for count, points in cur.execute(f"SELECT count(*), sum(n) FROM {table}").fetchall()
     ]  # fmt: skip
-    store.close()
+    cur.close()
     size = sum(p.stat().st_size for p in (work / "gpuwatch").iterdir() if p.is_file())
     print(
         f"gpuwatch: {n:,} samples written in {t_write:.0f} s; tiers built in {t_tiers:.0f} s "
