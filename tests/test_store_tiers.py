@@ -21,6 +21,7 @@ from gpuwatch.store.tierrows import DAY_MS, decode_points, encode_points
 
 T0 = 1_699_920_000_000  # a UTC midnight
 DAYS = 6
+NOW = T0 + (DAYS + 1) * DAY_MS  # the clock's time
 UTIL = [Matcher("__name__", "=", "util")]
 
 
@@ -61,7 +62,7 @@ def fill(store: Store, seed: int = 1, days: int = DAYS, gpus: int = 3, step_ms: 
 
 @pytest.fixture
 def clock() -> FakeClock:
-    return FakeClock((T0 + (DAYS + 1) * DAY_MS) / 1000)
+    return FakeClock(NOW / 1000)
 
 
 @pytest.fixture
@@ -98,7 +99,8 @@ def test_points_round_trip_through_a_row() -> None:
 def test_closed_days_are_built_and_equal_points_made_from_the_samples(store: Store) -> None:
     fill(store)
     assert store.build_tiers() is False
-    assert built_ms(store) == T0 + DAYS * DAY_MS  # every closed day; today is still raw
+    # Every hour closed 10 minutes ago: the clock is at the start of day 7, the data ends with day 6.
+    assert built_ms(store) == NOW - HOUR_MS
     raw = store.select(UTIL, T0 + 1, T0 + DAYS * DAY_MS)
     for res in (MINUTE_MS, HOUR_MS):
         got = store.select_tiers(UTIL, res, T0, T0 + DAYS * DAY_MS)
@@ -211,7 +213,7 @@ def test_a_store_from_before_tiers_is_backfilled(tmp_path: Path, clock: FakeCloc
         raw = rows(Engine(RawOnly(s)).range(q, T0 + HOUR_MS, T0 + DAYS * DAY_MS, HOUR_MS))
         assert rows(Engine(s).range(q, T0 + HOUR_MS, T0 + DAYS * DAY_MS, HOUR_MS)) == raw  # from samples
         s.build_tiers()
-        assert built_ms(s) == T0 + DAYS * DAY_MS
+        assert built_ms(s) == NOW - HOUR_MS
         assert rows(Engine(s).range(q, T0 + HOUR_MS, T0 + DAYS * DAY_MS, HOUR_MS)) == raw
 
 
@@ -274,3 +276,24 @@ def test_retention_by_size_deletes_the_oldest_raw_days_first(
         assert min(int(r.timestamps_ms[0]) for r in week) == T0 + HOUR_MS
         # The file has not grown since: the next pass deletes nothing.
         assert s.apply_retention(clock.now_ms()) == 0
+
+
+def test_today_is_built_an_hour_at_a_time(tmp_path: Path) -> None:
+    clock = FakeClock((T0 + 2 * DAY_MS + 5 * HOUR_MS + 20 * MINUTE_MS) / 1000)  # day 2, 05:20
+    with Store.open(tmp_path / "d", clock=clock) as s:
+        t = T0 + 7 + np.arange(0, 2 * DAY_MS + 5 * HOUR_MS + 20 * MINUTE_MS, 15_000, dtype=np.int64)
+        s.append_series("util", (("gpu", "0"),), t, np.arange(t.size) % 97.0)
+        s.flush()
+        s.build_tiers()
+        assert built_ms(s) == T0 + 2 * DAY_MS + 5 * HOUR_MS  # 05:00 closed at 05:10
+        clock.advance(3600)  # an hour later, its samples written
+        t2 = t[-1] + np.arange(15_000, HOUR_MS + 1, 15_000, dtype=np.int64)
+        s.append_series("util", (("gpu", "0"),), t2, np.arange(t2.size) % 13.0)
+        s.flush()
+        s.build_tiers()
+        assert built_ms(s) == T0 + 2 * DAY_MS + 6 * HOUR_MS
+        q = "sum_over_time(util[1h])"
+        end = T0 + 2 * DAY_MS + 6 * HOUR_MS
+        assert rows(Engine(s).range(q, T0 + HOUR_MS, end, HOUR_MS)) == rows(
+            Engine(RawOnly(s)).range(q, T0 + HOUR_MS, end, HOUR_MS)
+        )

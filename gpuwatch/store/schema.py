@@ -20,7 +20,8 @@ Tables (private to `gpuwatch.store`):
   points (`core.tiers`), one row per series and period, the points encoded in `data` and their bucket
   ends from t_min_ms to t_max_ms (`tierrows.py`); a table each, so that a read of the few 1-hour rows
   does not scan the 1-minute rows' blobs. `data` is zstd already: stored uncompressed, as DuckDB's own
-  ZSTD of 12,000-row segments of 17 KB blobs asked for 64 MB buffers, past its whole memory cap; `tier_state(built_ms, next_sid, checked_seq)`:
+  ZSTD of 12,000-row segments of 17 KB blobs asked for 64 MB buffers, past its whole memory cap;
+  `tier_state(built_ms, next_sid, checked_seq, span_end_ms)`:
   how far they are built (`tierbuild.py`).
 - `runs(name, status, start_ms, end_ms, total_steps, config, host, gpus, last_step, last_seen_ms,
   updated_ms, process)`: training-run metadata (`gpuwatch.store.runs`); config, gpus and process (the
@@ -227,7 +228,8 @@ MIGRATIONS: tuple[tuple[int, str], ...] = (
         CREATE TABLE tier_1h (series_id INTEGER NOT NULL, t_min_ms BIGINT NOT NULL, t_max_ms BIGINT NOT NULL,
                               n INTEGER NOT NULL, seq BIGINT NOT NULL,
                               data BLOB NOT NULL USING COMPRESSION uncompressed);
-        CREATE TABLE tier_state (built_ms BIGINT, next_sid BIGINT NOT NULL, checked_seq BIGINT NOT NULL);
+        CREATE TABLE tier_state (built_ms BIGINT, next_sid BIGINT NOT NULL, checked_seq BIGINT NOT NULL,
+                                 span_end_ms BIGINT NOT NULL);
         """,
     ),
 )

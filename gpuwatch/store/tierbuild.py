@@ -1,17 +1,19 @@
-"""Build the 1-minute and 1-hour tiers from the raw samples, a closed UTC day at a time, on the writer's
-thread in short steps.
+"""Build the 1-minute and 1-hour tiers from the raw samples on the writer's thread in short steps: a
+closed UTC day at a time while behind, then today's closed hours, each hour.
 
-- A day is built once it has been over for `GRACE_MS` (late scrapes and flushes land first), every
-  series with samples that day, in batches of about `BATCH_SAMPLES` raw samples, each batch one
-  transaction that also records how far the build got (`tier_state`): a restart resumes there. The
+- A span (the rest of a day, or today's hours up to the last closed one) is built once its end has
+  been over for `GRACE_MS` (late scrapes and flushes land first), every series with samples in it, in
+  batches of about `BATCH_SAMPLES` raw samples, each batch one transaction that also records how far
+  the build got (`tier_state`): a restart resumes there. A series' row of the day is rewritten each
+  hour until the day closes (~0.3 ms a series), so a query reads at most the last hour from raw. The
   first build after an upgrade starts at the oldest raw day, so a store written before tiers existed
   is backfilled in the background, a few batches a step.
 - A sample written later for a day already built (an import, a node's backlog arriving by remote
   write, a late push) is in a chunk whose write seq is past the seq the day's 1-minute row was built
   at: each step looks for such chunks among those written since it last looked, and rebuilds those
   series' days, 1-minute and 1-hour points alike.
-- Until a day is built, reads build its points from the raw samples as they go (`Store.select_tiers`),
-  so an answer never depends on how far the build got.
+- Until a span is built, reads build its points from the raw samples as they go
+  (`Store.select_tiers`), so an answer never depends on how far the build got.
 """
 
 from __future__ import annotations
@@ -38,26 +40,28 @@ BATCH_SERIES = 2_000  # ... of at most this many series (their 1-hour rows, ~11 
 
 @dataclass
 class TierState:
-    """How far the tiers are built: every day ending at or before `built_ms` (None: nothing stored
-    yet), then series from `next_sid` on of the day after it; and `checked_seq`, the write seq up to
-    which chunks were looked at for late samples."""
+    """How far the tiers are built: every bucket ending at or before `built_ms` (None: nothing stored
+    yet), then, of the span up to `span_end_ms` under way, the series from `next_sid` on; and
+    `checked_seq`, the write seq up to which chunks were looked at for late samples."""
 
     built_ms: int | None
     next_sid: int
     checked_seq: int
+    span_end_ms: int = 0
 
 
 def load_state(cur: duckdb.DuckDBPyConnection) -> TierState:
-    row = cur.execute("SELECT built_ms, next_sid, checked_seq FROM tier_state").fetchone()
+    row = cur.execute("SELECT built_ms, next_sid, checked_seq, span_end_ms FROM tier_state").fetchone()
     if row is None:
         return TierState(None, 0, 0)
-    return TierState(row[0], int(row[1]), int(row[2]))
+    return TierState(row[0], int(row[1]), int(row[2]), int(row[3]))
 
 
 def _save_state(cur: duckdb.DuckDBPyConnection, state: TierState) -> None:
     cur.execute("DELETE FROM tier_state")
     cur.execute(
-        "INSERT INTO tier_state VALUES (?, ?, ?)", [state.built_ms, state.next_sid, state.checked_seq]
+        "INSERT INTO tier_state VALUES (?, ?, ?, ?)",
+        [state.built_ms, state.next_sid, state.checked_seq, state.span_end_ms],
     )
 
 
@@ -92,21 +96,21 @@ def _batches(ids: np.ndarray, sizes: np.ndarray) -> Iterator[list[int]]:
             start, total = i + 1, 0
 
 
-def build_day(
-    cur: duckdb.DuckDBPyConnection, ids: list[int], lo: int, head_index: HeadIndex | None
+def build_span(
+    cur: duckdb.DuckDBPyConnection, ids: list[int], lo: int, hi: int, head_index: HeadIndex | None
 ) -> dict[int, TierPoints]:
-    """The 1-minute points of series `ids` in the day (lo, lo + DAY_MS], from their raw samples."""
-    found = read_samples(cur, ids, lo + 1, lo + DAY_MS, head_index)
+    """The 1-minute points of series `ids` in (lo, hi] (hours of one day), from their raw samples."""
+    found = read_samples(cur, ids, lo + 1, hi, head_index)
     return {sid: build(t, v, MINUTE_MS) for sid, (t, v) in found.items() if t.size}
 
 
-def write_day(
-    cur: duckdb.DuckDBPyConnection, ids: list[int], lo: int, minute: dict[int, TierPoints], seq: int
+def write_span(
+    cur: duckdb.DuckDBPyConnection, ids: list[int], lo: int, hi: int, minute: dict[int, TierPoints], seq: int
 ) -> None:
-    """Replace series `ids`' points of the day (lo, lo + DAY_MS] by `minute` and the hours made from it."""
+    """Replace series `ids`' points of (lo, hi] by `minute` and the hours made from it."""
     hour = {sid: combine(p, HOUR_MS) for sid, p in minute.items()}
-    replace_span(cur, MINUTE_MS, lo, lo + DAY_MS, ids, minute, seq)
-    replace_span(cur, HOUR_MS, lo, lo + DAY_MS, ids, hour, seq)
+    replace_span(cur, MINUTE_MS, lo, hi, ids, minute, seq)
+    replace_span(cur, HOUR_MS, lo, hi, ids, hour, seq)
 
 
 class TierBuilder:
@@ -128,27 +132,32 @@ class TierBuilder:
             if oldest is None:
                 return False
             if state.built_ms is None or state.built_ms < oldest:
-                self.state = state = TierState(oldest, 0, state.checked_seq)
+                self.state = state = TierState(oldest, 0, state.checked_seq)  # (a day's start)
         built = state.built_ms
         assert built is not None
-        closed = (now_ms - GRACE_MS) // DAY_MS * DAY_MS
+        closed = (now_ms - GRACE_MS) // HOUR_MS * HOUR_MS
         while done < max_batches and built < closed:
             lo = built
-            ids, sizes = _day_sizes(cur, lo, lo + DAY_MS, state.next_sid)
+            # To the next midnight, or the last closed hour of today: a series' day row is rewritten
+            # each hour until the day closes. A span under way keeps the end it began with.
+            hi = state.span_end_ms if state.next_sid else min((lo // DAY_MS + 1) * DAY_MS, closed)
+            ids, sizes = _day_sizes(cur, lo, hi, state.next_sid)
             batch = next(_batches(ids, sizes), [])
-            minute = build_day(cur, batch, lo, head_index) if batch else {}
+            minute = build_span(cur, batch, lo, hi, head_index) if batch else {}
             last = not batch or batch[-1] == int(ids[-1])
             after = (
-                TierState(lo + DAY_MS, 0, state.checked_seq)
+                TierState(hi, 0, state.checked_seq)
                 if last
-                else TierState(lo, batch[-1] + 1, state.checked_seq)
+                else TierState(lo, batch[-1] + 1, state.checked_seq, hi)
             )
 
-            def write(batch: list[int] = batch, lo: int = lo, minute: dict[int, TierPoints] = minute) -> None:
-                write_day(cur, batch, lo, minute, seq)
+            def write(
+                batch: list[int] = batch, lo: int = lo, hi: int = hi, minute: dict[int, TierPoints] = minute
+            ) -> None:
+                write_span(cur, batch, lo, hi, minute, seq)
 
             self._commit(write, after)
-            state, built = after, lo + DAY_MS if last else lo
+            state, built = after, hi if last else lo
             done += 1
         return built < closed
 
@@ -169,7 +178,7 @@ class TierBuilder:
                        unnest(range((t_min_ms - 1) // {DAY_MS}, (t_max_ms - 1) // {DAY_MS} + 1)) AS d
                 FROM chunks WHERE seq > ? AND seq <= ? AND t_min_ms <= ?) c
             LEFT JOIN tier_1m t ON t.series_id = c.series_id AND (t.t_min_ms - 1) // {DAY_MS} = c.d
-            WHERE ((c.d + 1) * {DAY_MS} <= ? OR (c.d * {DAY_MS} = ? AND c.series_id < ?)) AND c.d * {DAY_MS} >= ?
+            WHERE (c.d * {DAY_MS} < ? OR (c.d * {DAY_MS} = ? AND c.series_id < ?)) AND c.d * {DAY_MS} >= ?
             GROUP BY c.series_id, c.d, t.seq HAVING t.seq IS NULL OR max(c.seq) > t.seq
             ORDER BY c.d, c.series_id
             """,
@@ -193,12 +202,12 @@ class TierBuilder:
             for batch in _batches(ids[keep], sizes[keep]):
                 if done >= max_batches:  # the rest at the next step: the look is not moved on
                     return done
-                minute = build_day(cur, batch, lo, head_index)
-                self._commit(lambda: write_day(cur, batch, lo, minute, seq), state)  # noqa: B023 - called here
+                minute = build_span(cur, batch, lo, lo + DAY_MS, head_index)
+                self._commit(lambda: write_span(cur, batch, lo, lo + DAY_MS, minute, seq), state)  # noqa: B023 - called here
                 done += 1
         if late:
             log.info("tiers: rebuilt %d series-days that got late samples", len(late))
-        self._commit(lambda: None, TierState(state.built_ms, state.next_sid, upto))
+        self._commit(lambda: None, TierState(state.built_ms, state.next_sid, upto, state.span_end_ms))
         return done
 
     def _commit(self, write: Callable[[], None], after: TierState) -> None:
