@@ -6,7 +6,7 @@
    job `vllm`), then `gpuwatch serve --demo` with 64 simulated GPUs at 1 s (demo sources off, default
    log level, its stderr kept), and waits `--warmup` seconds.
 2. Clients: one asyncio loop in this process plays `--clients` browser tabs (the mix: cluster page,
-   GPU pages, the inference service page of job `vllm`), each on a 1 s refresh over the last hour.
+   GPU pages, the inference service page of job `vllm`), each refreshing every `--refresh` seconds (1) over the last hour.
    Each client first loads its page's HTML, then runs static/js/gpuwatch.js's refresh as the page
    does: panels from the page's JSON twin, a chart asks once a step (the step from its width, start
    and end aligned to it), a stat at every tick or once its `min_interval`, an empty answer asks the
@@ -305,6 +305,7 @@ def main() -> None:
     ap.add_argument("--mix", default="36,8,6", help="cluster,GPU,inference pages (scaled to --clients)")
     ap.add_argument("--seconds", type=float, default=600.0)
     ap.add_argument("--range", type=float, default=3600.0, help="seconds of history each tab shows (1 h)")
+    ap.add_argument("--refresh", type=float, default=1.0, help="seconds between a tab's refreshes")
     ap.add_argument("--warmup", type=float, default=30.0)
     ap.add_argument("--gpus", type=int, default=64)
     ap.add_argument("--targets", type=int, default=20)
@@ -317,6 +318,7 @@ def main() -> None:
     )
     args = ap.parse_args()
     soaktabs.RANGE_MS = int(args.range * 1000)
+    soaktabs.REFRESH_S = args.refresh
 
     targets, ready = start_targets(args.targets)
     serve: subprocess.Popen[bytes] | None = None

@@ -22,6 +22,7 @@ NICE_STEPS = (1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 108
 MAX_POINTS = 1500
 RANGED = ("timeseries", "heatmap", "events")
 RANGE_MS = 3_600_000  # the time range every tab shows (bench_soak.py --range)
+REFRESH_S = 1.0  # seconds between a tab's refreshes (bench_soak.py --refresh)
 GRID_PX = 1200  # the panels' grid at a 1280 px wide window: 12 columns
 BROWSER_CONNECTIONS = 6  # a browser's HTTP/1.1 connections per host
 TIMEOUT_S = 30.0
@@ -230,7 +231,7 @@ class PanelState:
 
 
 class Page:
-    """One browser tab: its HTML once, then gpuwatch.js's refresh every second."""
+    """One browser tab: its HTML once, then gpuwatch.js's refresh every `REFRESH_S`."""
 
     def __init__(self, kind: str, html: str, twin: str, twin_every_s: float, rec: Record, pool: Pool) -> None:
         self.kind, self.html, self.twin, self.twin_every_s = kind, html, twin, twin_every_s
@@ -374,13 +375,13 @@ async def run_client(page: Page, stop: asyncio.Event, phase_s: float) -> None:
         return
     running: asyncio.Task[None] | None = None
     loop = asyncio.get_running_loop()
-    next_t = loop.time() + 1.0
+    next_t = loop.time() + REFRESH_S
     while not stop.is_set():
         with contextlib.suppress(asyncio.TimeoutError):
             await asyncio.wait_for(stop.wait(), max(0.0, next_t - loop.time()))
         if stop.is_set():
             break
-        next_t += 1.0
+        next_t += REFRESH_S
         if page.rec.recording:
             page.rec.ticks_due += 1
         if running is not None and not running.done():
