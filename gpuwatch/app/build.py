@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from gpuwatch.app.config import Settings
+from gpuwatch.app.memtrim import INTERVAL_S as TRIM_INTERVAL_S
 from gpuwatch.app.runtime import SELF_METRICS, Runtime, scrape_pool
 from gpuwatch.collect.allocation import ALLOCATION_METRICS
 from gpuwatch.collect.host import HOST_METRICS, HostCollector
@@ -49,6 +50,7 @@ from gpuwatch.rules.restore import ForStateRestorer
 from gpuwatch.rules.roundcache import RoundCache
 from gpuwatch.rules.state import RuleStore
 from gpuwatch.store import Store
+from gpuwatch.store.budget import MemoryBudget
 from gpuwatch.web.admission import Admission
 
 log = logging.getLogger("gpuwatch")
@@ -102,7 +104,7 @@ def build_runtime(settings: Settings, hostname: str, clock: Clock | None = None,
         clock=clock,
         flush_interval_s=settings.flush_interval,
         retention_s=settings.retention,
-        chunk_cache_mb=settings.chunk_cache_mb,
+        memory=MemoryBudget(settings.store_memory_mb, settings.chunk_cache_mb),
         tier_retention_s={MINUTE_MS: settings.retention_1m, HOUR_MS: settings.retention_1h},
         size_cap_bytes=settings.retention_size,
     )
@@ -208,6 +210,7 @@ def build_runtime(settings: Settings, hostname: str, clock: Clock | None = None,
         jobs.add("push", runtime.repush, REEMIT_INTERVAL_S)
         jobs.add("host", runtime.sample_host, settings.host_interval)
         jobs.add("retention", runtime.retention, 3600.0)
+        jobs.add("trim", runtime.trimmer.trim, TRIM_INTERVAL_S)
         jobs.add("runs", runtime.sample_runs, RUN_STATUS_INTERVAL_S)
         runtime.access = AccessFile(settings.data_dir)
         runtime.first_token = runtime.access.ensure(clock.now_ms())

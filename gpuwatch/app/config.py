@@ -72,7 +72,8 @@ class Settings:
     alerting: AlertingConfig = AlertingConfig()
     demo_sources: bool = True
     demo_history: bool = True
-    chunk_cache_mb: int = 128
+    store_memory_mb: int = 256
+    chunk_cache_mb: int | None = None
     retention_1m: float = 90 * 86400.0
     retention_1h: float = 730 * 86400.0
     retention_size: int = 20 << 30

@@ -19,6 +19,7 @@ from gpuwatch.notify.config import NotifyConfig, parse_notify
 from gpuwatch.remote.config import parse_external_labels, parse_remote_write
 from gpuwatch.remote.storage import Storage, parse_storage
 from gpuwatch.rules.config import BuiltinRules, parse_builtin_rules, parse_language
+from gpuwatch.store.budget import DEFAULT_MB, MIN_MB
 
 
 def _parse_int(lo: int, hi: int) -> Callable[[object], int]:
@@ -32,6 +33,15 @@ def _parse_int(lo: int, hi: int) -> Callable[[object], int]:
         if n is None or not lo <= n <= hi:
             raise ValueError(f"expected a whole number from {lo} to {hi}")
         return n
+
+    return parse
+
+
+def _parse_optional_int(lo: int, hi: int) -> Callable[[object], int | None]:
+    whole = _parse_int(lo, hi)
+
+    def parse(v: object) -> int | None:
+        return None if v is None or v == "" else whole(v)
 
     return parse
 
@@ -353,11 +363,18 @@ OPTIONS: tuple[Option, ...] = (
         "(over it: 429, or the scrape fails) (0: no limit).",
     ),
     Option(
+        "store_memory_mb",
+        _parse_int(MIN_MB, 1_000_000),
+        DEFAULT_MB,
+        "Memory (MB) the store may hold: DuckDB's buffer (a quarter, at least 64), the series and chunk "
+        "indexes (~1 KB a series), and decoded chunks for queries (the rest, at least 16).",
+    ),
+    Option(
         "chunk_cache_mb",
-        _parse_int(0, 1_000_000),
-        128,
-        "Memory (MB) for stored chunks kept decoded for queries (0: none); reused by every query that reads them, "
-        "let go 10 minutes after the last.",
+        _parse_optional_int(0, 1_000_000),
+        None,
+        "Most memory (MB) for stored chunks kept decoded for queries, within `store_memory_mb` (0: none; "
+        "default: what the budget leaves); let go 10 minutes after their last read.",
     ),
     Option(
         "lookback", _parse_positive_duration(1, 86400), 300.0, "PromQL lookback delta for instant vectors."

@@ -12,6 +12,7 @@ from typing import Any
 
 from gpuwatch import __version__
 from gpuwatch.app.config import Settings
+from gpuwatch.app.memtrim import Trimmer
 from gpuwatch.collect.host import HostCollector
 from gpuwatch.collect.logs import LogTailer
 from gpuwatch.collect.nvml import EXPECT_GPUS_HINT, GpuCollector
@@ -71,16 +72,42 @@ SELF_METRICS: tuple[MetricInfo, ...] = (
     MetricInfo(
         "gpuwatch_store_chunk_cache_bytes",
         "gauge",
-        "Decoded chunks held in memory for reads (at most chunk_cache_mb; unused ones go after 10 minutes).",
+        "Decoded chunks held in memory for reads (at most gpuwatch_store_chunk_cache_limit_bytes; unused "
+        "ones go after 10 minutes).",
+        "bytes",
+    ),
+    MetricInfo(
+        "gpuwatch_store_chunk_cache_limit_bytes",
+        "gauge",
+        "The chunk cache's share of store_memory_mb now: what DuckDB's quarter and the indexes leave.",
+        "bytes",
+    ),
+    MetricInfo(
+        "gpuwatch_store_index_bytes",
+        "gauge",
+        "Memory the series catalogue and the chunk and head indexes hold (~1 KB a series, 36 B a chunk).",
+        "bytes",
+    ),
+    MetricInfo(
+        "gpuwatch_store_memory_budget_bytes",
+        "gauge",
+        "store_memory_mb: DuckDB's buffer, the indexes and the chunk cache together.",
         "bytes",
     ),
     MetricInfo(
         "gpuwatch_store_duckdb_memory_bytes",
         "gauge",
-        "Memory DuckDB's buffer manager holds: table pages, unwritten rows, statements (at most 64 MB).",
+        "Memory DuckDB's buffer manager holds: table pages, unwritten rows, statements (a quarter of "
+        "store_memory_mb, at least 64 MB).",
         "bytes",
     ),
     MetricInfo("process_resident_memory_bytes", "gauge", "Resident memory size in bytes.", "bytes"),
+    MetricInfo(
+        "gpuwatch_memory_trimmed_bytes_total",
+        "counter",
+        "Resident memory the allocator gave back to the system at the trim job's calls (glibc only).",
+        "bytes",
+    ),
     MetricInfo(
         "process_cpu_seconds_total", "counter", "Total user and system CPU time spent in seconds.", "seconds"
     ),
@@ -173,6 +200,7 @@ class Runtime:
     admission: Admission = field(default_factory=lambda: Admission.of(None))  # the defaults
     # gpuwatch's own figures as sampled, which the rules read even while the store cannot write them
     own_figures: RecentSamples = field(default_factory=lambda: RecentSamples(SELF_FIGURES_HELD_MS))
+    trimmer: Trimmer = field(default_factory=Trimmer)
     _latest: dict[str, Batch] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _stop: threading.Event = field(default_factory=threading.Event)
@@ -232,12 +260,21 @@ class Runtime:
             Sample("gpuwatch_store_chunk_cache_bytes", (), float(stats.get("chunk_cache_bytes", 0))),
             Sample("process_cpu_seconds_total", (), _cpu_seconds()),
         ]
+        memory = self.store.memory_figures()
+        out.append(
+            Sample("gpuwatch_store_chunk_cache_limit_bytes", (), float(memory["chunk_cache_limit_bytes"]))
+        )
+        out.append(Sample("gpuwatch_store_index_bytes", (), float(memory["index_bytes"])))
+        if "budget_bytes" in memory:
+            out.append(Sample("gpuwatch_store_memory_budget_bytes", (), float(memory["budget_bytes"])))
         duckdb_bytes = self.store.duckdb_memory_bytes()
         if duckdb_bytes is not None:
             out.append(Sample("gpuwatch_store_duckdb_memory_bytes", (), float(duckdb_bytes)))
         rss = _resident_bytes()
         if rss is not None:
             out.append(Sample("process_resident_memory_bytes", (), rss))
+        if self.trimmer.available:
+            out.append(Sample("gpuwatch_memory_trimmed_bytes_total", (), float(self.trimmer.released_bytes)))
         if self.remote is not None:
             out += self.remote.samples()
         if self.rules is not None:

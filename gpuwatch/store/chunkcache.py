@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import collections
 import threading
+from collections.abc import Callable
 
 import duckdb
 import numpy as np
@@ -145,10 +146,17 @@ class ChunkCache:
     used for `idle_ms` by `clock` go too (at the next read, or the writer's next `refresh`)."""
 
     def __init__(
-        self, generation: Generation, max_bytes: int, clock: Clock | None = None, idle_ms: int = IDLE_MS
+        self,
+        generation: Generation,
+        max_bytes: int,
+        clock: Clock | None = None,
+        idle_ms: int = IDLE_MS,
+        share: Callable[[ChunkIndex], int] | None = None,
     ) -> None:
         self.generation = generation
         self.max_bytes = max_bytes
+        # Where the cache's size follows a memory budget (`budget.py`): its share once an index is built.
+        self._share = share
         self.idle_ms = idle_ms
         self._now_ms = clock.now_ms if clock is not None else lambda: 0
         self._lock = threading.Lock()
@@ -182,6 +190,8 @@ class ChunkCache:
                 return None
             self._index = built
             self._drop_gone(built)
+            if self._share is not None:
+                self.resize(self._share(built))
             return built
 
     def refresh(self, cur: duckdb.DuckDBPyConnection) -> None:
@@ -209,6 +219,16 @@ class ChunkCache:
                 piece = self._where.pop(key, None)
                 if piece is not None:
                     self._release(piece[0])
+
+    def current_index(self) -> ChunkIndex | None:
+        """The last index built (None before any read built one)."""
+        return self._index
+
+    def resize(self, max_bytes: int) -> None:
+        """Hold at most `max_bytes` from now on (pushing out the least recently used blocks now)."""
+        with self._lock:
+            self.max_bytes = max_bytes
+            self._evict()
 
     def fits(self, samples: int) -> bool:
         """Whether a read that decodes this many samples should keep them (at most half the cache: a

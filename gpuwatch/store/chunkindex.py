@@ -84,6 +84,12 @@ class ChunkIndex:
     def size(self) -> int:
         return int(self.t_min.size)
 
+    @property
+    def nbytes(self) -> int:
+        """The memory its arrays hold."""
+        parts = (self.t_min, self.t_max, self.n, self.seq, self.hash, self._bounds)
+        return sum(int(a.nbytes) for a in parts)
+
     def sids(self, rows: np.ndarray) -> np.ndarray:
         """The series of the chunks at positions `rows`."""
         return np.searchsorted(self._bounds, rows, side="right") - 1

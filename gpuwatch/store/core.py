@@ -36,9 +36,10 @@ from gpuwatch.store import alerthistory as history_table
 from gpuwatch.store import logs as logs_table
 from gpuwatch.store import schema, sizecap
 from gpuwatch.store.appended import AppendedReads
+from gpuwatch.store.budget import MemoryBudget
 from gpuwatch.store.catalog import Catalog, Entry, Snapshot
 from gpuwatch.store.chunkcache import ChunkCache
-from gpuwatch.store.chunkindex import Generation
+from gpuwatch.store.chunkindex import ChunkIndex, Generation
 from gpuwatch.store.headindex import HeadIndex
 from gpuwatch.store.lock import DirLock
 from gpuwatch.store.readgate import ReadGate
@@ -52,7 +53,7 @@ DB_FILE = "gpuwatch.duckdb"
 _BACKPRESSURE_ITEMS = 64
 
 
-MEMORY_LIMIT_MB = 64
+MEMORY_LIMIT_MB = 64  # DuckDB's memory_limit where no budget is given (`budget.py` shares one out)
 # How long each tier keeps its points (the `retention_1m` and `retention_1h` settings); raw samples
 # are kept for `retention`.
 TIER_RETENTION_S = {MINUTE_MS: 90 * 86400.0, HOUR_MS: 730 * 86400.0}
@@ -76,11 +77,14 @@ class Store(SeriesSelection, SideTables, AppendedReads):
         lock: DirLock | None,
         writer: Writer | None,
         catalog: Catalog,
-        chunk_cache_mb: float = CHUNK_CACHE_MB,
+        chunk_cache_mb: float | None = None,
+        memory: MemoryBudget | None = None,
         tier_retention_s: Mapping[int, float] = TIER_RETENTION_S,
         size_cap_bytes: int = 0,
     ) -> None:
         self._con = con
+        self._memory = memory
+        self._overdrawn_said = False
         self._clock = clock
         self._retention_s = retention_s
         self._tier_retention_s = dict(tier_retention_s)
@@ -99,9 +103,14 @@ class Store(SeriesSelection, SideTables, AppendedReads):
         self._head_index: HeadIndex | None = None if writer is None else writer.head_index
         # Chunks in memory for reads; a read-only store's generation never moves (nothing writes).
         generation = Generation() if writer is None else writer.chunk_generation
-        self._chunks: ChunkCache | None = (
-            ChunkCache(generation, int(chunk_cache_mb * 2**20), clock) if chunk_cache_mb > 0 else None
-        )
+        self._chunks: ChunkCache | None = None
+        if memory is None:  # a fixed cache (tests and tools that open a store by hand)
+            mb = CHUNK_CACHE_MB if chunk_cache_mb is None else chunk_cache_mb
+            if mb > 0:
+                self._chunks = ChunkCache(generation, int(mb * 2**20), clock)
+        elif memory.cache_cap_mb != 0:
+            start = memory.cache_bytes(memory.index_bytes(len(catalog.snapshot().by_id), 0))
+            self._chunks = ChunkCache(generation, start, clock, share=self._cache_share)
         if writer is not None and self._chunks is not None:
             writer.after_rewrite = self._chunks.refresh  # the index rebuilt off the query path
         # Series matched by selectors, per catalog snapshot (a panel or rule selects the same again).
@@ -118,7 +127,8 @@ class Store(SeriesSelection, SideTables, AppendedReads):
         read_only: bool = False,
         compact_interval_s: float = 300.0,
         compact_rows: int = 1_000_000,
-        chunk_cache_mb: float = CHUNK_CACHE_MB,
+        chunk_cache_mb: float | None = None,
+        memory: MemoryBudget | None = None,
         tier_retention_s: Mapping[int, float] = TIER_RETENTION_S,
         size_cap_bytes: int = 0,
     ) -> Store:
@@ -139,7 +149,8 @@ class Store(SeriesSelection, SideTables, AppendedReads):
                 # An appliance shares the machine with training jobs: DuckDB's defaults (80% of RAM,
                 # one thread per core, a 128 MB allocator cache) let a 64-GPU node grow past 200 MB
                 # of RSS. Blocks of the file are re-read from disk (page cache) when evicted.
-                con.execute(f"SET memory_limit = '{MEMORY_LIMIT_MB}MB'")
+                duckdb_mb = MEMORY_LIMIT_MB if memory is None else memory.duckdb_mb
+                con.execute(f"SET memory_limit = '{duckdb_mb}MB'")
                 con.execute("SET allocator_flush_threshold = '4MB'")
                 con.execute("SET threads = 1")
                 if not read_only:
@@ -200,6 +211,7 @@ class Store(SeriesSelection, SideTables, AppendedReads):
             writer=writer,
             catalog=catalog,
             chunk_cache_mb=chunk_cache_mb,
+            memory=memory,
             tier_retention_s=tier_retention_s,
             size_cap_bytes=size_cap_bytes,
         )
@@ -334,6 +346,42 @@ class Store(SeriesSelection, SideTables, AppendedReads):
             "last_flush_ms": w.last_flush_ms if w else None,
             "chunk_cache_bytes": self._chunks.bytes if self._chunks is not None else 0,
         }
+
+    def _index_bytes(self, index: ChunkIndex | None) -> int:
+        """What the series catalogue and the chunk and head indexes hold now (`budget.py`)."""
+        chunk_bytes = index.nbytes if index is not None else 0
+        return MemoryBudget.index_bytes(len(self._snapshot().by_id), chunk_bytes)
+
+    def _cache_share(self, index: ChunkIndex | None) -> int:
+        """The chunk cache's share of the budget beside `index` (said once where it is overdrawn)."""
+        memory = self._memory
+        assert memory is not None  # only a budgeted cache asks
+        held = self._index_bytes(index)
+        if memory.overdrawn(held) and not self._overdrawn_said:
+            self._overdrawn_said = True
+            log.warning(
+                "store_memory_mb %d is overdrawn: the indexes of %d series hold %.0f MB; raise it, or keep "
+                "raw samples for a shorter retention",
+                memory.total_mb,
+                len(self._snapshot().by_id),
+                held / 2**20,
+            )
+        return memory.cache_bytes(held)
+
+    def memory_figures(self) -> dict[str, int]:
+        """Return the budget and what its parts hold now, in bytes, for /metrics (no database statement);
+        the cache's share follows the indexes here too, as series arrive between compactions."""
+        chunks = self._chunks
+        index = chunks.current_index() if chunks is not None else None
+        held = self._index_bytes(index)
+        if chunks is not None and self._memory is not None:
+            share = self._cache_share(index)
+            if share != chunks.max_bytes:
+                chunks.resize(share)
+        out = {"index_bytes": held, "chunk_cache_limit_bytes": chunks.max_bytes if chunks is not None else 0}
+        if self._memory is not None:
+            out["budget_bytes"] = self._memory.total_mb * 2**20
+        return out
 
     def duckdb_memory_bytes(self) -> int | None:
         """Return the memory DuckDB's buffer manager holds now (its tables' pages, the head, the
