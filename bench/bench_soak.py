@@ -110,6 +110,8 @@ class Row:
     heap_mib: float  # RSS by kind of mapping (rss_parts_mib)
     anon_mib: float
     file_mib: float
+    index_mib: float = math.nan  # the store's indexes (gpuwatch_store_index_bytes)
+    trimmed_mib: float = math.nan  # given back by the trim job so far (gpuwatch_memory_trimmed_bytes_total)
 
 
 async def monitor(
@@ -130,7 +132,10 @@ async def monitor(
         except (OSError, asyncio.TimeoutError, asyncio.IncompleteReadError, ValueError):
             status = 0
         health_ms = 1000 * (time.perf_counter() - h0)
-        own = {"gpuwatch_store_duckdb_memory_bytes": math.nan, "gpuwatch_store_chunk_cache_bytes": math.nan}
+        own = dict.fromkeys(
+            ["gpuwatch_store_duckdb_memory_bytes", "gpuwatch_store_chunk_cache_bytes", "gpuwatch_store_index_bytes",
+             "gpuwatch_memory_trimmed_bytes_total"], math.nan,
+        )  # fmt: skip
         try:
             code, text = await pool.get("/metrics")
             for line in text.decode().splitlines() if code == 200 else ():
@@ -146,11 +151,12 @@ async def monitor(
             Row(now - t0, serve.memory_info().rss / 2**20, 100 * (cur[1] - last[1]) / wall,
                 100 * (cur[2] - last[2]) / wall, 100 * (cur[3] - last[3]) / wall, status, health_ms,
                 cur[4] - last[4], os.getloadavg()[0], own["gpuwatch_store_duckdb_memory_bytes"],
-                own["gpuwatch_store_chunk_cache_bytes"], *rss_parts_mib(serve.pid))
+                own["gpuwatch_store_chunk_cache_bytes"], *rss_parts_mib(serve.pid),
+                own["gpuwatch_store_index_bytes"], own["gpuwatch_memory_trimmed_bytes_total"])
         )  # fmt: skip
         r = rows[-1]
         print(
-            f"  {r.t_s:5.0f} s  rss {r.rss_mib:6.1f} MiB (heap {r.heap_mib:.0f}, anon {r.anon_mib:.0f}, file {r.file_mib:.0f}; duckdb {r.duckdb_mib:4.1f}, chunk cache {r.cache_mib:5.1f})  serve {r.serve_cpu_pct:5.1f} %  load gen {r.load_cpu_pct:5.1f} %"
+            f"  {r.t_s:5.0f} s  rss {r.rss_mib:6.1f} MiB (heap {r.heap_mib:.0f}, anon {r.anon_mib:.0f}, file {r.file_mib:.0f}; duckdb {r.duckdb_mib:4.1f}, chunk cache {r.cache_mib:5.1f}, index {r.index_mib:.0f}, trimmed {r.trimmed_mib:.0f})  serve {r.serve_cpu_pct:5.1f} %  load gen {r.load_cpu_pct:5.1f} %"
             f"  targets {r.targets_cpu_pct:5.1f} %  health {r.health} ({r.health_ms:.0f} ms)  {r.requests / wall:5.1f} req/s"
             f"  loadavg {r.loadavg:.2f}",
             flush=True,
@@ -402,12 +408,12 @@ def main() -> None:
         if args.csv:
             with open(args.csv, "w", newline="") as f:
                 w = csv.writer(f)
-                w.writerow(["t_s", "rss_mib", "serve_cpu_pct", "loadgen_cpu_pct", "targets_cpu_pct", "health", "health_ms", "requests", "loadavg1", "duckdb_mib", "chunk_cache_mib", "heap_mib", "anon_mib", "file_mib"])  # fmt: skip
+                w.writerow(["t_s", "rss_mib", "serve_cpu_pct", "loadgen_cpu_pct", "targets_cpu_pct", "health", "health_ms", "requests", "loadavg1", "duckdb_mib", "chunk_cache_mib", "heap_mib", "anon_mib", "file_mib", "index_mib", "trimmed_mib"])  # fmt: skip
                 for r in rows:
                     w.writerow([f"{r.t_s:.0f}", f"{r.rss_mib:.1f}", f"{r.serve_cpu_pct:.1f}", f"{r.load_cpu_pct:.1f}",
                                 f"{r.targets_cpu_pct:.1f}", r.health, f"{r.health_ms:.0f}", r.requests, f"{r.loadavg:.2f}",
                                 f"{r.duckdb_mib:.1f}", f"{r.cache_mib:.1f}", f"{r.heap_mib:.1f}", f"{r.anon_mib:.1f}",
-                                f"{r.file_mib:.1f}"])  # fmt: skip
+                                f"{r.file_mib:.1f}", f"{r.index_mib:.1f}", f"{r.trimmed_mib:.1f}"])  # fmt: skip
     finally:
         if serve is not None:
             serve.terminate()
