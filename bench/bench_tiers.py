@@ -1,11 +1,12 @@
 """Long panels: the cluster page's charts over 90 days (and a year) from gpuwatch's tiers, side by side
 with VictoriaMetrics over the same samples.
 
-Usage: python bench/bench_tiers.py [--gpus 64] [--days 90] [--runs 5] [--no-vm] [--keep DIR]
+Usage: python bench/bench_tiers.py [--gpus 64] [--days 90] [--every 15] [--runs 5] [--no-vm] [--keep DIR]
 
 Data (bench/querydata.py's dcgm-exporter figures, deterministic): `--gpus` GPUs x the 5 metrics the
-cluster page charts (utilization, framebuffer used, power, temperature, the energy counter) at 15 s for
-`--days` days, 7 s off the grid (module constant OFF_GRID_MS). gpuwatch: every sample through `Store.append_series`,
+cluster page charts (utilization, framebuffer used, power, temperature, the energy counter) at 15 s (or
+`--every` seconds, a multiple of 15: a year at 300 s fits a session; gpuwatch's year panels read the
+same 1-hour points either way, VictoriaMetrics reads fewer samples) for `--days` days, 7 s off the grid (module constant OFF_GRID_MS). gpuwatch: every sample through `Store.append_series`,
 the tiers built (`Store.build_tiers`, timed: the build rate), then retention with the defaults (raw
 14 days, 1-minute 90 days, 1-hour 2 years), as a store that ran that long looks; file size after
 close. VictoriaMetrics: the same samples by `/api/v1/import` (JSON lines), `force_flush`; its data
@@ -76,9 +77,9 @@ def step_for(span_s: float, width_px: int = 1200) -> int:
     return next((s for s in NICE_STEPS if s >= raw), -(-int(raw) // DAY_S) * DAY_S)
 
 
-def series_of(gpus: int, days: int) -> Any:
+def series_of(gpus: int, days: int, every_s: int = 15) -> Any:
     """(name, labels, timestamps, values) of every bench series, one GPU at a time."""
-    t = querydata.timestamps(days)[:-1] + OFF_GRID_MS
+    t = querydata.timestamps(days)[: -1 : max(1, every_s // 15)] + OFF_GRID_MS
     for g in range(gpus):
         values = querydata.gpu_series(g, t)
         for name in METRICS:
@@ -90,7 +91,7 @@ def load_gpuwatch(args: argparse.Namespace, work: Path, now_s: float) -> dict[st
     t0 = time.perf_counter()
     store = Store.open(work / "gpuwatch", clock=clock, retention_s=14 * DAY_S)
     n = 0
-    for name, labels, t, v in series_of(args.gpus, args.days):
+    for name, labels, t, v in series_of(args.gpus, args.days, args.every):
         store.append_series(name, make_labels(labels), t, v)
         n += v.size
     store.flush()
@@ -144,7 +145,7 @@ def load_vm(args: argparse.Namespace, work: Path) -> tuple[subprocess.Popen[Any]
     proc, base = start_vm(work / "vm")
     t0 = time.perf_counter()
     with requests.Session() as session:
-        for name, labels, t, v in series_of(args.gpus, args.days):
+        for name, labels, t, v in series_of(args.gpus, args.days, args.every):
             line = orjson.dumps(
                 {"metric": {"__name__": name, **labels}, "values": v, "timestamps": t},
                 option=orjson.OPT_SERIALIZE_NUMPY,
@@ -243,6 +244,7 @@ def main() -> None:
     p = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     p.add_argument("--gpus", type=int, default=64)
     p.add_argument("--days", type=int, default=90)
+    p.add_argument("--every", type=int, default=15, help="seconds between samples (a multiple of 15)")
     p.add_argument("--runs", type=int, default=5)
     p.add_argument("--no-vm", action="store_true")
     p.add_argument("--keep", type=Path, help="build the data here and keep it")
