@@ -128,8 +128,9 @@ class FallbackBackend:
                 out = ask(self.remote)
             except RemoteUnavailable as exc:
                 self._answered(exc)
-            except BaseException:
+            except Exception:
                 self._answered(None)  # it answered, with the query's own error
+                notices.answered_by_remote()
                 raise
             else:
                 self._answered(None)
@@ -185,7 +186,9 @@ class FallbackBackend:
                 start += -(-(floor - start) // step_ms) * step_ms  # the query's own steps
             if step_ms > 0 and start > end_ms:
                 return Matrix([])
-            return self.local.range(expr, start, end_ms, step_ms, timeout_s=timeout_s, lookback_ms=lookback_ms)
+            return self.local.range(
+                expr, start, end_ms, step_ms, timeout_s=timeout_s, lookback_ms=lookback_ms
+            )
 
         return self._answer(
             lambda b: b.range(expr, start_ms, end_ms, step_ms, timeout_s=timeout_s, lookback_ms=lookback_ms),

@@ -115,7 +115,9 @@ def parse_storage(raw: object) -> Storage:
         try:
             buffer_s = parse_duration(data["local_buffer"])
         except ValueError:
-            raise _fail(f"{path}.local_buffer", "expected a duration like 15m (0: no fallback)", data["local_buffer"]) from None
+            raise _fail(
+                f"{path}.local_buffer", "expected a duration like 15m (0: no fallback)", data["local_buffer"]
+            ) from None
     rest = {k: v for k, v in data.items() if k not in _OWN_KEYS}
     rest.setdefault("name", DESTINATION_NAME)
     # The credentials and TLS are a remote_write entry's, read by its parser (the URL only stands in

@@ -249,10 +249,7 @@ class RuleManager(AlertPersistence):
             t0 = self._clock.monotonic()
             st = g.status[i]
             st.last_eval_ms = now_ms
-            if self._flush_owed and may_read(rule.expr, self._unflushed):
-                self._show(rule.expr)
-            elif self._store_owed and may_read(rule.expr, self._unflushed, by_name=False):
-                self._flush()
+            self._readable_by(rule.expr)
             try:
                 result = _samples(self._query(rule.expr, now_ms))
                 if rule.kind == "alert":
@@ -319,6 +316,13 @@ class RuleManager(AlertPersistence):
         with self._lock:
             self._failures[g.group.key] = self._failures.get(g.group.key, 0) + len(g.status) - first
         log.warning("rules: group %s: %s", g.group.name, error)
+
+    def _readable_by(self, expr: str) -> None:
+        """Make what earlier rules recorded readable by `expr` where it may read it."""
+        if self._flush_owed and may_read(expr, self._unflushed):
+            self._show(expr)
+        elif self._store_owed and may_read(expr, self._unflushed, by_name=False):
+            self._flush()
 
     def _show(self, reader: str | None) -> None:
         """Make what recording rules appended readable by `reader` (None: any later group's rule).
