@@ -190,7 +190,7 @@ def test_storage_remote_reads_both_urls_with_a_remote_write_entrys_credentials(t
         ("storage", "http://victoria-metrics:8428/api/v1/write"),
     ]
     assert s.public()["storage"] == {"remote": {"query_url": "http://victoria-metrics:8428",
-                                                "write": remote.write.public()}}  # fmt: skip
+                                                "write": remote.write.public(), "local_buffer": "15m"}}  # fmt: skip
 
 
 @pytest.mark.parametrize(

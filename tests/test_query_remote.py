@@ -36,11 +36,13 @@ def remote() -> Iterator[Hook]:
         yield h
 
 
-def face(tmp_path: Path, query_url: str, **extra: object) -> Runtime:
+def face(tmp_path: Path, query_url: str, local_buffer: str | None = None, **extra: object) -> Runtime:
     token = tmp_path / "token"
     token.write_text("s3cret\n")
     remote = {"query_url": query_url, "write_url": f"{query_url}/api/v1/write",
               "authorization": {"credentials_file": str(token)}, "headers": {"X-Scope-OrgID": "lab"}}  # fmt: skip
+    if local_buffer is not None:
+        remote["local_buffer"] = local_buffer
     settings = load(
         None, {}, {"data_dir": str(tmp_path / "data"), "demo": True, "storage": {"remote": remote}, **extra}
     )
@@ -130,21 +132,37 @@ def test_a_query_the_remote_refuses_is_answered_in_gpuwatchs_shape(
         (200, b"not json", "HTTP 200: not json"),
     ],
 )  # fmt: skip
-def test_a_remote_that_fails_is_one_line_503(
+def test_a_remote_that_fails_is_one_line_on_the_local_buffers_answer(
     client: FlaskClient, remote: Hook, status: int, answer: object, text: str
 ) -> None:
     remote.status, remote.answer = status, answer
     r = client.get("/api/v1/query", query_string={"query": "up"})
+    assert r.status_code == 200 and r.get_json()["status"] == "success"
+    assert r.get_json()["warnings"] == [
+        f"remote query backend {remote.url} unreachable: {text}; answered from the local buffer (last 15 minutes)"
+    ]
+    assert r.headers["Gpuwatch-Answered-By"] == "local-buffer"
+
+
+def test_without_a_local_buffer_a_remote_that_fails_is_one_line_503(tmp_path: Path, remote: Hook) -> None:
+    rt = face(tmp_path, remote.url, local_buffer="0")
+    try:
+        remote.status, remote.answer = 502, {"status": "error", "errorType": "internal", "error": "down"}
+        r = create_app(rt).test_client().get("/api/v1/query", query_string={"query": "up"})
+    finally:
+        rt.close()
     assert r.status_code == 503
     assert r.get_json() == {"status": "error", "errorType": "unavailable",
-                            "error": f"remote query backend {remote.url} unreachable: {text}"}  # fmt: skip
+                            "error": f"remote query backend {remote.url} unreachable: HTTP 502: down"}  # fmt: skip
 
 
-def test_an_unreachable_remote_is_one_line_503_on_the_api_and_the_pages(tmp_path: Path) -> None:
+def test_without_a_local_buffer_an_unreachable_remote_is_one_line_503_on_the_api_and_the_pages(
+    tmp_path: Path,
+) -> None:
     with socket.socket() as s:  # a port nobody listens on
         s.bind(("127.0.0.1", 0))
         url = f"http://127.0.0.1:{s.getsockname()[1]}"
-    rt = face(tmp_path, url)
+    rt = face(tmp_path, url, local_buffer="0")
     try:
         client = create_app(rt).test_client()
         r = client.get("/api/v1/query", query_string={"query": "up"})

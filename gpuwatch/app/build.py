@@ -39,13 +39,13 @@ from gpuwatch.notify.notifier import NOTIFY_METRICS, Notifier, NotifyStore
 from gpuwatch.notify.received import ReceivedAlerts
 from gpuwatch.notify.silences import Silences
 from gpuwatch.query import Engine
-from gpuwatch.query.backend import QueryBackend
+from gpuwatch.query.fallback import FallbackBackend
 from gpuwatch.query.remote import RemoteBackend
 from gpuwatch.remote.backlog import StoreBacklog
 from gpuwatch.remote.config import sent_labels
 from gpuwatch.remote.writers import REMOTE_METRICS, RemoteWriters
 from gpuwatch.rules.load import Group, RuleFileError
-from gpuwatch.rules.manager import RuleManager, configured_groups
+from gpuwatch.rules.manager import Query, RuleManager, configured_groups
 from gpuwatch.rules.restore import ForStateRestorer
 from gpuwatch.rules.roundcache import RoundCache
 from gpuwatch.rules.state import RuleStore
@@ -204,8 +204,19 @@ def build_runtime(settings: Settings, hostname: str, clock: Clock | None = None,
                 max_backlog_s=settings.retention,
                 logger=logging.getLogger("gpuwatch.remote"),
             )
+        face: FallbackBackend | None = None
         if settings.storage.remote is not None:
-            runtime.remote_queries = RemoteBackend(settings.storage.remote, settings)
+            # While the remote cannot be reached, pages and the API answer from the local store's
+            # last minutes, saying so; the rules do not (query/fallback.py).
+            face = FallbackBackend(
+                RemoteBackend(settings.storage.remote, settings),
+                runtime.queryable,
+                store,
+                settings,
+                clock,
+                buffer_s=settings.storage.remote.local_buffer_s,
+            )
+            runtime.remote_queries = face
         jobs.add("sample", runtime.sample, settings.sample_interval)
         jobs.add("push", runtime.repush, REEMIT_INTERVAL_S)
         jobs.add("host", runtime.sample_host, settings.host_interval)
@@ -217,7 +228,12 @@ def build_runtime(settings: Settings, hostname: str, clock: Clock | None = None,
         # The rules read the store, and gpuwatch's own latest figures from memory: on a full disk,
         # GpuwatchStoreWriteErrors fires from the write errors counted, not from what was stored.
         runtime.rules = build_manager(
-            settings, store, clock, runtime.queryable, remote=runtime.remote_queries, hostname=hostname
+            settings,
+            store,
+            clock,
+            runtime.queryable,
+            remote=face.instant_remote if face is not None else None,
+            hostname=hostname,
         )
         jobs.add("rules", runtime.rules.run_due, runtime.rules.min_interval_s)
         runtime.silences = Silences(
@@ -323,12 +339,12 @@ def build_manager(
     clock: Clock,
     queryable: Any,
     *,
-    remote: QueryBackend | None = None,
+    remote: Query | None = None,
     hostname: str = "",
 ) -> RuleManager:
     """Return the rule manager for `settings`; raise ConfigError naming every bad rule file.
 
-    With `remote` (storage.remote) the rules are evaluated there, as vmalert evaluates them: what they
+    With `remote` (storage.remote's instant query) the rules are evaluated there, as vmalert evaluates them: what they
     record and their ALERTS go to the local store and from it by remote write, and pending alerts'
     `for` state is restored from the remote's ALERTS_FOR_STATE at start."""
     try:
@@ -339,12 +355,12 @@ def build_manager(
         sent = dict(sent_labels(settings.external_labels, hostname))
         return RuleManager(
             store,
-            remote.instant,
+            remote,
             clock,
             groups,
             default_interval_s=settings.evaluation_interval,
             loader=lambda: configured_rule_groups(settings),
-            restorer=ForStateRestorer(remote.instant, sent),
+            restorer=ForStateRestorer(remote, sent),
         )
     cache = RoundCache(queryable)
     engine = Engine.configured(cache, settings, clock.monotonic)

@@ -426,8 +426,10 @@ OPTIONS: tuple[Option, ...] = (
         parse_storage,
         Storage(),
         "A remote store the pages, `/api/v1/*` and the rules read from and every sample is written to "
-        "(a gpuwatch face on VictoriaMetrics or Prometheus): `{remote: {query_url, write_url}}` with a "
-        "`remote_write` entry's credentials and TLS keys; see docs/scale.md.",
+        "(a gpuwatch face on VictoriaMetrics or Prometheus): `{remote: {query_url, write_url, local_buffer}}` "
+        "with a `remote_write` entry's credentials and TLS keys; `local_buffer` (default `15m`, `0`: off): while "
+        "`query_url` is unreachable the pages and `/api/v1/*` answer from the local store's last minutes with "
+        "a warning, and the rules skip their round; see docs/scale.md.",
     ),
     Option(
         "external_labels",

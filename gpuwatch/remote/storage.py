@@ -6,6 +6,7 @@ storage:
   remote:
     query_url: http://victoria-metrics:8428       # /api/v1/query, query_range, series, labels are added
     write_url: http://victoria-metrics:8428/api/v1/write
+    local_buffer: 15m   # while query_url is unreachable, the pages draw the local store's last 15m (0: not)
     # any key of a remote_write entry: headers, authorization, bearer_token(_file), basic_auth,
     # tls_config, remote_timeout, queue_config, write_relabel_configs, name (default: storage)
 ```
@@ -13,6 +14,8 @@ storage:
 The credentials and TLS settings are a `remote_write` entry's and serve both URLs. `write_url` is a
 remote_write destination like any other (its own watermark, named `storage` unless `name` says
 otherwise); without it, the rules' recorded series and `ALERTS` stay in the local store.
+`local_buffer`: how far back the pages and the API answer from the local store while `query_url` cannot
+be reached (query/fallback.py).
 """
 
 from __future__ import annotations
@@ -23,10 +26,12 @@ from urllib.parse import urlsplit
 
 from gpuwatch.collect.scrapeconfig import Auth, Tls
 from gpuwatch.core.errors import ConfigError
+from gpuwatch.core.units import format_duration, parse_duration
 from gpuwatch.remote.config import RemoteWrite, parse_destination
 
 DESTINATION_NAME = "storage"
-_OWN_KEYS = ("query_url", "write_url")
+_OWN_KEYS = ("query_url", "write_url", "local_buffer")
+LOCAL_BUFFER_S = 900.0  # 15 minutes: what a face shows of its own store while the remote is down
 _API_SUFFIXES = ("/api/v1/query", "/api/v1/query_range", "/api/v1/write", "/api/v1/")
 
 
@@ -40,10 +45,15 @@ class RemoteStorage:
     auth: Auth | None = None
     tls: Tls = Tls()
     write: RemoteWrite | None = None
+    local_buffer_s: float = LOCAL_BUFFER_S  # answered from the local store while unreachable (0: not)
 
     def public(self) -> dict[str, Any]:
         """What `/-/settings` shows: no secrets."""
-        return {"query_url": self.query_url, "write": self.write.public() if self.write is not None else None}
+        return {
+            "query_url": self.query_url,
+            "write": self.write.public() if self.write is not None else None,
+            "local_buffer": format_duration(self.local_buffer_s) if self.local_buffer_s else "0s",
+        }
 
 
 @dataclass(frozen=True)
@@ -100,6 +110,14 @@ def parse_storage(raw: object) -> Storage:
         raise _fail(f"{path}.query_url", "missing: the remote's query API, e.g. http://victoria-metrics:8428")
     query_url = _query_url(f"{path}.query_url", data["query_url"])
     write_url = _url(f"{path}.write_url", data["write_url"]) if data.get("write_url") is not None else None
+    buffer_s = LOCAL_BUFFER_S
+    if data.get("local_buffer") is not None:
+        try:
+            buffer_s = parse_duration(data["local_buffer"])
+        except ValueError:
+            raise _fail(
+                f"{path}.local_buffer", "expected a duration like 15m (0: no fallback)", data["local_buffer"]
+            ) from None
     rest = {k: v for k, v in data.items() if k not in _OWN_KEYS}
     rest.setdefault("name", DESTINATION_NAME)
     # The credentials and TLS are a remote_write entry's, read by its parser (the URL only stands in
@@ -112,5 +130,6 @@ def parse_storage(raw: object) -> Storage:
             auth=dest.auth,
             tls=dest.tls,
             write=dest if write_url is not None else None,
+            local_buffer_s=buffer_s,
         )
     )

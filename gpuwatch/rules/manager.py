@@ -22,6 +22,7 @@ from gpuwatch.core.clock import Clock
 from gpuwatch.core.errors import QueryError, StoreError
 from gpuwatch.core.model import STALE_NAN, Batch, Labels, Sample
 from gpuwatch.query import Scalar, Vector
+from gpuwatch.query.errors import RemoteUnavailable
 from gpuwatch.query.values import Result
 from gpuwatch.rules.config import BuiltinRules
 from gpuwatch.rules.evaluate import (
@@ -243,14 +244,12 @@ class RuleManager(AlertPersistence):
         start = self._clock.monotonic()
         transitions: list[Transition] = []
         n = len(g.group.rules)
+        skipped = False
         for i, rule in enumerate(g.group.rules):
             t0 = self._clock.monotonic()
             st = g.status[i]
             st.last_eval_ms = now_ms
-            if self._flush_owed and may_read(rule.expr, self._unflushed):
-                self._show(rule.expr)
-            elif self._store_owed and may_read(rule.expr, self._unflushed, by_name=False):
-                self._flush()
+            self._readable_by(rule.expr)
             try:
                 result = _samples(self._query(rule.expr, now_ms))
                 if rule.kind == "alert":
@@ -263,6 +262,13 @@ class RuleManager(AlertPersistence):
                     out = alert_series(g.alerts[i])
                 else:
                     out = record_samples(rule, result)
+            except RemoteUnavailable as e:
+                # The store cannot be asked: the round is skipped, as vmalert skips it, and every rule
+                # keeps its alerts as they were (none resolves for want of an answer).
+                self._skip(g, i, f"{e}; round skipped, alerts kept as they were")
+                st.duration_s = self._clock.monotonic() - t0
+                skipped = True
+                break
             except (QueryError, EvaluationError) as e:
                 st.health, st.last_error = "err", str(e)
                 with self._lock:
@@ -285,7 +291,8 @@ class RuleManager(AlertPersistence):
             st.duration_s = self._clock.monotonic() - t0
         if self._flush_owed:
             self._show(None)
-        self._to_restore.discard(g.group.key)
+        if not skipped:  # the `for` state is restored once the remote answers
+            self._to_restore.discard(g.group.key)
         g.last_eval_ms = now_ms
         g.duration_s = self._clock.monotonic() - start
         self._save(g)
@@ -300,6 +307,22 @@ class RuleManager(AlertPersistence):
             for listener in self._listeners:
                 listener(alerts, g.interval_s, now_ms)
         return transitions
+
+    def _skip(self, g: GroupState, first: int, error: str) -> None:
+        """Mark the group's rules from `first` on failed with `error`, unevaluated this round."""
+        for st in g.status[first:]:
+            st.health, st.last_error = "err", error
+            st.last_eval_ms = g.status[first].last_eval_ms
+        with self._lock:
+            self._failures[g.group.key] = self._failures.get(g.group.key, 0) + len(g.status) - first
+        log.warning("rules: group %s: %s", g.group.name, error)
+
+    def _readable_by(self, expr: str) -> None:
+        """Make what earlier rules recorded readable by `expr` where it may read it."""
+        if self._flush_owed and may_read(expr, self._unflushed):
+            self._show(expr)
+        elif self._store_owed and may_read(expr, self._unflushed, by_name=False):
+            self._flush()
 
     def _show(self, reader: str | None) -> None:
         """Make what recording rules appended readable by `reader` (None: any later group's rule).

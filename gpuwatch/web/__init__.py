@@ -7,7 +7,7 @@ from pathlib import Path
 from flask import Blueprint, Flask
 
 from gpuwatch.core.credentials import AccessFile
-from gpuwatch.web import admission
+from gpuwatch.web import admission, notices
 from gpuwatch.web.access import Gate, install
 from gpuwatch.web.alertmanager import bp as alertmanager_bp
 from gpuwatch.web.dash import alerts as dash_alerts
@@ -75,6 +75,7 @@ def create_app(runtime: WebRuntime) -> Flask:
     )
     app.extensions["gpuwatch"] = runtime
     app.json.sort_keys = False  # type: ignore[attr-defined]
+    notices.install(app)  # before any hook that may answer early
 
     access = runtime.access or AccessFile(None)  # None: no credentials file (tests, benches): loopback only
     install(app, Gate(runtime.settings, access, runtime.clock), access.session_key())

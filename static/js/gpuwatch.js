@@ -265,11 +265,30 @@
     }
     return fetch(url, opts);
   };
+  /** The one-line banner of a face whose remote store is down (base.html's #gw-remote): shown while
+   * answers come from the local buffer (header Gpuwatch-Answered-By: local-buffer, the line being the
+   * answer's first warning), dropped once one comes from the remote again. */
+  gw.remoteAnswer = function (by, body) {
+    var el = document.getElementById('gw-remote');
+    if (!el || !by) return;
+    if (by === 'local-buffer') {
+      var w = body && Array.isArray(body.warnings) && body.warnings.length ? body.warnings[0] : '';
+      if (w) gw.text(el, w);
+      el.hidden = false;
+    } else if (by === 'remote') {
+      el.hidden = true;
+    }
+  };
   /** GET a JSON API; resolves {ok, status, body} or {ok:false, offline:true} when nothing answers. */
   gw.getJson = function (url) {
     return gw.fetch(url).then(function (resp) {
       return resp.text().then(function (text) {
-        try { return { ok: resp.ok, status: resp.status, body: JSON.parse(text), text: text }; } catch (e) {
+        var by = resp.headers.get('Gpuwatch-Answered-By');
+        try {
+          var body = JSON.parse(text);
+          gw.remoteAnswer(by, body);
+          return { ok: resp.ok, status: resp.status, body: body, text: text };
+        } catch (e) {
           return { ok: false, status: resp.status, body: { error: 'HTTP ' + resp.status } };
         }
       });
