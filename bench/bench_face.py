@@ -12,8 +12,9 @@ as gpuwatch.js asks it (`query_range` over the range with its step for ~`--width
 end aligned to the step; `$__rate` 4 steps or 60 s, `$__today` the range) and the page twin's raw read
 (`read_overview` and the stale-GPU read), through `LocalBackend` (gpuwatch's engine over the store) and
 `RemoteBackend` (VictoriaMetrics' API). Per load: wall time, this process's CPU (the face's side: the
-requests, reading the answers, or the local engine), and VictoriaMetrics' CPU (/proc/PID/stat). The
-first load of each is cold (VictoriaMetrics' caches, gpuwatch's chunk cache), the rest warm. One
+requests, reading the answers, or the local engine), and VictoriaMetrics' CPU (/proc/PID/stat); then
+one more load under tracemalloc, whose peak is the memory a page load takes. The first load of each
+is cold (VictoriaMetrics' caches, gpuwatch's chunk cache), the rest warm. One
 process, no HTTP between the page and gpuwatch: what the face adds per page load, not the browser's.
 """
 
@@ -26,6 +27,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import tracemalloc
 from collections.abc import Callable
 from pathlib import Path
 
@@ -110,11 +112,15 @@ def measure(name: str, fn: Callable[[], int], vm_pid: int, loads: int) -> None:
         cpus.append(time.process_time() - c0)
         vms.append(cpu_s(vm_pid) - v0)
     warm = slice(1, None) if loads > 1 else slice(0, None)
+    tracemalloc.start()  # one more load, traced: the memory a page load takes at its peak (numpy's too)
+    fn()
+    peak_mib = tracemalloc.get_traced_memory()[1] / 2**20
+    tracemalloc.stop()
     print(
         f"{name:28s} cold {walls[0] * 1000:7.0f} ms (face CPU {cpus[0] * 1000:6.0f} ms, VM CPU {vms[0] * 1000:6.0f} ms)"
         f" | warm median {statistics.median(walls[warm]) * 1000:7.0f} ms (face CPU"
         f" {statistics.median(cpus[warm]) * 1000:6.0f} ms, VM CPU {statistics.median(vms[warm]) * 1000:6.0f} ms)"
-        f" | {points} points",
+        f" | {points} points | peak {peak_mib:.1f} MiB a load",
         flush=True,
     )
 
