@@ -297,3 +297,30 @@ def test_today_is_built_an_hour_at_a_time(tmp_path: Path) -> None:
         assert rows(Engine(s).range(q, T0 + HOUR_MS, end, HOUR_MS)) == rows(
             Engine(RawOnly(s)).range(q, T0 + HOUR_MS, end, HOUR_MS)
         )
+
+
+def test_a_span_mostly_not_built_is_read_from_samples_while_they_are_all_kept(
+    tmp_path: Path, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Making tier points from samples costs ~10x reading them: where most of a span is not built yet
+    and its raw samples are all kept, the engine reads samples; once the oldest raw days are gone,
+    their points answer, and the rest is made from samples."""
+    monkeypatch.setattr("gpuwatch.store.tierbuild.BATCH_SAMPLES", 10_000)  # a series a batch
+    keep_s = (NOW - (T0 + 2 * DAY_MS)) / 1000  # raw samples from day 3 on
+    with Store.open(tmp_path / "d", clock=clock, retention_s=keep_s) as store:
+        fill(store)
+        span = (T0, T0 + DAYS * DAY_MS)
+        assert store.select_tiers(UTIL, HOUR_MS, *span) is None  # nothing built, all raw kept
+        while built_ms(store) != T0 + 2 * DAY_MS:  # days 1 and 2 only
+            assert store.build_tiers(max_batches=1)
+        assert store.select_tiers(UTIL, HOUR_MS, *span) is None  # 4 of 6 days not built: samples
+        raw = Engine(RawOnly(store)).range("max_over_time(util[1h])", T0 + HOUR_MS, span[1], HOUR_MS)
+        store.apply_retention(NOW)  # days 1-2's raw samples go
+        got = store.select_tiers(UTIL, HOUR_MS, *span)
+        assert got is not None and len(got) == 3
+        assert all(int(s.points.end_ms[0]) == T0 + HOUR_MS for s in got)  # days 1-2 from their points
+        tiered = Engine(store).range("max_over_time(util[1h])", T0 + HOUR_MS, span[1], HOUR_MS)
+        assert isinstance(tiered, Matrix) and isinstance(raw, Matrix)
+        for a, b in zip(tiered, raw, strict=True):  # the same answer as before the raw days went
+            assert np.array_equal(a.timestamps_ms, b.timestamps_ms)
+            np.testing.assert_array_equal(a.values, b.values)

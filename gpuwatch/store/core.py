@@ -90,6 +90,7 @@ class Store(SeriesSelection, SideTables, AppendedReads):
         self._tier_retention_s = dict(tier_retention_s)
         self._size_cap_bytes = size_cap_bytes  # 0: none (an in-memory store has no file to cap)
         self._built_ms = None
+        self._raw_floor = None
         self._path = path
         self._lock = lock
         self._writer = writer
@@ -286,7 +287,9 @@ class Store(SeriesSelection, SideTables, AppendedReads):
 
     def apply_retention(self, now_ms: int) -> int:
         """Delete samples older than the retention period and series left empty; return samples deleted."""
-        cutoff = now_ms - int(self._retention_s * 1000)
+        # On the minute: a deleted sample's 1-minute bucket then ends at or before every kept sample
+        # (`SeriesSelection._raw_floor_ms` tells from that whether raw samples were deleted).
+        cutoff = (now_ms - int(self._retention_s * 1000)) // MINUTE_MS * MINUTE_MS
         tier_cutoffs = {res: now_ms - int(keep_s * 1000) for res, keep_s in self._tier_retention_s.items()}
         writer = self._need_writer()
         path = self._path
@@ -302,7 +305,9 @@ class Store(SeriesSelection, SideTables, AppendedReads):
             history_table.delete_before(writer._cur, cutoff)
             return deleted
 
-        return int(self._ask(apply))
+        deleted = int(self._ask(apply))
+        self._raw_floor = None  # read again: the oldest raw samples may be gone
+        return deleted
 
     def _need_writer(self) -> Writer:
         if self._writer is None:

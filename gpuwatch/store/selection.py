@@ -39,6 +39,7 @@ class SeriesSelection:
     _head_index: HeadIndex | None
     _matched: tuple[Snapshot | None, dict[tuple[Matcher, ...], list[Entry]]]
     _built_ms: int | None  # a read-only store's `tier_state`, read once (-1: none built)
+    _raw_floor: int | None  # the oldest chunk's first timestamp (`_raw_floor_ms`), None: not read yet
 
     def _cursor(self) -> duckdb.DuckDBPyConnection:
         raise NotImplementedError
@@ -120,6 +121,32 @@ class SeriesSelection:
                 out.append(SeriesData(e.name, e.labels, st[-1:], sv[-1:]))
         return out
 
+    def _raw_floor_ms(self) -> int:
+        """From when on raw samples are all kept; read once, and again after each retention.
+
+        Retention deletes raw samples only where tier points exist, and up to a whole minute (by age)
+        or day (by size). So where the oldest tier point's bucket ends after the oldest raw sample,
+        nothing was deleted (a point's bucket ends at or after its samples): all raw is kept. Else
+        raw samples are kept from the oldest one on."""
+        floor = self._raw_floor
+        if floor is None:
+            with self._gate.reading():
+                row = (
+                    self._cursor()
+                    .execute(
+                        "SELECT least((SELECT min(t_min_ms) FROM chunks), (SELECT min(t_ms) FROM head)), "
+                        f"least({', '.join(f'(SELECT min(t_min_ms) FROM {t})' for t in tierrows.TABLE.values())})"
+                    )
+                    .fetchone()
+                )
+            raw, tier = row if row else (None, None)
+            if tier is None or (raw is not None and tier > raw):
+                floor = -(2**62)  # nothing deleted
+            else:
+                floor = 2**62 if raw is None else raw
+            self._raw_floor = floor
+        return int(floor)
+
     def _tiers_built(self) -> int | None:
         """The end of the last day whose tier points are all built (None: none is)."""
         if self._writer is not None:
@@ -131,16 +158,20 @@ class SeriesSelection:
 
     def select_tiers(
         self, matchers: Sequence[Matcher], res_ms: int, start_ms: int, end_ms: int
-    ) -> list[TierSeries]:
+    ) -> list[TierSeries] | None:
         """Return the matching series' tier points of resolution `res_ms` (core.tiers), those of the
         buckets ending in (start_ms, end_ms] (multiples of `res_ms`): read from the tier rows for the
-        days they are built for, made from the raw samples for the rest (tierbuild.py)."""
+        days they are built for, made from the raw samples for the rest (tierbuild.py). None where
+        most of the span is not built yet and raw samples still cover all of it: making points from
+        samples costs ~10x reading them (bench/README.md, "Face"), so the engine reads samples then."""
+        built = self._tiers_built()
+        split = start_ms if built is None else min(max(built, start_ms), end_ms)
+        if 2 * (end_ms - split) > end_ms - start_ms and start_ms >= self._raw_floor_ms():
+            return None
         entries = self._match(matchers)
         if not entries or end_ms <= start_ms:
             return []
         ids = [e.series_id for e in entries]
-        built = self._tiers_built()
-        split = start_ms if built is None else min(max(built, start_ms), end_ms)
         try:
             stored: dict[int, TierPoints] = {}
             if split > start_ms:
