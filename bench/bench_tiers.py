@@ -77,9 +77,16 @@ def step_for(span_s: float, width_px: int = 1200) -> int:
     return next((s for s in NICE_STEPS if s >= raw), -(-int(raw) // DAY_S) * DAY_S)
 
 
-def series_of(gpus: int, days: int, every_s: int = 15) -> Any:
-    """(name, labels, timestamps, values) of every bench series, one GPU at a time."""
-    t = querydata.timestamps(days)[: -1 : max(1, every_s // 15)] + OFF_GRID_MS
+def shift_ms(days: int) -> int:
+    """Whole days to move querydata's span back by so that it ends before now: VictoriaMetrics drops
+    samples more than two days in the future (a year from querydata.T0_MS is)."""
+    ahead = querydata.T0_MS + days * DAY_S * 1000 - int(time.time() * 1000)
+    return max(0, -(-ahead // (DAY_S * 1000))) * DAY_S * 1000
+
+
+def series_of(gpus: int, days: int, every_s: int = 15, back_ms: int = 0) -> Any:
+    """(name, labels, timestamps, values) of every bench series, one GPU at a time, `back_ms` earlier."""
+    t = querydata.timestamps(days)[: -1 : max(1, every_s // 15)] + OFF_GRID_MS - back_ms
     for g in range(gpus):
         values = querydata.gpu_series(g, t)
         for name in METRICS:
@@ -91,7 +98,7 @@ def load_gpuwatch(args: argparse.Namespace, work: Path, now_s: float) -> dict[st
     t0 = time.perf_counter()
     store = Store.open(work / "gpuwatch", clock=clock, retention_s=14 * DAY_S)
     n = 0
-    for name, labels, t, v in series_of(args.gpus, args.days, args.every):
+    for name, labels, t, v in series_of(args.gpus, args.days, args.every, args.back_ms):
         store.append_series(name, make_labels(labels), t, v)
         n += v.size
     store.flush()
@@ -145,7 +152,7 @@ def load_vm(args: argparse.Namespace, work: Path) -> tuple[subprocess.Popen[Any]
     proc, base = start_vm(work / "vm")
     t0 = time.perf_counter()
     with requests.Session() as session:
-        for name, labels, t, v in series_of(args.gpus, args.days, args.every):
+        for name, labels, t, v in series_of(args.gpus, args.days, args.every, args.back_ms):
             line = orjson.dumps(
                 {"metric": {"__name__": name, **labels}, "values": v, "timestamps": t},
                 option=orjson.OPT_SERIALIZE_NUMPY,
@@ -188,7 +195,8 @@ def compare(a: dict[Any, dict[int, float]], b: dict[Any, dict[int, float]]) -> s
 
 
 def run(args: argparse.Namespace, work: Path) -> None:
-    end_s = querydata.T0_MS / 1000 + args.days * DAY_S
+    args.back_ms = shift_ms(args.days)
+    end_s = (querydata.T0_MS - args.back_ms) / 1000 + args.days * DAY_S
     now_s = end_s + 600
     load_gpuwatch(args, work, now_s)
     vm = None
