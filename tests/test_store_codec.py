@@ -140,3 +140,27 @@ def test_regular_timestamps_take_17_bytes_and_old_blobs_still_decode() -> None:
 def test_decode_chunks_empty() -> None:
     t, v = decode_chunks(np.zeros(0, np.int64), [], [])
     assert t.size == 0 and v.size == 0
+
+
+@settings(max_examples=150, deadline=None)
+@given(c=chunk(), extra=st.integers(-(2**63), 2**63 - 1))
+def test_a_row_of_columns_round_trips_bit_for_bit(c: tuple[np.ndarray, np.ndarray, bool], extra: int) -> None:
+    t, v, _ = c
+    ints = np.r_[t, np.int64(extra)]
+    floats = np.r_[v, codec_float(extra)]
+    buf = b"".join([codec.pack_int_column(ints), codec.pack_float_column(floats), b"tail"])
+    got_i, pos = codec.unpack_column(buf, 0, ints.size)
+    got_f, pos = codec.unpack_column(buf, pos, floats.size)
+    assert got_i.dtype == np.int64 and got_i.tolist() == ints.tolist()
+    assert got_f.dtype == np.float64 and _bits(got_f) == _bits(floats)
+    assert buf[pos:] == b"tail"
+
+
+def codec_float(bits: int) -> float:
+    """Any float64, NaN payloads included, from 64 bits."""
+    return float(np.array([bits], np.int64).view(np.float64)[0])
+
+
+def test_short_decimals_take_a_byte_or_two_a_value() -> None:
+    v = np.round(np.random.default_rng(1).normal(250, 30, 1440), 1)  # watts to a tenth, a day of minutes
+    assert len(codec.pack_float_column(v)) < 2 * v.size + 16 < 8 * v.size

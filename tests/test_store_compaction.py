@@ -64,11 +64,11 @@ def test_a_closed_window_merges_in_batches_and_a_failed_batch_leaves_the_rest_fo
     calls: list[int] = []
     merge_block = rewrite.merge_block
 
-    def failing_second(found: list[tuple[int, int, int, bytes, bytes]]) -> list[ChunkRow]:
+    def failing_second(found: list[tuple[int, int, int, bytes, bytes]], window_ms: int) -> list[ChunkRow]:
         calls.append(found[0][0])
         if len(calls) == 2:
             raise duckdb.OutOfMemoryException("Out of Memory Error: could not allocate block")
-        return merge_block(found)
+        return merge_block(found, window_ms)
 
     monkeypatch.setattr(rewrite, "merge_block", failing_second)
     fill(store, ["a"], gpus=4, ticks=1, t0=2 * hour, step=1000)  # the window 0-2 h closes
@@ -96,7 +96,7 @@ def test_a_merge_that_fails_at_close_loses_nothing_and_is_no_error(
         fill(store, ["a"], gpus=2, ticks=60, t0=k * hour, step=1000)
         store.compact()
 
-    def failing(found: list[tuple[int, int, int, bytes, bytes]]) -> list[ChunkRow]:
+    def failing(found: list[tuple[int, int, int, bytes, bytes]], window_ms: int) -> list[ChunkRow]:
         raise duckdb.OutOfMemoryException("Out of Memory Error: could not allocate block")
 
     monkeypatch.setattr(rewrite, "merge_block", failing)
@@ -157,22 +157,23 @@ def test_many_readers_during_a_compaction_all_answer_within_duckdbs_memory_cap(
 def test_compaction_of_a_store_with_many_chunks_stays_within_duckdbs_memory_cap(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # 500,000 chunks (1,400 series x 15 days of 2 h windows) under a 16 MB cap. Finding the windows to merge
+    # 504,000 chunks (1,400 series x 360 closed days) under a 16 MB cap. Finding the windows to merge
     # with a distinct count per window needed more than the cap (at the real 64 MB: ~2 M chunks, a month of
-    # 5,600 series) and compaction failed at every try; the windows that do need merging still merge.
+    # 5,600 series of 2-hour chunks) and compaction failed at every try; the windows that do need merging
+    # still merge.
     from gpuwatch.store import core
-    from gpuwatch.store.chunking import WINDOW_MS
+    from gpuwatch.store.chunking import DAY_WINDOW_MS, WINDOW_MS
 
     monkeypatch.setattr(core, "MEMORY_LIMIT_MB", 16)
-    w0 = 1_793_491_200_000 // WINDOW_MS * WINDOW_MS - 180 * WINDOW_MS
-    clock = FakeClock(w0 / 1000 + 181 * 7200)
+    w0 = 1_793_491_200_000 // DAY_WINDOW_MS * DAY_WINDOW_MS + 4 * WINDOW_MS  # today, 08:00
+    clock = FakeClock(w0 / 1000 + 3 * 7200)
     Store.open(tmp_path, clock=clock).close()
     con = duckdb.connect(str(tmp_path / core.DB_FILE))
     con.execute(
         "INSERT INTO chunks (series_id, t_min_ms, t_max_ms, n, seq, ts, vs, h) "
         "SELECT (1000 + i // 360)::INTEGER, ? + (i % 360) * ?, ? + (i % 360) * ? + 1000, 1, i, "
         "'\\x00'::BLOB, '\\x00'::BLOB, 0 FROM range(504000) t(i)",
-        [w0 - 180 * WINDOW_MS, WINDOW_MS, w0 - 180 * WINDOW_MS, WINDOW_MS],
+        [w0 - 361 * DAY_WINDOW_MS, DAY_WINDOW_MS, w0 - 361 * DAY_WINDOW_MS, DAY_WINDOW_MS],
     )
     con.close()
     with Store.open(tmp_path, clock=clock, flush_interval_s=3600) as store:
@@ -183,4 +184,4 @@ def test_compaction_of_a_store_with_many_chunks_stays_within_duckdbs_memory_cap(
             store.compact()
         (sd,) = store.select([Matcher("__name__", "=", "temp")], w0, w0 + 2 * WINDOW_MS)
         assert sd.timestamps_ms.tolist() == t.tolist() and sd.values.tolist() == (t / 1e3).tolist()
-        assert store.stats()["chunks"] == 504_000 + 2  # the others' and one of temp's in each window
+        assert store.stats()["chunks"] == 504_000 + 1 + 2  # the others', temp's closed window and open one

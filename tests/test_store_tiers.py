@@ -96,6 +96,34 @@ def test_points_round_trip_through_a_row() -> None:
             assert np.array_equal(a, b, equal_nan=True)
 
 
+def test_rows_in_the_fixed_width_form_before_still_decode() -> None:
+    import cramjam
+
+    rng = np.random.default_rng(4)
+    t = np.sort(rng.choice(np.arange(1, DAY_MS // 1000), 3000, replace=False)).astype(np.int64) * 1000
+    v = np.round(rng.random(t.size) * 100, 1)
+    v[::50] = np.nan
+    p = build(t, v, MINUTE_MS)
+    # As the release before wrote a row: fixed-width columns, the floats byte-shuffled, one zstd frame.
+    floats = np.stack([p.sum, p.min, p.max, p.first_v, p.last_v, p.correction]).astype("<f8")
+    body = b"".join(
+        [
+            np.diff(p.end_ms, prepend=np.int64(0)).astype("<i8").tobytes(),
+            p.n.astype("<i4").tobytes(),
+            (p.end_ms - p.first_t).astype("<i4").tobytes(),
+            (p.end_ms - p.last_t).astype("<i4").tobytes(),
+            np.ascontiguousarray(floats.reshape(-1).view(np.uint8).reshape(-1, 8).T).tobytes(),
+            np.packbits(p.stale_after).tobytes(),
+        ]
+    )
+    old = bytes(cramjam.zstd.compress(body, 3))
+    new = encode_points(p)
+    assert len(new) < len(old)
+    for blob in (old, new):
+        for a, b in zip(p, decode_points(blob, p.size), strict=True):
+            assert a.dtype == b.dtype and np.array_equal(a, b, equal_nan=True)
+
+
 def test_closed_days_are_built_and_equal_points_made_from_the_samples(store: Store) -> None:
     fill(store)
     assert store.build_tiers() is False

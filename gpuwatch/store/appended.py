@@ -50,7 +50,8 @@ DuckDB's zone maps skip the rest), and chunk rows whose seqs reach past it: thei
 those rows' samples decoded. A caught-up sender reads the last flushes' head rows (2,000 new samples over 2,000
 series in a store of 1 M: ~5 ms); after a compaction, once, the rows it wrote for the series written
 since the watermark (~40 ms there). Catching up after a long outage, each call also decodes the
-`seqs` of the rows straddling the watermark (about one window's per series) again.
+`seqs` of the rows straddling the watermark (about one window's per series, a day's in a closed day)
+again.
 """
 
 from __future__ import annotations

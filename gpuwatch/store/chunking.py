@@ -17,8 +17,12 @@ from gpuwatch.store.codec import (
 )
 
 # Chunks never straddle a window, so merging and retention work window by window. Two hours, as in
-# Prometheus: 7,200 samples of a 1 s series, big enough for the encoders to find their runs.
+# Prometheus: 7,200 samples of a 1 s series, big enough for the encoders to find their runs. Once a
+# UTC day is over, its windows are merged into one chunk per series and day (rewrite.py): a year of a
+# lab's series is then 2 M chunks rather than 25 M (the index in memory, 36 B a chunk), and the
+# encoders find longer runs (bench/README.md, "Bytes").
 WINDOW_MS = 2 * 3600 * 1000
+DAY_WINDOW_MS = 24 * 3600 * 1000
 _BLOCK = 1 << 16  # encode_many encodes at most about this many samples in one numpy pass (memory)
 
 
@@ -74,12 +78,17 @@ def _seqs_blob(seq: int, seqs: np.ndarray) -> tuple[bytes | None, int | None]:
 
 
 def encode_series(
-    series_id: int, t_ms: np.ndarray, values: np.ndarray, seq: int, seqs: np.ndarray | None = None
+    series_id: int,
+    t_ms: np.ndarray,
+    values: np.ndarray,
+    seq: int,
+    seqs: np.ndarray | None = None,
+    window_ms: int = WINDOW_MS,
 ) -> list[ChunkRow]:
-    """Encode sorted, duplicate-free samples of one series into one row per window; `seqs`: each
-    sample's own write seq (at most `seq`), where they differ."""
+    """Encode sorted, duplicate-free samples of one series into one row per window of `window_ms`;
+    `seqs`: each sample's own write seq (at most `seq`), where they differ."""
     rows = []
-    windows = t_ms // WINDOW_MS
+    windows = t_ms // window_ms
     cuts = np.flatnonzero(windows[1:] != windows[:-1]) + 1
     for lo, hi in zip(np.r_[0, cuts], np.r_[cuts, t_ms.size], strict=True):
         t, v = t_ms[lo:hi], values[lo:hi]
@@ -120,8 +129,9 @@ def encode_many(
     values: np.ndarray,
     seqs: np.ndarray,
     own_seqs: np.ndarray | None = None,
+    window_ms: int = WINDOW_MS,
 ) -> list[ChunkRow]:
-    """`encode_series` of many series at once, the same rows: samples sorted by (series, time) without
+    """`encode_series` of many series at once, the same rows (windows of `window_ms`): samples sorted by (series, time) without
     duplicate timestamps; each series' rows get the highest of its samples' `seqs`, and keep each
     sample's own write seq (`own_seqs`, default `seqs`) where they differ from the row's.
 
@@ -136,7 +146,7 @@ def encode_many(
     new_series = ids[1:] != ids[:-1]
     series_starts = np.r_[0, np.flatnonzero(new_series) + 1]
     series_seq = np.maximum.reduceat(seqs.astype(np.int64, copy=False), series_starts)
-    windows = t_ms // WINDOW_MS
+    windows = t_ms // window_ms
     starts = np.r_[0, np.flatnonzero(new_series | (windows[1:] != windows[:-1])) + 1]
     lens = np.diff(np.r_[starts, n])
     seg_seq = series_seq[np.searchsorted(series_starts, starts, side="right") - 1]

@@ -289,3 +289,127 @@ def encode_values_rows(v: np.ndarray) -> list[bytes]:
         else:
             out[row] = pack(_DECIMAL, e, 2 if two else 1, 0) + blob
     return out
+
+
+# -- columns of one row, for a caller that compresses them together (tierrows.py) -------------------
+# A column is a 4-byte header (kind, decimals, delta order, width) and its integers narrowed to
+# `width` bytes and byte-shuffled, uncompressed: the caller compresses a row's columns as one. Floats
+# are stored as decimals where most are within a few units in the last place of one (sums of
+# decimals are: the units off are a column of their own, mostly zeros; an exception list, as in
+# `encode_values`, keeps the others bit for bit), else as their bits.
+
+_COLUMN = struct.Struct("<BBBB")
+_COL_INT, _COL_DECIMAL, _COL_BITS = 0, 1, 2
+_DECIMAL_EXTRA = struct.Struct("<IB")  # exceptions, width of the units-off column (0: all on)
+_MAX_ULPS = 1 << 10  # a decimal column's value may be this many units in the last place off
+
+
+def _shuffle(u: np.ndarray) -> tuple[int, bytes]:
+    top = int(u.max()) if u.size else 0
+    width = 1 if top < 1 << 8 else 2 if top < 1 << 16 else 4 if top < 1 << 32 else 8
+    planes = u.astype(f"<u{width}", copy=False).view(np.uint8).reshape(-1, width).T
+    return width, np.ascontiguousarray(planes).tobytes()
+
+
+def _unshuffle(buf: bytes, pos: int, n: int, width: int) -> np.ndarray:
+    if width == 1:
+        return np.frombuffer(buf, np.uint8, count=n, offset=pos).astype(np.uint64)
+    planes = np.frombuffer(buf, np.uint8, count=width * n, offset=pos).reshape(width, n)
+    return np.ascontiguousarray(planes.T).view(f"<u{width}").reshape(n).astype(np.uint64)
+
+
+def _pack_deltas(d: np.ndarray, order: int) -> tuple[int, bytes]:
+    """Differences of order `order`: the first `order` (large: the column's start) as int64, the
+    rest narrowed and shuffled; (width, bytes)."""
+    width, body = _shuffle(_zigzag(d[order:]))
+    return width, d[:order].astype("<i8").tobytes() + body
+
+
+def _unpack_deltas(buf: bytes, pos: int, n: int, width: int, order: int) -> tuple[np.ndarray, int]:
+    lead = min(order, n)
+    head = np.frombuffer(buf, "<i8", count=lead, offset=pos)
+    pos += 8 * lead
+    x = np.concatenate([head, _unzigzag(_unshuffle(buf, pos, n - lead, width))])
+    for _ in range(order):  # int64 sums wrap as the differences did; arrays do not warn
+        x = np.cumsum(x)
+    return x, pos + width * (n - lead)
+
+
+def _narrowest(x: np.ndarray) -> tuple[int, np.ndarray]:
+    """The delta order (0-2) whose differences of `x` are smallest, and those differences."""
+    best = (0, x)
+    cost = _cost(np.r_[np.int64(0), x])
+    for order in (1, 2):
+        d = _diff(x, order)
+        c = _cost(np.r_[np.int64(0), d])
+        if c < cost:
+            best, cost = (order, d), c
+    return best
+
+
+def pack_int_column(x: np.ndarray) -> bytes:
+    """One int64 column (module note above)."""
+    order, d = _narrowest(x.astype(np.int64, copy=False))
+    width, body = _pack_deltas(d, order)
+    return _COLUMN.pack(_COL_INT, 0, order, width) + body
+
+
+def _decimal_ulps(v: np.ndarray) -> tuple[int, np.ndarray, np.ndarray, np.ndarray] | None:
+    """As `_decimal_fit`, but a value may lie a few units in the last place off its decimal (a sum
+    of decimals, as the tiers' are): the smallest exponent for which most values do, the integers,
+    the units off (`bits(v) - bits(int / 10**e)`) and which values fit."""
+    bits = v.view(np.int64)
+    with np.errstate(invalid="ignore", over="ignore"):
+        for e in range(_MAX_DECIMALS + 1):
+            scale = 10.0**e
+            scaled = np.rint(v * scale)
+            ints = np.where(np.abs(scaled) < _MAX_EXACT, scaled, 0.0).astype(np.int64)
+            off = bits - (ints.astype(np.float64) / scale).view(np.int64)
+            ok = (np.abs(off) <= _MAX_ULPS) & np.isfinite(v) & (np.abs(scaled) < _MAX_EXACT)
+            if ok.sum() >= (1.0 - _EXCEPTION_SHARE) * v.size:
+                return e, ints, np.where(ok, off, 0), ok
+    return None
+
+
+def pack_float_column(v: np.ndarray) -> bytes:
+    """One float64 column, every bit pattern kept (module note above)."""
+    v = np.ascontiguousarray(v, dtype=np.float64)
+    fit = _decimal_ulps(v) if v.size else None
+    if fit is None:
+        width, body = _shuffle(v.view(np.uint64))
+        return _COLUMN.pack(_COL_BITS, 0, 0, width) + body
+    decimals, ints, off, ok = fit
+    order, d = _narrowest(_fill_forward(ints, ok))
+    width, body = _pack_deltas(d, order)
+    bad = np.flatnonzero(~ok).astype("<u4")
+    off_width, off_body = _shuffle(_zigzag(off)) if off.any() else (0, b"")
+    extra = _DECIMAL_EXTRA.pack(bad.size, off_width) + bad.tobytes() + v[bad].astype("<f8").tobytes()
+    return _COLUMN.pack(_COL_DECIMAL, decimals, order, width) + extra + off_body + body
+
+
+def unpack_column(buf: bytes, pos: int, n: int) -> tuple[np.ndarray, int]:
+    """The `n` values of the column at `pos` of `buf` (int64 or float64, as packed), and the position
+    after it."""
+    kind, decimals, order, width = _COLUMN.unpack_from(buf, pos)
+    pos += _COLUMN.size
+    if kind == _COL_BITS:
+        return _unshuffle(buf, pos, n, width).view(np.float64), pos + width * n
+    if kind == _COL_INT:
+        return _unpack_deltas(buf, pos, n, width, order)
+    n_bad, off_width = _DECIMAL_EXTRA.unpack_from(buf, pos)
+    pos += _DECIMAL_EXTRA.size
+    bad = np.frombuffer(buf, "<u4", count=n_bad, offset=pos)
+    pos += 4 * n_bad
+    raw = np.frombuffer(buf, "<f8", count=n_bad, offset=pos)
+    pos += 8 * n_bad
+    off = None
+    if off_width:
+        off = _unzigzag(_unshuffle(buf, pos, n, off_width))
+        pos += off_width * n
+    ints, pos = _unpack_deltas(buf, pos, n, width, order)
+    values = ints.astype(np.float64) / 10.0**decimals
+    if off is not None:
+        values = (values.view(np.int64) + off).view(np.float64)
+    if n_bad:
+        values[bad] = raw
+    return values, pos

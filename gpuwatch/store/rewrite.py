@@ -1,5 +1,5 @@
 """How the writer rewrites the chunks table: the head written as chunks, the chunks of closed windows
-merged into one per series, retention's deletes and trims, and an import's rows moved to live series ids (writer.py runs them on its
+merged into one per series (and of closed days into one per series and day), retention's deletes and trims, and an import's rows moved to live series ids (writer.py runs them on its
 thread and keeps the bookkeeping)."""
 
 from __future__ import annotations
@@ -7,13 +7,14 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator
 from operator import itemgetter
-from typing import Any
+from typing import Any, NamedTuple
 
 import duckdb
 import numpy as np
 
 from gpuwatch.store import sqlrows
 from gpuwatch.store.chunking import (
+    DAY_WINDOW_MS,
     WINDOW_MS,
     ChunkRow,
     dedupe_sorted,
@@ -44,37 +45,60 @@ def head_chunks(cur: duckdb.DuckDBPyConnection) -> list[ChunkRow]:
     return encode_many(*_without_overwritten(cur, *samples))
 
 
-def merge_batches(cur: duckdb.DuckDBPyConnection) -> Iterator[tuple[int, int, list[int]]]:
-    """(window start, window end, series ids) for each batch of series to merge in the closed windows:
-    those where a series has more than one chunk, ~MERGE_BYTES of chunks a batch.
+def merge_batches(cur: duckdb.DuckDBPyConnection) -> Iterator[Merge]:
+    """The batches of series to merge: in today's closed 2-hour windows, those where a series has more
+    than one chunk, then, newest day first, each closed UTC day where a series has more than one
+    (its windows become one day chunk; a late sample's chunk is merged in again); ~MERGE_BYTES of
+    chunks a batch.
 
     A window's chunks were read whole in one statement: after an hour of 36,000 series (20 vLLM
     targets and 64 GPUs) that is ~50 MB of blobs, past DuckDB's 64 MB cap with the sort, and every
     compaction failed from then on. A batch holds about `MERGE_BYTES` of blobs and commits on its own
     (`merge_series`; a crash between batches leaves the rest for the next compaction)."""
     newest = sqlrows.scalar(cur, "SELECT coalesce(max(t_max_ms), 0) FROM chunks")
-    # The closed windows where a series has more than one chunk. Grouped by (window, series), which
-    # DuckDB can spill to disk: a distinct count of series per window needed more than its 64 MB cap
-    # here at ~2 M chunks (5,600 series over 30 days), and compaction then failed at every try.
-    windows = cur.execute(
-        "SELECT DISTINCT win FROM (SELECT t_min_ms // ? AS win FROM chunks WHERE t_min_ms < ? "
-        "GROUP BY win, series_id HAVING count(*) > 1) ORDER BY win",
-        [WINDOW_MS, newest // WINDOW_MS * WINDOW_MS],
-    ).fetchall()
-    for (win,) in windows:
-        lo, hi = win * WINDOW_MS, (win + 1) * WINDOW_MS
-        sizes = cur.execute(
-            "SELECT series_id, sum(octet_length(ts) + octet_length(vs)) AS bytes FROM chunks "
-            "WHERE t_min_ms >= ? AND t_min_ms < ? GROUP BY series_id HAVING count(*) > 1 "
-            "ORDER BY series_id",
-            [lo, hi],
-        ).fetchnumpy()
-        for sids in _batches(np.asarray(sizes["series_id"]), np.asarray(sizes["bytes"])):
-            yield lo, hi, sids
+    closed = newest // WINDOW_MS * WINDOW_MS  # windows before it are over ...
+    today = closed // DAY_WINDOW_MS * DAY_WINDOW_MS  # ... and days before it
+    # Grouped by (window, series), which DuckDB can spill to disk: a distinct count of series per
+    # window needed more than its 64 MB cap here at ~2 M chunks (5,600 series over 30 days), and
+    # compaction then failed at every try.
+    for window_ms, lo_ms, hi_ms, order in (
+        (WINDOW_MS, today, closed, "ASC"),
+        (DAY_WINDOW_MS, 0, today, "DESC"),
+    ):
+        windows = cur.execute(
+            f"SELECT DISTINCT win FROM (SELECT t_min_ms // ? AS win FROM chunks WHERE t_min_ms >= ? "
+            f"AND t_min_ms < ? GROUP BY win, series_id HAVING count(*) > 1) ORDER BY win {order}",
+            [window_ms, lo_ms, hi_ms],
+        ).fetchall()
+        for (win,) in windows:
+            lo, hi = win * window_ms, (win + 1) * window_ms
+            sizes = cur.execute(
+                "SELECT series_id, sum(octet_length(ts) + octet_length(vs)) AS bytes FROM chunks "
+                "WHERE t_min_ms >= ? AND t_min_ms < ? GROUP BY series_id HAVING count(*) > 1 "
+                "ORDER BY series_id",
+                [lo, hi],
+            ).fetchnumpy()
+            for sids, nbytes in _batches(np.asarray(sizes["series_id"]), np.asarray(sizes["bytes"])):
+                yield Merge(lo, hi, sids, nbytes)
+
+
+class Merge(NamedTuple):
+    """Merge series `sids`' chunks starting in [lo_ms, hi_ms), a window or a day, into one each
+    (`nbytes` of chunks)."""
+
+    lo_ms: int
+    hi_ms: int
+    sids: list[int]
+    nbytes: int
+
+    @property
+    def is_day(self) -> bool:
+        return self.hi_ms - self.lo_ms == DAY_WINDOW_MS
 
 
 def merge_series(cur: duckdb.DuckDBPyConnection, lo: int, hi: int, sids: list[int]) -> None:
-    """Merge series `sids`' chunks that start in [lo, hi) into one per series, in one transaction."""
+    """Merge series `sids`' chunks that start in [lo, hi) (a window, or a day) into one per series,
+    in one transaction."""
     listed = ",".join(map(str, sids))
     found = cur.execute(
         f"SELECT series_id, seq, n, ts, vs, seqs, seq_lo FROM chunks WHERE t_min_ms >= ? AND t_min_ms < ? "
@@ -85,10 +109,11 @@ def merge_series(cur: duckdb.DuckDBPyConnection, lo: int, hi: int, sids: list[in
     found.sort(key=itemgetter(0, 1))
     merged: list[ChunkRow] = []
     start, size = 0, 0
+    window_ms = hi - lo
     for i, row in enumerate(found):  # decode and re-encode about MERGE_BLOCK samples at a time
         size += row[2]
         if i + 1 == len(found) or (size >= MERGE_BLOCK and found[i + 1][0] != row[0]):
-            merged.extend(merge_block(found[start : i + 1]))
+            merged.extend(merge_block(found[start : i + 1], window_ms))
             start, size = i + 1, 0
     cur.execute("BEGIN TRANSACTION")
     try:
@@ -159,9 +184,9 @@ def move_series(cur: duckdb.DuckDBPyConnection, moved: dict[int, int]) -> None:
             cur.unregister("gpuwatch_moved")
 
 
-def merge_block(found: list[tuple[Any, ...]]) -> list[ChunkRow]:
+def merge_block(found: list[tuple[Any, ...]], window_ms: int = WINDOW_MS) -> list[ChunkRow]:
     """Merge the chunks (series_id, seq, n, ts, vs, seqs, seq_lo) of whole series into one row per
-    series and window. The newest row wins a repeated timestamp (as reads decide it); each sample
+    series and window of `window_ms`. The newest row wins a repeated timestamp (as reads decide it); each sample
     keeps its own write seq (appended.py)."""
     ns = np.array([r[2] for r in found], np.int64)
     t, v = decode_chunks(ns, [r[3] for r in found], [r[4] for r in found])
@@ -175,19 +200,20 @@ def merge_block(found: list[tuple[Any, ...]]) -> list[ChunkRow]:
         keep[:-1] = (ids[1:] != ids[:-1]) | (t[1:] != t[:-1])
         if not keep.all():
             ids, t, v, seqs, own = ids[keep], t[keep], v[keep], seqs[keep], own[keep]
-    return encode_many(ids, t, v, seqs, own)
+    return encode_many(ids, t, v, seqs, own, window_ms)
 
 
-def _batches(sids: np.ndarray, nbytes: np.ndarray) -> Iterator[list[int]]:
-    """Runs of `sids` whose `nbytes` add up to about MERGE_BYTES (at least one series each)."""
+def _batches(sids: np.ndarray, nbytes: np.ndarray) -> Iterator[tuple[list[int], int]]:
+    """Runs of `sids` whose `nbytes` add up to about MERGE_BYTES (at least one series each), with
+    their bytes."""
     start, total = 0, 0
     for i, n in enumerate(nbytes.tolist()):
         if i > start and (total + n > MERGE_BYTES or i - start >= MERGE_SERIES):
-            yield sids[start:i].tolist()
+            yield sids[start:i].tolist(), total
             start, total = i, 0
         total += n
     if start < sids.size:
-        yield sids[start:].tolist()
+        yield sids[start:].tolist(), total
 
 
 def delete_before(
@@ -214,7 +240,8 @@ def delete_before(
             keep = t >= cutoff_ms
             deleted += n - int(keep.sum())
             own = None if seqs is None else sample_seqs(seq, seq_lo, n, seqs)[keep]
-            trimmed.extend(encode_series(sid, t[keep], v[keep], seq, own))
+            # A day's window: the part kept stays one chunk, whatever window it was written in.
+            trimmed.extend(encode_series(sid, t[keep], v[keep], seq, own, DAY_WINDOW_MS))
         cur.execute("DELETE FROM chunks WHERE t_min_ms < ?", [cutoff_ms])
         sqlrows.insert_chunks(cur, trimmed)
         head_old = sqlrows.scalar(cur, "SELECT count(*) FROM head WHERE t_ms < ?", [cutoff_ms])

@@ -74,7 +74,7 @@ def cutoffs(
         cur, "octet_length(ts) + octet_length(vs) + coalesce(octet_length(seqs), 0)", "chunks"
     )
     for day, n, rows in cur.execute(
-        f"SELECT (t_min_ms - 1) // {DAY_MS} AS d, sum(n), count(*) FROM chunks GROUP BY d ORDER BY d"
+        f"SELECT t_min_ms // {DAY_MS} AS d, sum(n), count(*) FROM chunks GROUP BY d ORDER BY d"
     ).fetchall():
         end = (int(day) + 1) * DAY_MS
         if need <= 0 or end > last_raw_day:

@@ -1,5 +1,5 @@
 """Tier points in the `tier_1m` and `tier_1h` tables: one row per series, resolution and period, its points
-encoded as fixed-width columns under zstd (`encode_points`).
+encoded as narrowed integer and decimal columns under zstd (`encode_points`).
 
 A 1-minute row holds one UTC day of a series (1,440 points at most), a 1-hour row 30 days (720): a
 90-day panel at a step of an hour reads three or four rows a series, and the index of a year of 5,600
@@ -17,6 +17,7 @@ import duckdb
 import numpy as np
 
 from gpuwatch.core.tiers import HOUR_MS, MINUTE_MS, TierPoints, concat, cut, take
+from gpuwatch.store.codec import pack_float_column, pack_int_column, unpack_column
 
 DAY_MS = 86_400_000
 PERIOD_MS = {MINUTE_MS: DAY_MS, HOUR_MS: 30 * DAY_MS}  # what one row of each resolution covers
@@ -24,32 +25,59 @@ TABLE = {MINUTE_MS: "tier_1m", HOUR_MS: "tier_1h"}
 READ_BYTES = 4 << 20
 _FLOATS = 6  # sum, min, max, first_v, last_v, correction
 _LEVEL = 3
+_COLUMNS = b"\x01"  # a row's first byte in the column form (a zstd frame, the form before, starts 0x28)
 
 
 def encode_points(p: TierPoints) -> bytes:
-    """Encode one series' points (at least one) into a row's blob: fixed-width columns (bucket ends
-    as deltas, counts and the first and last samples' offsets into their bucket as int32, the six
-    float columns byte-shuffled, the staleness flags as bits), zstd-compressed as one. One
-    decompression and a few numpy views decode it: a 90-day panel reads thousands of rows."""
+    """Encode one series' points (at least one) into a row's blob: a version byte, then columns
+    (`codec.pack_*_column`: bucket ends, counts and the first and last samples' offsets into their
+    bucket as narrowed integers; the six float columns as decimals where they are, else their bits;
+    the staleness flags as bits), zstd-compressed as one. One decompression and a few numpy passes a
+    column decode it: a 90-day panel reads thousands of rows."""
     end = p.end_ms
-    deltas = np.diff(end, prepend=np.int64(0))
-    floats = np.stack([p.sum, p.min, p.max, p.first_v, p.last_v, p.correction]).astype("<f8")
-    shuffled = np.ascontiguousarray(floats.reshape(-1).view(np.uint8).reshape(-1, 8).T)
     body = b"".join(
         [
-            deltas.astype("<i8").tobytes(),
-            p.n.astype("<i4").tobytes(),
-            (end - p.first_t).astype("<i4").tobytes(),
-            (end - p.last_t).astype("<i4").tobytes(),
-            shuffled.tobytes(),
+            pack_int_column(end),
+            pack_int_column(p.n),
+            pack_int_column(end - p.first_t),
+            pack_int_column(end - p.last_t),
+            *(pack_float_column(c) for c in (p.sum, p.min, p.max, p.first_v, p.last_v, p.correction)),
             np.packbits(p.stale_after).tobytes(),
         ]
     )
-    return bytes(cramjam.zstd.compress(body, _LEVEL))
+    return _COLUMNS + bytes(cramjam.zstd.compress(body, _LEVEL))
 
 
 def decode_points(blob: bytes | memoryview, n: int) -> TierPoints:
-    """Decode the `n` points of a row written by `encode_points`."""
+    """Decode the `n` points of a row written by `encode_points` (or by the release before it)."""
+    if bytes(blob[:1]) != _COLUMNS:  # a zstd frame: fixed-width columns
+        return _decode_fixed(blob, n)
+    body = bytes(cramjam.zstd.decompress(memoryview(blob)[1:]))
+    cols: list[np.ndarray] = []
+    pos = 0
+    for _ in range(4 + _FLOATS):
+        col, pos = unpack_column(body, pos, n)
+        cols.append(col)
+    end, count, first_off, last_off = cols[:4]
+    stale = np.unpackbits(np.frombuffer(body, np.uint8, offset=pos), count=n).astype(bool)
+    return TierPoints(
+        end_ms=end,
+        n=count,
+        sum=cols[4],
+        min=cols[5],
+        max=cols[6],
+        first_t=end - first_off,
+        first_v=cols[7],
+        last_t=end - last_off,
+        last_v=cols[8],
+        correction=cols[9],
+        stale_after=stale,
+    )
+
+
+def _decode_fixed(blob: bytes | memoryview, n: int) -> TierPoints:
+    """Rows written before the columns were narrowed: bucket-end deltas as int64, counts and offsets
+    as int32, the float columns byte-shuffled."""
     body = np.frombuffer(bytes(cramjam.zstd.decompress(blob)), np.uint8)
     end = np.cumsum(body[: 8 * n].view("<i8"))
     pos = 8 * n
