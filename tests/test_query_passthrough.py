@@ -153,7 +153,7 @@ def test_an_answer_it_cannot_judge_is_read_and_written_as_before(client: FlaskCl
 def test_query_max_samples_holds_on_the_bytes_and_on_the_exact_count(
     client: FlaskClient, remote: Hook
 ) -> None:
-    many = [(1790000000 + i, "1") for i in range(1001)]
+    many: list[tuple[float, str]] = [(1790000000 + i, "1") for i in range(1001)]
     remote.answer = compact(matrix([({"a": "1"}, many[:600]), ({"a": "2"}, many[600:])]))
     r = client.get("/api/v1/query_range", query_string=RANGE)
     assert r.status_code == 422 and r.get_json()["errorType"] == "execution"
