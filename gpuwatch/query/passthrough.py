@@ -18,7 +18,9 @@ SUCCESS = b'{"status":"success",'  # as Prometheus and VictoriaMetrics write it,
 _DATA = {kind: b'"data":{"resultType":"%s","result":[' % kind.encode() for kind in ("matrix", "vector")}
 _RESULT = b'"result":['
 # Prometheus's native histograms (`"histogram":[t,{...}]` in a vector, `"histograms":[[t,{...}]]` in a
-# matrix): gpuwatch's reading leaves them out, so an answer that has them is read
+# matrix): gpuwatch's reading leaves them out, so an answer that has them is read. One scan for what
+# both begin with (a label value may too), the exact keys only where it is found.
+_HISTOGRAM = b'"histogram'
 _HISTOGRAMS = (b'"histogram":[', b'"histograms":[')
 # Every point and sample ends `,"<value>"]` (`[1790000000,"1.5"]`), and a value is always a string:
 # the count of `"]` is at least the number of points (a label value or a warning may hold it too).
@@ -35,7 +37,7 @@ def result_type(body: bytes) -> str | None:
         return None
     head = body[: at + len(_RESULT)]
     kind = next((k for k, pattern in _DATA.items() if head.endswith(pattern)), None)
-    if kind is None or any(pattern in body for pattern in _HISTOGRAMS):
+    if kind is None or (_HISTOGRAM in body and any(pattern in body for pattern in _HISTOGRAMS)):
         return None
     return kind
 
