@@ -9,7 +9,7 @@ from typing import Protocol
 from gpuwatch.core.model import Matcher, SeriesData
 from gpuwatch.query.engine import Engine
 from gpuwatch.query.source import EngineSettings, Queryable
-from gpuwatch.query.values import Matrix, Result
+from gpuwatch.query.values import Matrix, Result, success_body
 
 MatchSets = Sequence[Sequence[Matcher]]
 
@@ -37,6 +37,27 @@ class QueryBackend(Protocol):
         timeout_s: float | None = None,
         lookback_ms: int | None = None,
     ) -> Matrix: ...
+
+    def instant_body(
+        self, expr: str, time_ms: int, *, timeout_s: float | None = None, lookback_ms: int | None = None
+    ) -> bytes:
+        """`instant`'s success answer as /api/v1/query sends it, `{"status":"success","data":...}`
+        (a remote store's own bytes where they need no reading)."""
+        ...
+
+    def range_body(
+        self,
+        expr: str,
+        start_ms: int,
+        end_ms: int,
+        step_ms: int,
+        *,
+        timeout_s: float | None = None,
+        lookback_ms: int | None = None,
+    ) -> bytes:
+        """`range`'s success answer as /api/v1/query_range sends it (a remote store's own bytes where
+        they need no reading)."""
+        ...
 
     def series(self, match_sets: MatchSets, start_ms: int, end_ms: int) -> list[dict[str, str]]:
         """The label sets of series any of `match_sets` selects, without duplicates, sorted."""
@@ -114,6 +135,27 @@ class LocalBackend:
     ) -> Matrix:
         """Evaluate `expr` from `start_ms` to `end_ms` every `step_ms`."""
         return self._engine(timeout_s, lookback_ms).range(expr, start_ms, end_ms, step_ms)
+
+    def instant_body(
+        self, expr: str, time_ms: int, *, timeout_s: float | None = None, lookback_ms: int | None = None
+    ) -> bytes:
+        """`instant`'s success answer as /api/v1/query sends it."""
+        return success_body(self.instant(expr, time_ms, timeout_s=timeout_s, lookback_ms=lookback_ms))
+
+    def range_body(
+        self,
+        expr: str,
+        start_ms: int,
+        end_ms: int,
+        step_ms: int,
+        *,
+        timeout_s: float | None = None,
+        lookback_ms: int | None = None,
+    ) -> bytes:
+        """`range`'s success answer as /api/v1/query_range sends it."""
+        return success_body(
+            self.range(expr, start_ms, end_ms, step_ms, timeout_s=timeout_s, lookback_ms=lookback_ms)
+        )
 
     def series(self, match_sets: MatchSets, start_ms: int, end_ms: int) -> list[dict[str, str]]:
         """The label sets of series any of `match_sets` selects, without duplicates, sorted."""

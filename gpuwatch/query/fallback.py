@@ -25,7 +25,7 @@ from gpuwatch.query import notices
 from gpuwatch.query.backend import Catalog, LocalBackend, MatchSets, QueryBackend
 from gpuwatch.query.errors import RemoteUnavailable
 from gpuwatch.query.source import EngineSettings, Queryable
-from gpuwatch.query.values import Matrix, Result
+from gpuwatch.query.values import Matrix, Result, success_body
 
 T = TypeVar("T")
 
@@ -179,21 +179,55 @@ class FallbackBackend:
     ) -> Matrix:
         """Evaluate `expr` from `start_ms` to `end_ms` every `step_ms` (from the buffer: its steps
         from the buffer's start on)."""
-
-        def local() -> Matrix:
-            start, floor = start_ms, self.floor_ms()
-            if step_ms > 0 and start < floor:
-                start += -(-(floor - start) // step_ms) * step_ms  # the query's own steps
-            if step_ms > 0 and start > end_ms:
-                return Matrix([])
-            return self.local.range(
-                expr, start, end_ms, step_ms, timeout_s=timeout_s, lookback_ms=lookback_ms
-            )
-
         return self._answer(
             lambda b: b.range(expr, start_ms, end_ms, step_ms, timeout_s=timeout_s, lookback_ms=lookback_ms),
-            local,
+            lambda: self._buffer_range(expr, start_ms, end_ms, step_ms, timeout_s, lookback_ms),
         )
+
+    def instant_body(
+        self, expr: str, time_ms: int, *, timeout_s: float | None = None, lookback_ms: int | None = None
+    ) -> bytes:
+        """`instant`'s success answer as /api/v1/query sends it (the remote's own bytes where they
+        pass, `RemoteBackend.instant_body`)."""
+        return self._answer(
+            lambda b: b.instant_body(expr, time_ms, timeout_s=timeout_s, lookback_ms=lookback_ms),
+            lambda: self.local.instant_body(expr, time_ms, timeout_s=timeout_s, lookback_ms=lookback_ms),
+        )
+
+    def range_body(
+        self,
+        expr: str,
+        start_ms: int,
+        end_ms: int,
+        step_ms: int,
+        *,
+        timeout_s: float | None = None,
+        lookback_ms: int | None = None,
+    ) -> bytes:
+        """`range`'s success answer as /api/v1/query_range sends it (the remote's own bytes where they
+        pass, `RemoteBackend.range_body`)."""
+        return self._answer(
+            lambda b: b.range_body(
+                expr, start_ms, end_ms, step_ms, timeout_s=timeout_s, lookback_ms=lookback_ms
+            ),
+            lambda: success_body(self._buffer_range(expr, start_ms, end_ms, step_ms, timeout_s, lookback_ms)),
+        )
+
+    def _buffer_range(
+        self,
+        expr: str,
+        start_ms: int,
+        end_ms: int,
+        step_ms: int,
+        timeout_s: float | None,
+        lookback_ms: int | None,
+    ) -> Matrix:
+        start, floor = start_ms, self.floor_ms()
+        if step_ms > 0 and start < floor:
+            start += -(-(floor - start) // step_ms) * step_ms  # the query's own steps
+        if step_ms > 0 and start > end_ms:
+            return Matrix([])
+        return self.local.range(expr, start, end_ms, step_ms, timeout_s=timeout_s, lookback_ms=lookback_ms)
 
     def _span(self, start_ms: int, end_ms: int) -> tuple[int, int] | None:
         start_ms = max(start_ms, self.floor_ms())

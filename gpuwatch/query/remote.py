@@ -1,6 +1,8 @@
 """A `QueryBackend` over a remote's Prometheus HTTP API (VictoriaMetrics, Prometheus, Mimir, Thanos):
 the query text is sent as written, with gpuwatch's limits checked first and its timeout passed on,
-and the answer read back into gpuwatch's result types.
+and the answer read back into gpuwatch's result types; or, for the HTTP API (`range_body`,
+`instant_body`), passed on as it came where its bytes show a success within gpuwatch's limits
+(`passthrough.py`).
 
 Errors take gpuwatch's shapes: a query the remote refuses (400 or 422 with Prometheus's error body)
 is a `PromQLParseError` (`bad_data`) or `PromQLEvalError` (`execution`), a remote timeout a
@@ -31,8 +33,9 @@ from gpuwatch.query.errors import (
     RemoteUnavailable,
 )
 from gpuwatch.query.limits import check_text
+from gpuwatch.query.passthrough import points_at_most, result_type
 from gpuwatch.query.source import EngineSettings
-from gpuwatch.query.values import Matrix, Result, Sample, Scalar, Series, String, Vector
+from gpuwatch.query.values import Matrix, Result, Sample, Scalar, Series, String, Vector, success_body
 from gpuwatch.remote.httpauth import failure, request_options
 from gpuwatch.remote.storage import RemoteStorage
 
@@ -100,10 +103,24 @@ class RemoteBackend:
         self, expr: str, time_ms: int, *, timeout_s: float | None = None, lookback_ms: int | None = None
     ) -> Result:
         """Evaluate `expr` at `time_ms` on the remote."""
+        return self._result(self._data(self._ask_instant(expr, time_ms, timeout_s, lookback_ms)))
+
+    def instant_body(
+        self, expr: str, time_ms: int, *, timeout_s: float | None = None, lookback_ms: int | None = None
+    ) -> bytes:
+        """`instant`'s answer as /api/v1/query sends it: the remote's bytes where they pass
+        (`_passed`), else read and written again."""
+        r = self._ask_instant(expr, time_ms, timeout_s, lookback_ms)
+        passed = self._passed(r, ("vector", "matrix"))
+        return passed if passed is not None else success_body(self._result(self._data(r)))
+
+    def _ask_instant(
+        self, expr: str, time_ms: int, timeout_s: float | None, lookback_ms: int | None
+    ) -> requests.Response:
         self._check(expr)
         timeout = self._timeout(timeout_s)
         params = {"query": expr, "time": _seconds(int(time_ms)), **self._common(timeout, lookback_ms)}
-        return self._result(self._call("POST", "/api/v1/query", params, timeout))
+        return self._ask("POST", "/api/v1/query", params, timeout)
 
     def range(
         self,
@@ -116,6 +133,34 @@ class RemoteBackend:
         lookback_ms: int | None = None,
     ) -> Matrix:
         """Evaluate `expr` from `start_ms` to `end_ms` every `step_ms` on the remote."""
+        r = self._ask_range(expr, start_ms, end_ms, step_ms, timeout_s, lookback_ms)
+        return self._matrix(self._result(self._data(r)))
+
+    def range_body(
+        self,
+        expr: str,
+        start_ms: int,
+        end_ms: int,
+        step_ms: int,
+        *,
+        timeout_s: float | None = None,
+        lookback_ms: int | None = None,
+    ) -> bytes:
+        """`range`'s answer as /api/v1/query_range sends it: the remote's bytes where they pass
+        (`_passed`), else read and written again."""
+        r = self._ask_range(expr, start_ms, end_ms, step_ms, timeout_s, lookback_ms)
+        passed = self._passed(r, ("matrix",))
+        return passed if passed is not None else success_body(self._matrix(self._result(self._data(r))))
+
+    def _ask_range(
+        self,
+        expr: str,
+        start_ms: int,
+        end_ms: int,
+        step_ms: int,
+        timeout_s: float | None,
+        lookback_ms: int | None,
+    ) -> requests.Response:
         if step_ms <= 0:
             raise PromQLEvalError(
                 "zero or negative query resolution step widths are not accepted. Try a positive integer"
@@ -136,7 +181,9 @@ class RemoteBackend:
             "step": _seconds(int(step_ms)),
             **self._common(timeout, lookback_ms),
         }
-        result = self._result(self._call("POST", "/api/v1/query_range", params, timeout))
+        return self._ask("POST", "/api/v1/query_range", params, timeout)
+
+    def _matrix(self, result: Result) -> Matrix:
         if isinstance(result, Scalar):  # a remote that answers a range query's scalar as one point
             return Matrix([Series({}, np.array([result.time_ms]), np.array([result.value]))])
         if not isinstance(result, Matrix):
@@ -220,6 +267,12 @@ class RemoteBackend:
         self, method: str, path: str, params: dict[str, str] | list[tuple[str, str]], timeout_s: float
     ) -> Any:
         """Ask the remote; return its answer's `data`, or raise the error gpuwatch answers for it."""
+        return self._data(self._ask(method, path, params, timeout_s))
+
+    def _ask(
+        self, method: str, path: str, params: dict[str, str] | list[tuple[str, str]], timeout_s: float
+    ) -> requests.Response:
+        """Ask the remote; return its answer, or raise the error gpuwatch answers for no answer."""
         where = f"remote query backend {self.name}"
         wait_s = timeout_s + min(ANSWER_GRACE_S, timeout_s)
         connect_s = min(CONNECT_TIMEOUT_S, wait_s)
@@ -250,6 +303,22 @@ class RemoteBackend:
             ) from None
         except requests.RequestException as exc:
             raise RemoteUnavailable(f"{where} unreachable: {_line(failure(exc))}") from None
+        return r
+
+    def _passed(self, r: requests.Response, kinds: tuple[str, ...]) -> bytes | None:
+        """The answer's bytes where they are a success of one of `kinds` with at most
+        `query_max_samples` points (an upper bound counted on the bytes), else None (then it is read:
+        errors, other shapes and the limit's exact count as before)."""
+        if not 200 <= r.status_code < 300:
+            return None
+        body = r.content
+        if result_type(body) not in kinds or points_at_most(body) > self.settings.query_max_samples:
+            return None
+        return body
+
+    def _data(self, r: requests.Response) -> Any:
+        """The answer's `data`, or raise the error gpuwatch answers for it."""
+        where = f"remote query backend {self.name}"
         try:
             body = _orjson.loads(r.content) if _orjson is not None else json.loads(r.content)
         except ValueError:

@@ -223,6 +223,12 @@ def to_prometheus_json_bytes(result: Result, head: str, tail: str) -> bytes:
     return _matrix_text(result, head, tail).encode()
 
 
+def success_body(result: Result) -> bytes:
+    """The HTTP API's success answer for `result`, `{"status":"success","data":...}`, as the bytes
+    `jsonify` would send."""
+    return to_prometheus_json_bytes(result, '{"status":"success","data":', "}\n")
+
+
 def _time_prefixes(times_ms: np.ndarray) -> list[str]:
     """'[t0,"', '"],[t1,"', ...: the text before each value of a series, made by one replace and one
     split of the times' text rather than an f-string per point."""

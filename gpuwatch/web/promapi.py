@@ -3,6 +3,8 @@
 Grafana's Prometheus data source and prometheus-api-client talk to these routes unchanged.
 Dependencies come from `current_app.extensions["gpuwatch"]`: `backend` (what answers: the local
 engine, or the remote store of `storage.remote`), `clock`, `settings` and optionally `metric_metadata()`.
+A query's answer is the backend's body (`range_body`, `instant_body`): a remote store's answer is
+passed on as it came where its bytes show a success within gpuwatch's limits.
 """
 
 from __future__ import annotations
@@ -20,12 +22,12 @@ from gpuwatch.query.parse import selector_matchers
 from gpuwatch.web.queryapi import (
     KNOWN_ERRORS,
     BadData,
+    body_response,
     error_status,
-    instant_query,
+    instant_body,
     one,
-    range_query,
+    range_body,
     request_params,
-    result_response,
     time_ms,
 )
 from gpuwatch.web.runtime import runtime
@@ -56,13 +58,13 @@ def _run(fn: Any) -> ResponseReturnValue:
 @bp.route("/api/v1/query", methods=["GET", "POST"])
 def query() -> ResponseReturnValue:
     """Evaluate an instant query."""
-    return _run(lambda: result_response(instant_query(runtime(), request_params())))
+    return _run(lambda: body_response(instant_body(runtime(), request_params())))
 
 
 @bp.route("/api/v1/query_range", methods=["GET", "POST"])
 def query_range() -> ResponseReturnValue:
     """Evaluate a range query."""
-    return _run(lambda: result_response(range_query(runtime(), request_params())))
+    return _run(lambda: body_response(range_body(runtime(), request_params())))
 
 
 def _range(params: dict[str, list[str]]) -> tuple[int, int]:

@@ -5,6 +5,8 @@ parameters, errors as Prometheus answers them, and the evaluation of /api/v1/que
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 from flask import Response, current_app, request
 
 from gpuwatch.core.errors import GpuwatchError, QueryError
@@ -18,7 +20,7 @@ from gpuwatch.query import (
 )
 from gpuwatch.query.engine import MAX_POINTS
 from gpuwatch.query.errors import RemoteUnavailable
-from gpuwatch.query.values import Result, to_prometheus_json_bytes
+from gpuwatch.query.values import Result
 from gpuwatch.web.runtime import WebRuntime
 
 Params = dict[str, list[str]]
@@ -100,17 +102,66 @@ def _query_text(params: Params) -> str:
     return text
 
 
-def instant_query(runtime: WebRuntime, params: Params) -> Result:
-    """Evaluate /api/v1/query's `query` at `time` (default: now)."""
+class InstantArgs(NamedTuple):
+    """/api/v1/query's arguments, checked."""
+
+    expr: str
+    time_ms: int
+    timeout_s: float
+    lookback_ms: int | None
+
+
+class RangeArgs(NamedTuple):
+    """/api/v1/query_range's arguments, checked."""
+
+    expr: str
+    start_ms: int
+    end_ms: int
+    step_ms: int
+    timeout_s: float
+    lookback_ms: int | None
+
+
+def instant_args(runtime: WebRuntime, params: Params) -> InstantArgs:
+    """/api/v1/query's `query` and `time` (default: now), its timeout and lookback; BadData if amiss."""
     text = _query_text(params)
     t = one(params, "time")
     at = time_ms(t, "time") if t else runtime.clock.now_ms()
     timeout_s, lookback_ms = _limits(runtime, params)
-    return runtime.backend.instant(text, at, timeout_s=timeout_s, lookback_ms=lookback_ms)
+    return InstantArgs(text, at, timeout_s, lookback_ms)
+
+
+def instant_query(runtime: WebRuntime, params: Params) -> Result:
+    """Evaluate /api/v1/query's `query` at `time` (default: now)."""
+    a = instant_args(runtime, params)
+    return runtime.backend.instant(a.expr, a.time_ms, timeout_s=a.timeout_s, lookback_ms=a.lookback_ms)
+
+
+def instant_body(runtime: WebRuntime, params: Params) -> bytes:
+    """/api/v1/query's success answer (a remote store's own bytes where they need no reading)."""
+    a = instant_args(runtime, params)
+    return runtime.backend.instant_body(a.expr, a.time_ms, timeout_s=a.timeout_s, lookback_ms=a.lookback_ms)
 
 
 def range_query(runtime: WebRuntime, params: Params) -> Result:
     """Evaluate /api/v1/query_range's `query` from `start` to `end` every `step`."""
+    a = range_args(runtime, params)
+    return runtime.backend.range(
+        a.expr, a.start_ms, a.end_ms, a.step_ms, timeout_s=a.timeout_s, lookback_ms=a.lookback_ms
+    )
+
+
+def range_body(runtime: WebRuntime, params: Params) -> bytes:
+    """/api/v1/query_range's success answer (a remote store's own bytes where they need no reading)."""
+    a = range_args(runtime, params)
+    return runtime.backend.range_body(
+        a.expr, a.start_ms, a.end_ms, a.step_ms, timeout_s=a.timeout_s, lookback_ms=a.lookback_ms
+    )
+
+
+def range_args(runtime: WebRuntime, params: Params) -> RangeArgs:
+    """/api/v1/query_range's `query`, `start`, `end` and `step`, its timeout and lookback; BadData if
+    amiss."""
     text = _query_text(params)
     for name in ("start", "end", "step"):
         if not one(params, name):
@@ -131,10 +182,9 @@ def range_query(runtime: WebRuntime, params: Params) -> Result:
             "Try decreasing the query resolution (?step=XX)"
         )
     timeout_s, lookback_ms = _limits(runtime, params)
-    return runtime.backend.range(text, start, end, step, timeout_s=timeout_s, lookback_ms=lookback_ms)
+    return RangeArgs(text, start, end, step, timeout_s, lookback_ms)
 
 
-def result_response(result: Result) -> Response:
-    """A query's success answer: the bytes `jsonify` would send, written without building the dicts."""
-    body = to_prometheus_json_bytes(result, '{"status":"success","data":', "}\n")
+def body_response(body: bytes) -> Response:
+    """A success answer already written (`success_body`, or a remote store's own)."""
     return current_app.response_class(body, mimetype="application/json")
