@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 
 from gpuwatch.core.clock import FakeClock
 from gpuwatch.core.model import STALE_NAN, Batch, Matcher, Sample, SeriesData, make_labels
+from gpuwatch.core.tiers import MINUTE_MS
 from gpuwatch.store import Store
 from gpuwatch.store import writer as writer_module
 from gpuwatch.store.chunking import WINDOW_MS
@@ -122,8 +123,8 @@ class ModelledStore:
         elif kind == "compact":
             self.store.compact()
         elif kind == "retention":
-            cutoff = self.t(op[1])
-            self.store.apply_retention(cutoff)  # retention_s=0: the cutoff is the time given
+            self.store.apply_retention(self.t(op[1]))  # retention_s=0: the cutoff is the time given,
+            cutoff = self.t(op[1]) // MINUTE_MS * MINUTE_MS  # down to the minute (tiers.py's buckets)
             for pts in self.points.values():
                 for t in [t for t in pts if t < cutoff]:
                     del pts[t]

@@ -331,8 +331,8 @@ def test_retention_with_fake_clock(clock: FakeClock) -> None:
     s.append(Batch(int(t[-1]) + step, [Sample("head_only", (), 1.0)]))
     s.flush()
     assert s.apply_retention(clock.now_ms()) == 0
-    clock.advance(3 * 86400 + 30)  # cutoff = start + 1 day + 30 s
-    cutoff = clock.now_ms() - 2 * day
+    clock.advance(3 * 86400 + 30)  # now - 2 days = start + 1 day + 30 s; retention deletes whole minutes:
+    cutoff = (clock.now_ms() - 2 * day) // step * step  # start + 1 day
     deleted = s.apply_retention(clock.now_ms())
     assert deleted == int((t < cutoff).sum()) + 100
     (kept,) = s.select([Matcher(NAME, "=", "old_and_new")], *ALL)
