@@ -90,10 +90,11 @@ def test_points_round_trip_through_a_row() -> None:
     v[5] = STALE_NAN
     for res in (MINUTE_MS, HOUR_MS):
         p = build(t, v, res)
-        back = decode_points(encode_points(p), p.size)
-        for a, b in zip(p, back, strict=True):
-            assert a.dtype == b.dtype
-            assert np.array_equal(a, b, equal_nan=True)
+        for narrow in (True, False):  # the 1-minute rows' form and the 1-hour rows'
+            back = decode_points(encode_points(p, narrow=narrow), p.size)
+            for a, b in zip(p, back, strict=True):
+                assert a.dtype == b.dtype
+                assert np.array_equal(a, b, equal_nan=True)
 
 
 def test_rows_in_the_fixed_width_form_before_still_decode() -> None:
@@ -117,6 +118,7 @@ def test_rows_in_the_fixed_width_form_before_still_decode() -> None:
         ]
     )
     old = bytes(cramjam.zstd.compress(body, 3))
+    assert encode_points(p, narrow=False) == old  # 1-hour rows are still written so
     new = encode_points(p)
     assert len(new) < len(old)
     for blob in (old, new):

@@ -28,12 +28,18 @@ _LEVEL = 3
 _COLUMNS = b"\x01"  # a row's first byte in the column form (a zstd frame, the form before, starts 0x28)
 
 
-def encode_points(p: TierPoints) -> bytes:
+def encode_points(p: TierPoints, *, narrow: bool = True) -> bytes:
     """Encode one series' points (at least one) into a row's blob: a version byte, then columns
     (`codec.pack_*_column`: bucket ends, counts and the first and last samples' offsets into their
     bucket as narrowed integers; the six float columns as decimals where they are, else their bits;
     the staleness flags as bits), zstd-compressed as one. One decompression and a few numpy passes a
-    column decode it: a 90-day panel reads thousands of rows."""
+    column decode it: a 90-day panel reads thousands of rows.
+
+    `narrow=False`: fixed-width columns (`_encode_fixed`), 1.5x the bytes and half the time to decode;
+    the 1-hour rows' form, which year panels read by the thousand and which cost ~1/25 of the
+    1-minute rows' bytes (bench/README.md, "Bytes" and "Tiers")."""
+    if not narrow:
+        return _encode_fixed(p)
     end = p.end_ms
     body = b"".join(
         [
@@ -75,9 +81,28 @@ def decode_points(blob: bytes | memoryview, n: int) -> TierPoints:
     )
 
 
+def _encode_fixed(p: TierPoints) -> bytes:
+    """Bucket-end deltas as int64, counts and the first and last samples' offsets as int32, the six
+    float columns byte-shuffled, the staleness flags as bits; zstd-compressed as one (no version
+    byte: a zstd frame starts 0x28)."""
+    end = p.end_ms
+    floats = np.stack([p.sum, p.min, p.max, p.first_v, p.last_v, p.correction]).astype("<f8")
+    shuffled = np.ascontiguousarray(floats.reshape(-1).view(np.uint8).reshape(-1, 8).T)
+    body = b"".join(
+        [
+            np.diff(end, prepend=np.int64(0)).astype("<i8").tobytes(),
+            p.n.astype("<i4").tobytes(),
+            (end - p.first_t).astype("<i4").tobytes(),
+            (end - p.last_t).astype("<i4").tobytes(),
+            shuffled.tobytes(),
+            np.packbits(p.stale_after).tobytes(),
+        ]
+    )
+    return bytes(cramjam.zstd.compress(body, _LEVEL))
+
+
 def _decode_fixed(blob: bytes | memoryview, n: int) -> TierPoints:
-    """Rows written before the columns were narrowed: bucket-end deltas as int64, counts and offsets
-    as int32, the float columns byte-shuffled."""
+    """Rows of `_encode_fixed` (1-hour rows, and every row written before the columns were narrowed)."""
     body = np.frombuffer(bytes(cramjam.zstd.decompress(blob)), np.uint8)
     end = np.cumsum(body[: 8 * n].view("<i8"))
     pos = 8 * n
@@ -191,7 +216,7 @@ def insert_rows(
             "t_max_ms": np.fromiter((int(p.end_ms[-1]) for _, p in rows), np.int64, len(rows)),
             "n": np.fromiter((p.size for _, p in rows), np.int32, len(rows)),
             "seq": np.full(len(rows), seq, np.int64),
-            "data": np.array([encode_points(p) for _, p in rows], dtype=object),
+            "data": np.array([encode_points(p, narrow=res_ms != HOUR_MS) for _, p in rows], dtype=object),
         },
     )
     try:
