@@ -15,6 +15,7 @@ from gpuwatch.app.build import build_runtime
 from gpuwatch.app.config import load
 from gpuwatch.app.runtime import Runtime
 from gpuwatch.core.clock import FakeClock
+from gpuwatch.core.model import Matcher
 from gpuwatch.demo.nvml import FakeNvml
 from gpuwatch.query.limits import walk
 from gpuwatch.query.parse import parse
@@ -247,3 +248,32 @@ def test_the_language_setting_chooses_the_ui_strings(tmp_path: Path, clock: Fake
         assert ">Cluster</a>" in client.get("/?lang=en").get_data(as_text=True)
     finally:
         rt.close()
+
+
+def test_a_hub_without_gpus_drawing_its_nodes_gpus_says_nothing_of_its_own(
+    tmp_path: Path, clock: FakeClock
+) -> None:
+    """ "No NVIDIA GPU found; run --demo" is news on a node without GPUs, not on a hub whose page
+    shows its nodes' GPUs."""
+    hub = build_runtime(load(None, {}, {"data_dir": str(tmp_path / "hub")}), "hub", clock=clock,
+                        nvml=FakeNvml.no_driver())  # fmt: skip
+    node = build_runtime(load(None, {}, {"data_dir": str(tmp_path / "node")}), "node-2", clock=clock,
+                         nvml=FakeNvml(gpu_count=2, clock=clock, blocking_event_wait=False))  # fmt: skip
+    try:
+        client = create_app(hub).test_client()
+        alone = client.get("/api/ui/cluster").get_json()["data"]
+        assert "no NVIDIA GPU found" in alone["gpu_problem"]
+        assert 'id="gpu-problem"' in client.get("/").get_data(as_text=True)
+        tick(node, clock)
+        now = clock.now_ms()
+        for s in node.store.select([Matcher("__name__", "=~", "DCGM_.*")], now - 60_000, now):
+            hub.store.append_series(s.name, s.labels, s.timestamps_ms, s.values)
+        hub.store.flush()
+        with_nodes = client.get("/api/ui/cluster").get_json()["data"]
+        assert with_nodes["gpu_problem"] is None
+        assert {g["hostname"] for g in with_nodes["gpus_seen"]} == {"node-2"}
+        assert 'id="gpu-problem"' not in client.get("/").get_data(as_text=True)
+        assert "no NVIDIA GPU found" in client.get("/-/health").get_json()["gpu_problem"]  # still said there
+    finally:
+        node.close()
+        hub.close()

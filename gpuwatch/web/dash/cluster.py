@@ -217,8 +217,13 @@ def cluster_data(hostname: str = "") -> dict[str, Any]:
         d = asdict(r)
         d["is_lost"] = r.is_lost
         gpus.append(d)
+    # This machine's own GPU problem ("no NVIDIA GPU found; run --demo") is news on a node, not on a
+    # face or a hub without GPUs that draws other machines' GPUs.
+    local = str(status.get("hostname", ""))
+    others = any(r.hostname != local for r in rows)
     return {
         **status,
+        "gpu_problem": None if is_face or others else status.get("gpu_problem"),
         "now_ms": now,
         "hostname_filter": hostname,
         "tiles": [asdict(t) for t in tiles],
