@@ -338,7 +338,7 @@ def main() -> None:
         config.write_text(json.dumps({"scrape_configs": [{
             "job_name": "vllm", "scrape_interval": "5s",
             "static_configs": [{"targets": [f"127.0.0.1:{p}" for p in ready["ports"]]}],
-        }]}))  # fmt: skip
+        }] if args.targets else []}))  # fmt: skip
         env = {k: v for k, v in os.environ.items() if not k.startswith("GPUWATCH_")}
         env.update(
             GPUWATCH_DEMO_GPUS=str(args.gpus), GPUWATCH_DEMO_SOURCES="false", GPUWATCH_DEMO_HISTORY="false"
@@ -370,7 +370,7 @@ def main() -> None:
         )
         time.sleep(args.warmup)
         deadline = time.monotonic() + 60
-        while not any(p["job"] == "vllm" for p in requests.get(f"{url}/api/ui/inference", timeout=30).json()["data"]["services"]):  # fmt: skip
+        while args.targets and not any(p["job"] == "vllm" for p in requests.get(f"{url}/api/ui/inference", timeout=30).json()["data"]["services"]):  # fmt: skip
             if time.monotonic() > deadline:
                 raise SystemExit("no inference service vllm after a minute")
             time.sleep(1)

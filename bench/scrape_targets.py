@@ -121,7 +121,7 @@ def main() -> None:
     for t in targets:
         server, _thread = start_http_server(0, addr="127.0.0.1", registry=t.registry)
         ports.append(server.server_port)
-    lines = generate_latest(targets[0].registry).count(b"\n")
+    lines = generate_latest(targets[0].registry).count(b"\n") if targets else 0
     print(json.dumps({"ports": ports, "lines": lines}), flush=True)
 
     def ticker() -> None:
