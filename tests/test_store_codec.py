@@ -1,4 +1,5 @@
-"""The chunk codec: many-chunk decoding equals chunk-by-chunk decoding, bit for bit, old blobs included."""
+"""The chunk codec: many-chunk decoding equals chunk-by-chunk decoding, bit for bit, old blobs included;
+zlib (2-hour chunks, and every blob written before zstd) and zstd (closed days' chunks) both."""
 
 from __future__ import annotations
 
@@ -73,12 +74,18 @@ def chunk(draw: st.DrawFn) -> tuple[np.ndarray, np.ndarray, bool]:
 
 
 @settings(max_examples=150, deadline=None)
-@given(chunks=st.lists(chunk(), min_size=1, max_size=12), grouped=st.booleans())
+@given(
+    chunks=st.lists(chunk(), min_size=1, max_size=12), grouped=st.booleans(), zstd=st.integers(0, 2**12 - 1)
+)
 def test_decode_chunks_equals_one_by_one(
-    chunks: list[tuple[np.ndarray, np.ndarray, bool]], grouped: bool
+    chunks: list[tuple[np.ndarray, np.ndarray, bool]], grouped: bool, zstd: int
 ) -> None:
-    ts = [old_encode_times(t) if old else encode_times(t) for t, _, old in chunks]
-    vs = [encode_values(v) for _, v, _ in chunks]
+    # `zstd`: a bit a chunk, set where it is zstd-compressed (a closed day's) rather than zlib: a mix
+    zs = [bool(zstd >> i & 1) for i in range(len(chunks))]
+    ts = [
+        old_encode_times(t) if old else encode_times(t, z) for (t, _, old), z in zip(chunks, zs, strict=True)
+    ]
+    vs = [encode_values(v, z) for (_, v, _), z in zip(chunks, zs, strict=True)]
     ns = np.array([t.size for t, _, _ in chunks], np.int64)
     # `grouped`: unshuffle chunks grouped by width and size (as when they alternate a lot), not in runs
     with mock.patch.object(decodemany, "_RUN_SLACK", -1 if grouped else 16):
@@ -164,3 +171,116 @@ def codec_float(bits: int) -> float:
 def test_short_decimals_take_a_byte_or_two_a_value() -> None:
     v = np.round(np.random.default_rng(1).normal(250, 30, 1440), 1)  # watts to a tenth, a day of minutes
     assert len(codec.pack_float_column(v)) < 2 * v.size + 16 < 8 * v.size
+
+
+def _packed_head(blob: bytes, is_values: bool) -> int:
+    """The width byte of a blob's packed part (0: timestamps in the regular form)."""
+    if not is_values:
+        return blob[0]
+    n_bad = codec._HEADER.unpack_from(blob)[3]
+    return blob[codec._HEADER.size + 12 * n_bad]
+
+
+@settings(max_examples=150, deadline=None)
+@given(c=chunk())
+def test_zstd_and_zlib_round_trip_bit_for_bit(c: tuple[np.ndarray, np.ndarray, bool]) -> None:
+    t, v, _ = c
+    for zstd in (False, True):
+        tb, vb = encode_times(t, zstd), encode_values(v, zstd)
+        assert decode_times(tb, t.size).tolist() == t.tolist()
+        assert _bits(decode_values(vb, v.size)) == _bits(v)
+        got_t, got_v = decode_chunks(np.array([t.size]), [tb], [vb])
+        assert got_t.tolist() == t.tolist() and _bits(got_v) == _bits(v)
+        head = _packed_head(vb, True)
+        assert head in ((17, 18, 20, 24) if zstd else (1, 2, 4, 8))  # width + 0x10 marks zstd
+        assert _packed_head(tb, False) in ((0, 17, 18, 20, 24) if zstd else (0, 1, 2, 4, 8))
+
+
+def a_day(seed: int, step_ms: int = 15_000) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+    """A day of samples as a node exporter gives them: timestamps with gaps and jitter, and a gauge
+    to a tenth, a temperature, a counter, a staleness marker and NaN among them."""
+    rng = np.random.default_rng(seed)
+    t = 1_793_491_200_000 + np.arange(0, 86_400_000, step_ms, dtype=np.int64)
+    keep = rng.random(t.size) > 0.02
+    keep[2000:2300] = False  # a 75-minute hole
+    t = t[keep] + rng.integers(0, 3, keep.sum()) * (rng.random(keep.sum()) < 0.01)
+    n = t.size
+    power = np.round(250 + np.cumsum(rng.normal(0, 2, n)), 1)
+    power[n // 3] = STALE_NAN
+    power[rng.integers(0, n, 3)] = math.nan
+    return t, {
+        "power": power,
+        "temp": np.round(60 + np.cumsum(rng.normal(0, 0.1, n))),
+        "energy": np.cumsum(rng.integers(0, 40_000, n)).astype(np.float64) / 1000,
+        "util": np.round(rng.random(n) * 100),
+        "const": np.full(n, 1.0),
+    }
+
+
+def test_a_day_of_real_looking_samples_round_trips_with_both() -> None:
+    sizes = {False: 0, True: 0}
+    for seed in range(3):
+        t, series = a_day(seed)
+        assert encode_times(t)[0] != 0  # gaps and jitter: the packed form
+        for zstd in sizes:
+            tb = encode_times(t, zstd)
+            assert decode_times(tb, t.size).tolist() == t.tolist()
+            ts, vs = [tb], []
+            for v in series.values():
+                vb = encode_values(v, zstd)
+                assert _bits(decode_values(vb, v.size)) == _bits(v)
+                vs.append(vb)
+            ts += [tb] * (len(vs) - 1)
+            got_t, got_v = decode_chunks(np.full(len(vs), t.size), ts, vs)
+            assert got_t.tolist() == np.tile(t, len(vs)).tolist()
+            assert _bits(got_v) == _bits(np.concatenate(list(series.values())))
+            sizes[zstd] += len(tb) + sum(map(len, vs))
+    assert sizes[True] < sizes[False]  # what zstd is for
+
+
+def test_rows_encoders_write_the_same_zstd_blobs_as_one_by_one() -> None:
+    rng = np.random.default_rng(5)
+    t = np.cumsum(rng.integers(14_000, 16_000, (6, 300)), axis=1)
+    v = np.round(rng.normal(0, 50, (6, 300)), 2)
+    v[2, 7] = STALE_NAN
+    v[4] = rng.normal(0, 1, 300)  # not decimal: XOR
+    v[5] = 3.0  # constant: short rows, compressed once
+    assert codec.encode_times_rows(t, True) == [encode_times(row, True) for row in t]
+    assert codec.encode_values_rows(v, True) == [encode_values(row, True) for row in v]
+    assert (
+        codec.encode_values_rows(v) == [encode_values(row) for row in v] != codec.encode_values_rows(v, True)
+    )
+
+
+# Written by the codec before zstd existed (zlib, level 6): irregular timestamps, decimals with a NaN
+# and an exception, and XOR-ed values. Every store from then holds such blobs; they must still decode.
+OLD_TIMES = bytes.fromhex(
+    "08789c6338cfc0c0c0c6cdc67061fe050628b8100565b0f3b3c3c4ce9f67c0001a1a9862cece9862cccc9862c402009cd106e7"
+)
+OLD_DECIMALS = bytes.fromhex(
+    "010202020000000300000006000000000000000000f87f111111111111a13f02789c73e065304c3104220604909767c00000463a0218"
+)
+OLD_XOR = bytes.fromhex(
+    "0200000000000008789c13ec9d63299852da2728c8f05870668785a0ae4d9fe0d7278f174e337f61eff86f3f00bfc20dc3"
+)
+
+
+def test_old_zlib_blobs_still_decode() -> None:
+    t = 1_793_491_200_000 + np.arange(20, dtype=np.int64) * 15_000
+    t[5] += 3
+    t[9] += 1000
+    v = np.round(40 + np.arange(20) * 0.25, 2)
+    v[3], v[6] = math.nan, 0.1 / 3
+    x = np.array([0.1 / 3, 1e300, -0.0, 7.0 / 9])
+    assert decode_times(OLD_TIMES, 20).tolist() == t.tolist()
+    assert _bits(decode_values(OLD_DECIMALS, 20)) == _bits(v)
+    assert _bits(decode_values(OLD_XOR, 4)) == _bits(x)
+    # Old zlib blobs and zstd ones (a store whose newer days were merged since) decoded together
+    t4 = t[:4] + 1
+    t4[2] += 1
+    ts = [OLD_TIMES, encode_times(t, True), encode_times(t4, True), OLD_TIMES]
+    vs = [OLD_DECIMALS, encode_values(v, True), OLD_XOR, encode_values(v, True)]
+    assert all(_packed_head(b, False) > codec.ZSTD for b in ts[1:3])
+    got_t, got_v = decode_chunks(np.array([20, 20, 4, 20]), ts, vs)
+    assert got_t.tolist() == np.r_[t, t, t4, t].tolist()
+    assert _bits(got_v) == _bits(np.r_[v, v, x, v])

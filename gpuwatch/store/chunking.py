@@ -20,7 +20,8 @@ from gpuwatch.store.codec import (
 # Prometheus: 7,200 samples of a 1 s series, big enough for the encoders to find their runs. Once a
 # UTC day is over, its windows are merged into one chunk per series and day (rewrite.py): a year of a
 # lab's series is then 2 M chunks rather than 25 M (the index in memory, 36 B a chunk), and the
-# encoders find longer runs (bench/README.md, "Bytes").
+# encoders find longer runs (bench/README.md, "Bytes"). A closed day's chunks are written once, so they
+# are zstd-compressed (`zstd=True`, slower to write, smaller); the 2-hour ones zlib (codec.py).
 WINDOW_MS = 2 * 3600 * 1000
 DAY_WINDOW_MS = 24 * 3600 * 1000
 _BLOCK = 1 << 16  # encode_many encodes at most about this many samples in one numpy pass (memory)
@@ -71,10 +72,10 @@ def sample_seqs(seq: int, lo: int | None, n: int, blob: bytes | None) -> np.ndar
     return decode_times(blob, n)
 
 
-def _seqs_blob(seq: int, seqs: np.ndarray) -> tuple[bytes | None, int | None]:
+def _seqs_blob(seq: int, seqs: np.ndarray, zstd: bool = False) -> tuple[bytes | None, int | None]:
     if not seqs.size or bool((seqs == seq).all()):
         return None, None
-    return encode_times(seqs), int(seqs.min())
+    return encode_times(seqs, zstd), int(seqs.min())
 
 
 def encode_series(
@@ -84,15 +85,17 @@ def encode_series(
     seq: int,
     seqs: np.ndarray | None = None,
     window_ms: int = WINDOW_MS,
+    zstd: bool = False,
 ) -> list[ChunkRow]:
     """Encode sorted, duplicate-free samples of one series into one row per window of `window_ms`;
-    `seqs`: each sample's own write seq (at most `seq`), where they differ."""
+    `seqs`: each sample's own write seq (at most `seq`), where they differ; `zstd`: compressed with
+    zstd rather than zlib (a closed day's chunks)."""
     rows = []
     windows = t_ms // window_ms
     cuts = np.flatnonzero(windows[1:] != windows[:-1]) + 1
     for lo, hi in zip(np.r_[0, cuts], np.r_[cuts, t_ms.size], strict=True):
         t, v = t_ms[lo:hi], values[lo:hi]
-        blob, seq_lo = (None, None) if seqs is None else _seqs_blob(seq, seqs[lo:hi])
+        blob, seq_lo = (None, None) if seqs is None else _seqs_blob(seq, seqs[lo:hi], zstd)
         rows.append(
             ChunkRow(
                 series_id,
@@ -100,8 +103,8 @@ def encode_series(
                 int(t[-1]),
                 int(t.size),
                 seq,
-                encode_times(t),
-                encode_values(v),
+                encode_times(t, zstd),
+                encode_values(v, zstd),
                 float(v[-1]),
                 blob,
                 seq_lo,
@@ -130,13 +133,16 @@ def encode_many(
     seqs: np.ndarray,
     own_seqs: np.ndarray | None = None,
     window_ms: int = WINDOW_MS,
+    zstd: bool = False,
 ) -> list[ChunkRow]:
-    """`encode_series` of many series at once, the same rows (windows of `window_ms`): samples sorted by (series, time) without
-    duplicate timestamps; each series' rows get the highest of its samples' `seqs`, and keep each
-    sample's own write seq (`own_seqs`, default `seqs`) where they differ from the row's.
+    """`encode_series` of many series at once, the same rows (windows of `window_ms`, `zstd` or zlib):
+    samples sorted by (series, time) without duplicate timestamps; each series' rows get the highest of
+    its samples' `seqs`, and keep each sample's own write seq (`own_seqs`, default `seqs`) where they
+    differ from the row's.
 
     Chunks of one length are encoded together as the rows of one array (codec.encode_*_rows), so the
-    cost is numpy calls per distinct length plus a zlib call per chunk, not Python work per series.
+    cost is numpy calls per distinct length plus a compression call per chunk, not Python work per
+    series.
     """
     n = ids.size
     if not n:
@@ -166,7 +172,7 @@ def encode_many(
             if differ.size:
                 lows = own_block[differ].min(axis=1).tolist()
                 for k, blob, low in zip(
-                    differ.tolist(), encode_times_rows(own_block[differ]), lows, strict=True
+                    differ.tolist(), encode_times_rows(own_block[differ], zstd), lows, strict=True
                 ):
                     seq_blobs[k], seq_los[k] = blob, low
             rows = zip(
@@ -175,8 +181,8 @@ def encode_many(
                 t[:, 0].tolist(),
                 t[:, -1].tolist(),
                 row_seq.tolist(),
-                encode_times_rows(t),
-                encode_values_rows(v),
+                encode_times_rows(t, zstd),
+                encode_values_rows(v, zstd),
                 v[:, -1].tolist(),
                 seq_blobs,
                 seq_los,

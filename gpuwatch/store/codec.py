@@ -1,9 +1,15 @@
 """Encode one series' timestamps and values into compact chunk blobs, and back.
 
 Both encoders end the same way: integers are zig-zagged, narrowed to the fewest bytes that hold the
-largest one, byte-shuffled (all first bytes, then all second bytes, ...) and zlib-compressed. Runs of
+largest one, byte-shuffled (all first bytes, then all second bytes, ...) and compressed. Runs of
 equal small numbers, which is what regular timestamps and slowly moving gauges become, compress to
 almost nothing that way.
+
+- Compression: zlib (level 6) for the 2-hour chunks written as samples come in (fast to write), zstd
+  (level 15) with `zstd=True`, for the chunks of a closed day, written once (rewrite.py's day merge and
+  retention's trim): 0.678 -> 0.651 bytes a sample on bench_bytes' data. The packed part's first byte
+  is its width (1, 2, 4 or 8) for zlib, the width + 0x10 for zstd; decoders read both, so blobs written
+  before zstd decode unchanged.
 
 - Timestamps are stored as deltas of deltas: a regular 1 s scrape is a run of zeros. Chunks whose
   timestamps are perfectly regular (every scrape on time, the common case) are stored as just their
@@ -24,9 +30,12 @@ from __future__ import annotations
 import struct
 import zlib
 
+import cramjam
 import numpy as np
 
 _LEVEL = 6
+_ZSTD_LEVEL = 15
+ZSTD = 0x10  # added to the width byte of a zstd-compressed packed part (widths are 1..8)
 _MAX_EXACT = float(2**53)
 _MAX_DECIMALS = 6
 _EXCEPTION_SHARE = 0.1
@@ -46,18 +55,33 @@ def _unzigzag(u: np.ndarray) -> np.ndarray:
     return ((u >> np.uint64(1)) ^ (np.uint64(0) - (u & np.uint64(1)))).view(np.int64)
 
 
-def _pack_unsigned(u: np.ndarray) -> bytes:
-    """Narrow, byte-shuffle and compress unsigned 64-bit integers."""
+def _compress(raw: bytes, width: int, zstd: bool) -> bytes:
+    """The packed part of `raw` (shuffled integers `width` bytes wide): its width byte, compressed."""
+    if zstd:
+        return bytes([width + ZSTD]) + bytes(cramjam.zstd.compress(raw, level=_ZSTD_LEVEL))
+    return bytes([width]) + zlib.compress(raw, _LEVEL)
+
+
+def inflate(head: int, body: bytes | memoryview) -> bytes | memoryview:
+    """The shuffled bytes of a packed part whose width byte is `head` and compressed bytes `body`."""
+    if head > ZSTD:
+        return memoryview(cramjam.zstd.decompress(body))
+    return zlib.decompress(body)
+
+
+def _pack_unsigned(u: np.ndarray, zstd: bool = False) -> bytes:
+    """Narrow, byte-shuffle and compress unsigned 64-bit integers (zlib, or `zstd`)."""
     top = int(u.max()) if u.size else 0
     width = 1 if top < 1 << 8 else 2 if top < 1 << 16 else 4 if top < 1 << 32 else 8
     narrow = u.astype(f"<u{width}", copy=False)
     planes = narrow.view(np.uint8).reshape(-1, width).T
-    return bytes([width]) + zlib.compress(np.ascontiguousarray(planes).tobytes(), _LEVEL)
+    return _compress(np.ascontiguousarray(planes).tobytes(), width, zstd)
 
 
 def _unpack_unsigned(blob: bytes | memoryview, n: int) -> np.ndarray:
-    width = blob[0]
-    planes = np.frombuffer(zlib.decompress(blob[1:]), dtype=np.uint8).reshape(width, n)
+    head = blob[0]
+    width = head - ZSTD if head > ZSTD else head
+    planes = np.frombuffer(inflate(head, memoryview(blob)[1:]), dtype=np.uint8).reshape(width, n)
     return np.ascontiguousarray(planes.T).view(f"<u{width}").reshape(n).astype(np.uint64)
 
 
@@ -76,15 +100,16 @@ def _undiff(x: np.ndarray, order: int) -> np.ndarray:
     return x
 
 
-def encode_times(t_ms: np.ndarray) -> bytes:
-    """Encode int64 millisecond timestamps: first and step if regular, else compressed deltas of deltas."""
+def encode_times(t_ms: np.ndarray, zstd: bool = False) -> bytes:
+    """Encode int64 millisecond timestamps: first and step if regular, else compressed deltas of deltas
+    (zlib, or `zstd`)."""
     t = t_ms.astype(np.int64, copy=False)
     if t.size:
         with np.errstate(over="ignore"):
             step = t[1] - t[0] if t.size > 1 else np.int64(0)
             if t.size <= 2 or bool(np.all(np.diff(t) == step)):
                 return _REGULAR.pack(0, int(t[0]), int(step))
-    return _pack_unsigned(_zigzag(_diff(t, 2)))
+    return _pack_unsigned(_zigzag(_diff(t, 2)), zstd)
 
 
 def _regular(t0: int, step: int, n: int) -> np.ndarray:
@@ -128,20 +153,21 @@ def _cost(d: np.ndarray) -> float:
     return float(np.log2(np.abs(d[1:].astype(np.float64)) + 1.0).sum())
 
 
-def encode_values(v: np.ndarray) -> bytes:
-    """Encode float64 values so that every bit pattern (NaN payloads included) round-trips."""
+def encode_values(v: np.ndarray, zstd: bool = False) -> bytes:
+    """Encode float64 values so that every bit pattern (NaN payloads included) round-trips (zlib, or
+    `zstd`)."""
     v = np.ascontiguousarray(v, dtype=np.float64)
     fit = _decimal_fit(v) if v.size else (0, np.zeros(0, np.int64), np.zeros(0, bool))
     if fit is None:
         bits = v.view(np.int64)
         xored = bits ^ np.concatenate(([np.int64(0)], bits[:-1]))
-        return _HEADER.pack(_XOR, 0, 0, 0) + _pack_unsigned(xored.view(np.uint64))
+        return _HEADER.pack(_XOR, 0, 0, 0) + _pack_unsigned(xored.view(np.uint64), zstd)
     decimals, ints, ok = fit
     ints = _fill_forward(ints, ok)
     d1 = _diff(ints, 1)
     d2 = _diff(d1, 1)
     order = 2 if _cost(d2) < _cost(d1) else 1
-    packed = _pack_unsigned(_zigzag(d1 if order == 1 else d2))
+    packed = _pack_unsigned(_zigzag(d1 if order == 1 else d2), zstd)
     bad = np.flatnonzero(~ok).astype("<u4")
     extra = bad.tobytes() + v[bad].astype("<f8").tobytes()
     return _HEADER.pack(_DECIMAL, decimals, order, bad.size) + extra + packed
@@ -168,10 +194,10 @@ def decode_values(blob: bytes | memoryview, n: int) -> np.ndarray:
 # -- many chunks at once: encoding ------------------------------------------------------------------
 # Compaction encodes tens of thousands of short series at a time. These take many chunks of one length
 # as the rows of a 2-D array and do each step of `encode_times` / `encode_values` once for all rows;
-# only the zlib call and the header stay per chunk. The bytes are the same as chunk by chunk.
+# only the compression and the header stay per chunk. The bytes are the same as chunk by chunk.
 
 
-def _pack_unsigned_rows(u: np.ndarray) -> list[bytes]:
+def _pack_unsigned_rows(u: np.ndarray, zstd: bool = False) -> list[bytes]:
     """`_pack_unsigned` of each row of the 2-D uint64 array `u`."""
     k, n = u.shape
     out: list[bytes] = [b""] * k
@@ -179,7 +205,6 @@ def _pack_unsigned_rows(u: np.ndarray) -> list[bytes]:
         return out
     top = u.max(axis=1) if n else np.zeros(k, np.uint64)
     widths = np.where(top < 1 << 8, 1, np.where(top < 1 << 16, 2, np.where(top < 1 << 32, 4, 8)))
-    compress = zlib.compress
     for width in np.unique(widths).tolist():
         rows = np.flatnonzero(widths == width)
         part = u if rows.size == k else u[rows]
@@ -187,28 +212,27 @@ def _pack_unsigned_rows(u: np.ndarray) -> list[bytes]:
         shuffled = np.ascontiguousarray(narrow.view(np.uint8).reshape(rows.size, n, width).transpose(0, 2, 1))
         joined = shuffled.tobytes()
         size = width * n
-        head = bytes([width])
         if size > _SMALL:
             for i, row in enumerate(rows.tolist()):
-                out[row] = head + compress(joined[i * size : (i + 1) * size], _LEVEL)
+                out[row] = _compress(joined[i * size : (i + 1) * size], width, zstd)
             continue
         seen: dict[bytes, bytes] = {}  # short rows repeat (constant series): compress each content once
         for i, row in enumerate(rows.tolist()):
             raw = joined[i * size : (i + 1) * size]
             blob = seen.get(raw)
             if blob is None:
-                blob = seen[raw] = head + compress(raw, _LEVEL)
+                blob = seen[raw] = _compress(raw, width, zstd)
             out[row] = blob
     return out
 
 
-def encode_times_rows(t_ms: np.ndarray) -> list[bytes]:
+def encode_times_rows(t_ms: np.ndarray, zstd: bool = False) -> list[bytes]:
     """`encode_times` of each row of a 2-D int64 array (one chunk a row, all of one length)."""
     t = np.ascontiguousarray(t_ms, dtype=np.int64)
     k, n = t.shape
     out: list[bytes] = [b""] * k
     if not k or not n:
-        return [encode_times(row) for row in t]
+        return [encode_times(row, zstd) for row in t]
     with np.errstate(over="ignore"):
         d = np.diff(t, axis=1)
         step = d[:, 0] if n > 1 else np.zeros(k, np.int64)
@@ -217,7 +241,7 @@ def encode_times_rows(t_ms: np.ndarray) -> list[bytes]:
         if irregular.size:
             dd = np.diff(t[irregular], axis=1, prepend=np.int64(0))
             dd = np.diff(dd, axis=1, prepend=np.int64(0))
-            for row, blob in zip(irregular.tolist(), _pack_unsigned_rows(_zigzag(dd)), strict=True):
+            for row, blob in zip(irregular.tolist(), _pack_unsigned_rows(_zigzag(dd), zstd), strict=True):
                 out[row] = blob
     pack = _REGULAR.pack
     for row, t0, st in zip(
@@ -227,13 +251,13 @@ def encode_times_rows(t_ms: np.ndarray) -> list[bytes]:
     return out
 
 
-def encode_values_rows(v: np.ndarray) -> list[bytes]:
+def encode_values_rows(v: np.ndarray, zstd: bool = False) -> list[bytes]:
     """`encode_values` of each row of a 2-D float64 array (one chunk a row, all of one length)."""
     v = np.ascontiguousarray(v, dtype=np.float64)
     k, n = v.shape
     out: list[bytes] = [b""] * k
     if not k or not n:
-        return [encode_values(row) for row in v]
+        return [encode_values(row, zstd) for row in v]
     bits = v.view(np.uint64)
     decimals = np.full(k, -1, np.int64)
     ints = np.zeros((k, n), np.int64)
@@ -259,7 +283,9 @@ def encode_values_rows(v: np.ndarray) -> list[bytes]:
         xored = b.copy()
         xored[:, 1:] ^= b[:, :-1]
         head = _HEADER.pack(_XOR, 0, 0, 0)
-        for row, blob in zip(xor_rows.tolist(), _pack_unsigned_rows(xored.view(np.uint64)), strict=True):
+        for row, blob in zip(
+            xor_rows.tolist(), _pack_unsigned_rows(xored.view(np.uint64), zstd), strict=True
+        ):
             out[row] = head + blob
     dec_rows = np.flatnonzero(decimals >= 0)
     if not dec_rows.size:
@@ -275,7 +301,7 @@ def encode_values_rows(v: np.ndarray) -> list[bytes]:
     cost1 = np.log2(np.abs(d1[:, 1:].astype(np.float64)) + 1.0).sum(axis=1)
     cost2 = np.log2(np.abs(d2[:, 1:].astype(np.float64)) + 1.0).sum(axis=1)
     second = cost2 < cost1
-    packed = _pack_unsigned_rows(_zigzag(np.where(second[:, None], d2, d1)))
+    packed = _pack_unsigned_rows(_zigzag(np.where(second[:, None], d2, d1)), zstd)
     pack = _HEADER.pack
     bad_rows = np.logical_not(good).any(axis=1)
     has_bad: list[bool] = np.asarray(bad_rows).tolist()

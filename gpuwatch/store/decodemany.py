@@ -1,19 +1,19 @@
 """Decode many chunks at once (`decode_chunks`: reads, the chunk cache and rewrites fetch chunks by the
 thousand), bit for bit as `codec.py`'s `decode_times` and `decode_values` decode them one by one.
 
-The per-chunk work is only the header parse and zlib; unshuffling, zig-zag and the (segmented) running
-sums run once over all of them, so a read of thousands of small chunks (2 h of a 15 s series is 480
-samples) costs numpy calls per query, not per chunk.
+The per-chunk work is only the header parse and decompression (zlib, or zstd for closed days' chunks:
+codec.py); unshuffling, zig-zag and the (segmented) running sums run once over all of them, so a read
+of thousands of small chunks (2 h of a 15 s series is 480 samples) costs numpy calls per query, not
+per chunk.
 """
 
 from __future__ import annotations
 
-import zlib
 from collections.abc import Sequence
 
 import numpy as np
 
-from gpuwatch.store.codec import _HEADER, _MAX_DECIMALS, _SMALL, _XOR
+from gpuwatch.store.codec import _HEADER, _MAX_DECIMALS, _SMALL, _XOR, ZSTD, inflate
 
 _RUN_SLACK = 16  # `_unpack_many` groups equal chunks when there are more runs than this + 1/8 of them
 _POW10 = [10.0**e for e in range(_MAX_DECIMALS + 1)]
@@ -55,18 +55,21 @@ def _planes_to_ints(planes: np.ndarray, w: int, cnt: int, n: int) -> np.ndarray:
     return rows.view(f"<u{w}").reshape(cnt, n)
 
 
-def _inflate_all(mv: memoryview, begins: list[int], ends: list[int]) -> list[bytes]:
-    """zlib-decompress each `mv[begin:end]`; small ones (constant chunks, which repeat) only once each."""
-    seen: dict[memoryview, bytes] = {}
+def _inflate_all(
+    mv: memoryview, heads: list[int], begins: list[int], ends: list[int]
+) -> list[bytes | memoryview]:
+    """Decompress each `mv[begin:end]` (zlib, or zstd: its width byte `head` says); small ones
+    (constant chunks, which repeat) only once each."""
+    seen: dict[memoryview, bytes | memoryview] = {}
     out = []
-    for a, e in zip(begins, ends, strict=True):
+    for head, a, e in zip(heads, begins, ends, strict=True):
         part = mv[a:e]
         if e - a > _SMALL:
-            out.append(zlib.decompress(part))
+            out.append(inflate(head, part))
             continue
         raw = seen.get(part)
         if raw is None:
-            raw = seen[part] = zlib.decompress(part)
+            raw = seen[part] = inflate(head, part)
         out.append(raw)
     return out
 
@@ -78,7 +81,8 @@ def _decode_ints(
     array, in order: zig-zag and `orders` rounds of running sums per chunk, or (`orders` None) a running
     XOR of the raw integers."""
     k = pick.size
-    widths = blobs.buf[at].astype(np.int64)
+    heads = blobs.buf[at].astype(np.int64)
+    widths = np.where(heads > ZSTD, heads - ZSTD, heads)
     # Consecutive chunks of one width and size (all the full 2 h chunks of a series) decode as the rows
     # of one 2-D array; when widths and sizes alternate too much for that, equal ones are grouped.
     key = widths << np.int64(40) | ns
@@ -89,7 +93,7 @@ def _decode_ints(
         change = np.flatnonzero(np.diff(key[order])) + 1
     mv = memoryview(blobs.joined)
     a_s, e_s = (at[order] + 1).tolist(), blobs.end[pick][order].tolist()
-    raw = np.frombuffer(b"".join(_inflate_all(mv, a_s, e_s)), np.uint8)
+    raw = np.frombuffer(b"".join(_inflate_all(mv, heads[order].tolist(), a_s, e_s)), np.uint8)
     starts = _starts(ns)
     out = np.empty(int(ns.sum()), np.int64)
     uniform = bool(k) and bool((ns == ns[0]).all())
