@@ -64,11 +64,13 @@ def test_a_closed_window_merges_in_batches_and_a_failed_batch_leaves_the_rest_fo
     calls: list[int] = []
     merge_block = rewrite.merge_block
 
-    def failing_second(found: list[tuple[int, int, int, bytes, bytes]], window_ms: int) -> list[ChunkRow]:
+    def failing_second(
+        found: list[tuple[int, int, int, bytes, bytes]], window_ms: int, zstd: bool = False
+    ) -> list[ChunkRow]:
         calls.append(found[0][0])
         if len(calls) == 2:
             raise duckdb.OutOfMemoryException("Out of Memory Error: could not allocate block")
-        return merge_block(found, window_ms)
+        return merge_block(found, window_ms, zstd)
 
     monkeypatch.setattr(rewrite, "merge_block", failing_second)
     fill(store, ["a"], gpus=4, ticks=1, t0=2 * hour, step=1000)  # the window 0-2 h closes
@@ -96,7 +98,9 @@ def test_a_merge_that_fails_at_close_loses_nothing_and_is_no_error(
         fill(store, ["a"], gpus=2, ticks=60, t0=k * hour, step=1000)
         store.compact()
 
-    def failing(found: list[tuple[int, int, int, bytes, bytes]], window_ms: int) -> list[ChunkRow]:
+    def failing(
+        found: list[tuple[int, int, int, bytes, bytes]], window_ms: int, zstd: bool = False
+    ) -> list[ChunkRow]:
         raise duckdb.OutOfMemoryException("Out of Memory Error: could not allocate block")
 
     monkeypatch.setattr(rewrite, "merge_block", failing)

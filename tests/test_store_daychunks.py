@@ -1,7 +1,8 @@
 """Day chunks: once a UTC day is over its 2-hour chunks become one chunk per series and day, with
 every sample, each sample's write seq and every answer kept; late samples are merged in again,
 retention by age cuts a day chunk, and a store of 2-hour chunks is merged in the background
-(store/rewrite.py, store/writer.py)."""
+(store/rewrite.py, store/writer.py). A closed day's chunks are zstd-compressed, the 2-hour ones zlib
+(store/codec.py)."""
 
 from __future__ import annotations
 
@@ -13,10 +14,10 @@ import numpy as np
 import pytest
 
 from gpuwatch.core.clock import FakeClock
-from gpuwatch.core.model import Batch, Sample
+from gpuwatch.core.model import Batch, Matcher, Sample
 from gpuwatch.core.tiers import HOUR_MS, MINUTE_MS
 from gpuwatch.query import Engine
-from gpuwatch.store import Store, sqlrows
+from gpuwatch.store import Store, codec, sqlrows
 from gpuwatch.store.chunkindex import ChunkIndex
 from gpuwatch.store.chunking import WINDOW_MS, encode_many
 from gpuwatch.store.staged import labels_json
@@ -24,6 +25,7 @@ from tests.test_store_tiers import DAYS, NOW, T0, UTIL, RawOnly, fill, rows
 
 DAY = 86_400_000
 ALL = (0, 2**62)
+ZLIB, ZSTD = {1, 2, 4, 8}, {17, 18, 20, 24}  # the width bytes of packed parts (width + 0x10: zstd)
 
 
 @pytest.fixture
@@ -51,11 +53,32 @@ def chunks_per_day(store: Store) -> dict[tuple[int, int], int]:
     return {(int(s), int(d)): int(n) for s, d, n in found}
 
 
-def samples(store: Store) -> list[tuple[object, list[int], list[int]]]:
+def samples(store: Store, matchers: list[Matcher] = UTIL) -> list[tuple[object, list[int], list[int]]]:
     return [
         (s.labels, s.timestamps_ms.tolist(), s.values.view(np.int64).tolist())
-        for s in store.select(UTIL, *ALL)
+        for s in store.select(matchers, *ALL)
     ]
+
+
+def packed_heads(store: Store, lo_ms: int = 0, hi_ms: int = 2**62) -> dict[str, set[int]]:
+    """The width bytes of the packed parts of chunks starting in [lo_ms, hi_ms) (timestamps in the
+    regular form, which have none, left out), of closed days' chunks and of the newest day's."""
+    found = (
+        store._cursor()
+        .execute(
+            f"SELECT t_min_ms // {DAY} = (SELECT max(t_max_ms) // {DAY} FROM chunks), ts, vs, seqs "
+            "FROM chunks WHERE t_min_ms >= ? AND t_min_ms < ?",
+            [lo_ms, hi_ms],
+        )
+        .fetchall()
+    )
+    out: dict[str, set[int]] = {"closed": set(), "today": set()}
+    for today, ts, vs, seqs in found:
+        heads = out["today" if today else "closed"]
+        n_bad = codec._HEADER.unpack_from(vs)[3]
+        heads.add(vs[codec._HEADER.size + 12 * n_bad])
+        heads.update(b[0] for b in (ts, seqs) if b is not None and b[0] != 0)
+    return out
 
 
 def test_a_closed_day_ends_in_one_chunk_a_series_with_every_sample(store: Store) -> None:
@@ -67,6 +90,26 @@ def test_a_closed_day_ends_in_one_chunk_a_series_with_every_sample(store: Store)
     for q in ("max_over_time(util[1h])", "rate(energy[5m])", "count_over_time(util[1d])"):
         want = rows(Engine(RawOnly(store)).range(q, T0 + HOUR_MS, T0 + DAYS * DAY, HOUR_MS))
         assert rows(engine.range(q, T0 + HOUR_MS, T0 + DAYS * DAY, HOUR_MS)) == want
+
+
+def test_closed_days_are_zstd_and_read_back_every_sample(
+    tmp_path: Path, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    both = [Matcher("__name__", "=~", "util|energy")]
+    with Store.open(tmp_path / "merged", clock=clock) as s:
+        fill(s)  # gaps, NaN, a staleness marker, counter resets
+        assert set(chunks_per_day(s).values()) == {1}
+        got, heads = samples(s, both), packed_heads(s)
+    monkeypatch.setattr("gpuwatch.store.rewrite.merge_batches", lambda cur: iter(()))  # merges nothing
+    with Store.open(tmp_path / "raw", clock=clock) as s:
+        fill(s)  # the same samples, left in the 2-hour chunks they were written in
+        assert set(chunks_per_day(s).values()) == {12}
+        want, raw_heads = samples(s, both), packed_heads(s)
+    assert len(want) == 6 and sum(len(t) for _, t, _ in want) > 6 * 30_000
+    assert got == want  # bit for bit, NaN payloads included
+    assert heads == {"closed": ZSTD & heads["closed"], "today": ZLIB & heads["today"]}
+    assert heads["closed"] and heads["today"]
+    assert (raw_heads["closed"] | raw_heads["today"]) <= ZLIB
 
 
 def test_every_sample_keeps_its_write_seq_through_the_day_merge(store: Store) -> None:
@@ -109,6 +152,8 @@ def test_retention_cuts_a_day_chunk_at_its_minute(tmp_path: Path, clock: FakeClo
             keep = [i for i, t in enumerate(ts) if t >= cutoff]
             assert lab == lab2 and ts2 == [ts[i] for i in keep] and vs2 == [vs[i] for i in keep]
         assert set(chunks_per_day(s).values()) == {1}  # the cut day is still one chunk
+        cut = packed_heads(s, cutoff, cutoff // DAY * DAY + DAY)  # the cut day chunks, written again
+        assert cut["closed"] and cut["closed"] <= ZSTD
 
 
 def test_a_store_of_2_hour_chunks_is_merged_in_the_background(
@@ -139,6 +184,8 @@ def test_a_store_of_2_hour_chunks_is_merged_in_the_background(
         # A closed day a step; the newest sample's day stays in 2-hour chunks until it is over.
         assert steps == DAYS - 1 and s.stats()["chunks"] == 3 * (DAYS - 1) + 3 * 12
         assert samples(s) == got
+        heads = packed_heads(s)  # the days merged are zstd, the newest day's 2-hour chunks still zlib
+        assert heads["closed"] and heads["closed"] <= ZSTD and heads["today"] and heads["today"] <= ZLIB
         assert [(v.timestamps_ms.tolist(), v.values.tolist()) for v in s.select(UTIL, *ALL)] == [
             (t.tolist(), vv[k * t.size : (k + 1) * t.size].tolist()) for k in range(3)
         ]

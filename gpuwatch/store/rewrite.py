@@ -98,7 +98,7 @@ class Merge(NamedTuple):
 
 def merge_series(cur: duckdb.DuckDBPyConnection, lo: int, hi: int, sids: list[int]) -> None:
     """Merge series `sids`' chunks that start in [lo, hi) (a window, or a day) into one per series,
-    in one transaction."""
+    in one transaction. A day's chunks are written once: zstd-compressed (codec.py)."""
     listed = ",".join(map(str, sids))
     found = cur.execute(
         f"SELECT series_id, seq, n, ts, vs, seqs, seq_lo FROM chunks WHERE t_min_ms >= ? AND t_min_ms < ? "
@@ -110,10 +110,11 @@ def merge_series(cur: duckdb.DuckDBPyConnection, lo: int, hi: int, sids: list[in
     merged: list[ChunkRow] = []
     start, size = 0, 0
     window_ms = hi - lo
+    zstd = window_ms == DAY_WINDOW_MS
     for i, row in enumerate(found):  # decode and re-encode about MERGE_BLOCK samples at a time
         size += row[2]
         if i + 1 == len(found) or (size >= MERGE_BLOCK and found[i + 1][0] != row[0]):
-            merged.extend(merge_block(found[start : i + 1], window_ms))
+            merged.extend(merge_block(found[start : i + 1], window_ms, zstd))
             start, size = i + 1, 0
     cur.execute("BEGIN TRANSACTION")
     try:
@@ -184,10 +185,12 @@ def move_series(cur: duckdb.DuckDBPyConnection, moved: dict[int, int]) -> None:
             cur.unregister("gpuwatch_moved")
 
 
-def merge_block(found: list[tuple[Any, ...]], window_ms: int = WINDOW_MS) -> list[ChunkRow]:
+def merge_block(
+    found: list[tuple[Any, ...]], window_ms: int = WINDOW_MS, zstd: bool = False
+) -> list[ChunkRow]:
     """Merge the chunks (series_id, seq, n, ts, vs, seqs, seq_lo) of whole series into one row per
-    series and window of `window_ms`. The newest row wins a repeated timestamp (as reads decide it); each sample
-    keeps its own write seq (appended.py)."""
+    series and window of `window_ms` (`zstd`: compressed so, else zlib). The newest row wins a
+    repeated timestamp (as reads decide it); each sample keeps its own write seq (appended.py)."""
     ns = np.array([r[2] for r in found], np.int64)
     t, v = decode_chunks(ns, [r[3] for r in found], [r[4] for r in found])
     ids = np.repeat(np.array([r[0] for r in found], np.int64), ns)
@@ -200,7 +203,7 @@ def merge_block(found: list[tuple[Any, ...]], window_ms: int = WINDOW_MS) -> lis
         keep[:-1] = (ids[1:] != ids[:-1]) | (t[1:] != t[:-1])
         if not keep.all():
             ids, t, v, seqs, own = ids[keep], t[keep], v[keep], seqs[keep], own[keep]
-    return encode_many(ids, t, v, seqs, own, window_ms)
+    return encode_many(ids, t, v, seqs, own, window_ms, zstd)
 
 
 def _batches(sids: np.ndarray, nbytes: np.ndarray) -> Iterator[tuple[list[int], int]]:
@@ -240,8 +243,9 @@ def delete_before(
             keep = t >= cutoff_ms
             deleted += n - int(keep.sum())
             own = None if seqs is None else sample_seqs(seq, seq_lo, n, seqs)[keep]
-            # A day's window: the part kept stays one chunk, whatever window it was written in.
-            trimmed.extend(encode_series(sid, t[keep], v[keep], seq, own, DAY_WINDOW_MS))
+            # A day's window: the part kept stays one chunk, whatever window it was written in; written
+            # once, so zstd-compressed as a day's chunk.
+            trimmed.extend(encode_series(sid, t[keep], v[keep], seq, own, DAY_WINDOW_MS, zstd=True))
         cur.execute("DELETE FROM chunks WHERE t_min_ms < ?", [cutoff_ms])
         sqlrows.insert_chunks(cur, trimmed)
         head_old = sqlrows.scalar(cur, "SELECT count(*) FROM head WHERE t_ms < ?", [cutoff_ms])
