@@ -12,7 +12,8 @@ Layout (what is on disk, and why):
   (`codec.py`); a query fetches all its chunks in one statement and decodes them in batches
   (`decodemany.py`). Compactions made during a window leave several
   small chunks per series; once the window has closed they are merged into one, and once the UTC
-  day is over its windows into one chunk per series and day (`rewrite.py`). Bulk
+  day is over its windows into one chunk per series and day (`rewrite.py`), zstd-compressed rather
+  than zlib as it is written once. Bulk
   `append_series` calls of >= 1024 samples skip the head and become chunks directly.
 
 Measured (bench/bench_store.py, 64 GPUs x 25 dcgm metrics at 1 s, 2 vCPU, duckdb 2.0.1):
