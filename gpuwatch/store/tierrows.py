@@ -4,7 +4,9 @@ encoded as narrowed integer and decimal columns under zstd (`encode_points`).
 A 1-minute row holds one UTC day of a series (1,440 points at most), a 1-hour row 30 days (720): a
 90-day panel at a step of an hour reads three or four rows a series, and the index of a year of 5,600
 series stays small. A row's `seq` is the store's newest write seq when it was built: a chunk written
-later for its day holds a sample the row lacks (`tierbuild.py` rebuilds it).
+later for its day holds a sample the row lacks (`tierbuild.py` rebuilds it). A read decodes only the
+columns its query's function reads (`columns=`, query/tiered.py): a 7-day panel's `avg_over_time` the
+ends, counts and sums of each row, about half the whole row's time (bench/README.md, "Tiers").
 """
 
 from __future__ import annotations
@@ -127,27 +129,31 @@ def _decode_fixed(blob: bytes | memoryview, n: int, want: frozenset[str]) -> Tie
     """Rows of `_encode_fixed` (1-hour rows, and every row written before the columns were narrowed):
     the columns in `want`, the others None."""
     body = np.frombuffer(bytes(cramjam.zstd.decompress(blob)), np.uint8)
-    got: dict[str, np.ndarray | None] = dict.fromkeys(COLUMNS)
-    end = got["end_ms"] = np.cumsum(body[: 8 * n].view("<i8"))
-    ints = body[8 * n : 20 * n].view("<i4")
-    if "n" in want:
-        got["n"] = ints[:n].astype(np.int64)
-    if "first_t" in want:
-        got["first_t"] = end - ints[n : 2 * n]
-    if "last_t" in want:
-        got["last_t"] = end - ints[2 * n :]
+    end = np.cumsum(body[: 8 * n].view("<i8"))
+    ints = body[8 * n : 20 * n].view("<i4").astype(np.int64)  # counts, first and last offsets
     pos = 20 * n
     planes = body[pos : pos + 8 * _FLOATS * n].reshape(8, _FLOATS * n)  # byte planes of the six columns
     if want.issuperset(_FIXED_FLOATS):
-        floats = planes.T.copy().view("<f8").reshape(_FLOATS, n)
-        got.update(zip(_FIXED_FLOATS, floats, strict=True))
+        floats: list[np.ndarray | None] = list(planes.T.copy().view("<f8").reshape(_FLOATS, n))
     else:
-        for i, name in enumerate(_FIXED_FLOATS):
-            if name in want:
-                got[name] = planes[:, i * n : (i + 1) * n].T.copy().view("<f8").reshape(n)
-    if "stale_after" in want:
-        got["stale_after"] = np.unpackbits(body[pos + 8 * _FLOATS * n :], count=n).view(bool)
-    return partial(got.values())
+        floats = [
+            planes[:, i * n : (i + 1) * n].T.copy().view("<f8").reshape(n) if name in want else None
+            for i, name in enumerate(_FIXED_FLOATS)
+        ]
+    pos += 8 * _FLOATS * n
+    return partial(
+        [
+            end,
+            ints[:n] if "n" in want else None,
+            *floats[:3],  # sum, min, max
+            end - ints[n : 2 * n] if "first_t" in want else None,
+            floats[3],
+            end - ints[2 * n :] if "last_t" in want else None,
+            floats[4],
+            floats[5],
+            np.unpackbits(body[pos:], count=n).view(bool) if "stale_after" in want else None,
+        ]
+    )
 
 
 def read_points(
