@@ -5,7 +5,8 @@ Usage: python bench/bench_tierdecode.py [--parts rows,panels] [--before DIR] [--
            [--runs 3] [--dir DIR] [--keep]
 
 rows: bench/querydata.py's 8 GPUs x 1 day (178 series) built into 1-minute points (`core.tiers.build`)
-and encoded as the store writes a row (`tierrows.encode_points`, 1,440 points a row); each round decodes
+and encoded as the store writes a row (`tierrows.encode_points`, 1,440 points a row), and the same GPUs
+x 30 days as 1-hour rows (720 points, the fixed-width form 1-hour rows are written in); each round decodes
 every row whole and for the columns of avg_over_time, max_over_time, last_over_time and rate
 (`query.tiered.columns`) and an instant selector's (`tiered.instant_columns`), the kinds in turns, the
 order rotated each round: ms a row (median of the rounds) and the ratio to the whole decode.
@@ -59,15 +60,16 @@ INSTANT = "instant"
 # -- children (run with PYTHONPATH set to one tree) ----------------------------------------------------
 
 
-def rows_child(gpus: int, rounds: int) -> dict[str, Any]:
+def rows_child(gpus: int, rounds: int, res: str) -> dict[str, Any]:
     import numpy as np
 
-    from gpuwatch.core.tiers import MINUTE_MS, build
+    from gpuwatch.core.tiers import HOUR_MS, MINUTE_MS, build
     from gpuwatch.store.tierrows import decode_points, encode_points
 
+    res_ms, days = (MINUTE_MS, 1) if res == "1m" else (HOUR_MS, 30)  # a row's period each
     rows = [
-        (encode_points(p), p.size)
-        for p in (build(s.timestamps_ms, s.values, MINUTE_MS) for s in querydata.generate(gpus, 1))
+        (encode_points(p, narrow=res_ms != HOUR_MS), p.size)  # (as the store writes rows of each)
+        for p in (build(s.timestamps_ms, s.values, res_ms) for s in querydata.generate(gpus, days))
     ]
     kinds: dict[str, Any] = {"whole": None}
     try:
@@ -232,13 +234,12 @@ def in_turns(trees: list[Path], rounds: int, args: list[str]) -> dict[Path, list
     return got
 
 
-def run_rows(args: argparse.Namespace, trees: list[Path]) -> None:
-    got = in_turns(trees, args.rounds, ["rows", str(args.row_gpus), "5"])
+def run_rows(args: argparse.Namespace, trees: list[Path], res: str) -> None:
+    got = in_turns(trees, args.rounds, ["rows", str(args.row_gpus), "5", res])
     this, before = trees[-1], trees[0] if len(trees) > 1 else None
     first = got[this][0]
-    print(
-        f"\n## rows: {first['rows']} 1-minute rows of {first['points'] // first['rows']:,} points on average"
-    )
+    kind = "1-minute rows (narrowed columns)" if res == "1m" else "1-hour rows (fixed-width columns)"
+    print(f"\n## rows: {first['rows']} {kind} of {first['points'] // first['rows']:,} points on average")
     mine = got[this]
     whole = [g["ms"]["whole"] for g in mine]
     for kind in mine[0]["ms"]:
@@ -301,12 +302,12 @@ def main() -> None:
 
         assert gpuwatch.__file__ is not None and gpuwatch.__file__.startswith(rest[-1]), gpuwatch.__file__
         if what == "rows":
-            print(json.dumps(rows_child(int(rest[0]), int(rest[1]))))
+            print(json.dumps(rows_child(int(rest[0]), int(rest[1]), rest[2])))
         else:
             print(json.dumps(panels_child(rest[0], int(rest[1]), rest[2] == "1")))
         return
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--parts", default="rows,panels")
+    p.add_argument("--parts", default="rows,panels", help="rows (rows1m, rows1h), panels")
     p.add_argument("--before", type=Path, help="an older gpuwatch source tree to run beside this one")
     p.add_argument("--gpus", default="8,64", help="the panels' stores: GPUs each (8: 178 series, 64: 850)")
     p.add_argument("--row-gpus", type=int, default=8)
@@ -322,8 +323,9 @@ def main() -> None:
     print(f"load average before: {' '.join(f'{x:.2f}' for x in os.getloadavg())}", flush=True)
     try:
         parts = args.parts.split(",")
-        if "rows" in parts:
-            run_rows(args, trees)
+        for res in ("1m", "1h"):
+            if f"rows{res}" in parts or "rows" in parts:
+                run_rows(args, trees, res)
         if "panels" in parts:
             run_panels(args, trees, root)
     finally:
