@@ -308,12 +308,18 @@ def serve(data_dir: str, port: int) -> None:
 
     from gpuwatch.app.config import load
     from gpuwatch.cli.gctune import tune_for_serving
+    from gpuwatch.query.backend import LocalBackend
     from gpuwatch.web import create_app
     from gpuwatch.web.serving import make_server
 
-    store = Store.open(Path(data_dir), clock=SystemClock(), read_only=True)
+    clock = SystemClock()
+    store = Store.open(Path(data_dir), clock=clock, read_only=True)
     settings = load(None, {}, {"data_dir": data_dir})  # the defaults, as `gpuwatch serve` has them
-    runtime = SimpleNamespace(store=store, clock=SystemClock(), settings=settings, access=None)
+    # The routes answer through the runtime's backend: gpuwatch's engine over the store, as in serve.
+    backend = LocalBackend(store, store, settings, clock.monotonic)
+    runtime = SimpleNamespace(
+        store=store, queryable=store, backend=backend, clock=clock, settings=settings, access=None
+    )
     server = make_server(create_app(runtime), "127.0.0.1", port)
     tune_for_serving()  # as `gpuwatch serve` does after start-up
     server.run()

@@ -45,9 +45,17 @@ def child(data: str, query: str, runs: int, days: float = 1.0, step_ms: int = 15
     from gpuwatch.store import Store
     from gpuwatch.web import create_app
 
-    store = Store.open(Path(data), clock=SystemClock(), read_only=True)
+    clock = SystemClock()
+    store = Store.open(Path(data), clock=clock, read_only=True)
     settings = load(None, {}, {"data_dir": data})  # the defaults, as `gpuwatch serve` has them
-    app = create_app(SimpleNamespace(store=store, clock=SystemClock(), settings=settings, access=None))
+    runtime = SimpleNamespace(store=store, queryable=store, clock=clock, settings=settings, access=None)
+    try:  # the routes answer through the runtime's backend (trees before it read the store)
+        from gpuwatch.query.backend import LocalBackend
+    except ImportError:
+        pass
+    else:
+        runtime.backend = LocalBackend(store, store, settings, clock.monotonic)
+    app = create_app(runtime)
     try:
         gctune.tune_for_serving()
     except TypeError:  # trees whose tune_for_serving also set glibc's allocator from the environment

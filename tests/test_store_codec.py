@@ -157,10 +157,58 @@ def test_a_row_of_columns_round_trips_bit_for_bit(c: tuple[np.ndarray, np.ndarra
     floats = np.r_[v, codec_float(extra)]
     buf = b"".join([codec.pack_int_column(ints), codec.pack_float_column(floats), b"tail"])
     got_i, pos = codec.unpack_column(buf, 0, ints.size)
-    got_f, pos = codec.unpack_column(buf, pos, floats.size)
+    assert codec.column_end(buf, 0, ints.size) == pos
+    got_f, end = codec.unpack_column(buf, pos, floats.size)
+    assert codec.column_end(buf, pos, floats.size) == end
     assert got_i.dtype == np.int64 and got_i.tolist() == ints.tolist()
     assert got_f.dtype == np.float64 and _bits(got_f) == _bits(floats)
-    assert buf[pos:] == b"tail"
+    assert buf[end:] == b"tail"
+
+
+def _column_forms() -> list[tuple[str, np.ndarray]]:
+    """Columns of every form `unpack_column` reads: integers of each width and delta order, decimals
+    with and without units off and exceptions, float bits; none, one and two values."""
+    rng = np.random.default_rng(7)
+    n = 1440
+    ramp = np.arange(n, dtype=np.int64)
+    sums = np.cumsum(np.round(rng.random(n) * 100, 1))  # sums of decimals: units off their decimal
+    odd = np.round(rng.normal(250, 30, n), 1)
+    odd[[3, 500, 1439]] = [np.nan, np.inf, -0.0]  # exceptions
+    forms = [
+        ("int, order 0, width 1", rng.integers(0, 100, n)),
+        ("int, order 1, width 2", np.cumsum(rng.integers(-20_000, 20_000, n))),
+        ("int, order 2, width 1", 1_793_491_200_000 + 60_000 * ramp + (ramp % 3 == 0)),
+        ("int, width 4", rng.integers(-(2**30), 2**30, n)),
+        ("int, width 8", rng.integers(-(2**62), 2**62, n)),
+        ("decimal", np.round(rng.random(n) * 100, 1)),
+        ("decimal, units off", sums),
+        ("decimal, exceptions", odd),
+        ("bits", rng.standard_normal(n) * 1e6),
+        ("empty", np.zeros(0)),
+        ("one", np.array([12.5])),
+        ("two", np.array([7, 2**62], np.int64)),
+    ]
+    return forms
+
+
+def test_every_column_form_decodes_and_is_skipped_by_its_header_alone() -> None:
+    seen = set()
+    for name, x in _column_forms():
+        packed = codec.pack_int_column(x) if x.dtype == np.int64 else codec.pack_float_column(x)
+        kind, _, order, width = codec._COLUMN.unpack_from(packed)
+        off = codec._DECIMAL_EXTRA.unpack_from(packed, 4) if kind == codec._COL_DECIMAL else (0, 0)
+        seen.add((kind, order if kind == codec._COL_INT else None, width, off[0] > 0, off[1] > 0))
+        buf = b"head" + packed + b"tail"
+        got, end = codec.unpack_column(buf, 4, x.size)
+        assert codec.column_end(buf, 4, x.size) == end == 4 + len(packed), name
+        assert buf[end:] == b"tail", name
+        assert got.dtype == x.dtype and _bits(got.astype(np.float64)) == _bits(x.astype(np.float64)), name
+        assert got.flags.writeable, name  # an array of its own, not a view of `buf`
+    # (the forms above cover what they say: each kind, width 1-8, orders 0-2, units off, exceptions)
+    assert {k for k, *_ in seen} == {codec._COL_INT, codec._COL_DECIMAL, codec._COL_BITS}
+    assert {w for *_, w, _, _ in seen} >= {1, 2, 4, 8}
+    assert {o for _, o, *_ in seen if o is not None} == {0, 1, 2}
+    assert any(bad for *_, bad, _ in seen) and any(units for *_, units in seen)
 
 
 def codec_float(bits: int) -> float:

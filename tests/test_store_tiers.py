@@ -4,7 +4,7 @@ answers from them equal to its answers from the raw samples (store/tierbuild.py,
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from pathlib import Path
 
 import duckdb
@@ -13,8 +13,9 @@ import pytest
 
 from gpuwatch.core.clock import FakeClock
 from gpuwatch.core.model import STALE_NAN, Matcher, SeriesData
-from gpuwatch.core.tiers import HOUR_MS, MINUTE_MS, build
+from gpuwatch.core.tiers import COLUMNS, HOUR_MS, MINUTE_MS, TierPoints, build
 from gpuwatch.query import Engine
+from gpuwatch.query.recent import RecentSamples, WithRecent
 from gpuwatch.query.values import Matrix
 from gpuwatch.store import Store, sizecap
 from gpuwatch.store.tierrows import DAY_MS, decode_points, encode_points
@@ -126,6 +127,45 @@ def test_rows_in_the_fixed_width_form_before_still_decode() -> None:
             assert a.dtype == b.dtype and np.array_equal(a, b, equal_nan=True)
 
 
+def random_points(seed: int, res: int) -> TierPoints:
+    """A counter with resets and a gauge's NaN, gaps of minutes to hours, staleness markers, as points."""
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(1, 4000))
+    step = np.where(rng.random(n) < 0.03, rng.integers(60_000, 3 * HOUR_MS, n), rng.integers(1000, 30_000, n))
+    t = T0 + np.cumsum(step).astype(np.int64)
+    if seed % 2:  # a counter: resets to 0 now and then
+        inc = rng.exponential(20, n)
+        total = np.cumsum(inc)
+        v = total - np.maximum.accumulate(np.where(rng.random(n) < 0.02, total - inc, 0.0))
+    else:
+        v = np.round(rng.normal(50, 30, n), int(rng.integers(0, 4)))
+    v[rng.random(n) < 0.02] = np.nan
+    v[rng.random(n) < 0.01] = STALE_NAN
+    return build(t, v, res)
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_some_columns_decode_as_the_whole_row_does_and_the_others_are_none(seed: int) -> None:
+    res = (MINUTE_MS, HOUR_MS)[(seed // 2) % 2]  # (a counter or a gauge at each)
+    p = random_points(seed, res)
+    rng = np.random.default_rng(seed)
+    for narrow in (True, False):
+        blob = encode_points(p, narrow=narrow)
+        whole = decode_points(blob, p.size)
+        for _ in range(6):
+            asked = {c for c in COLUMNS if rng.random() < 0.3}
+            got = decode_points(blob, p.size, asked)
+            for col, a, b in zip(COLUMNS, got, whole, strict=True):
+                if col in asked or col == "end_ms":  # (always read)
+                    assert a is not None and a.dtype == b.dtype, col
+                    assert np.array_equal(a, b, equal_nan=True), col
+                    assert np.array_equal(a, getattr(p, col), equal_nan=True), col
+                else:
+                    assert a is None, col
+    with pytest.raises(ValueError, match="no tier point columns"):
+        decode_points(blob, p.size, ["count"])
+
+
 def test_closed_days_are_built_and_equal_points_made_from_the_samples(store: Store) -> None:
     fill(store)
     assert store.build_tiers() is False
@@ -185,6 +225,73 @@ def test_the_engine_answers_from_tiers_as_from_samples(
     for a, b in zip(tiered, raw, strict=True):
         assert np.array_equal(a.timestamps_ms, b.timestamps_ms)
         np.testing.assert_allclose(a.values, b.values, rtol=1e-9, atol=1e-9, equal_nan=True)
+
+
+def test_a_read_of_some_columns_has_those_of_the_whole_read_and_none_else(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("gpuwatch.store.tierbuild.BATCH_SAMPLES", 10_000)  # a series a batch
+    fill(store)
+    late = T0 + (DAYS - 1) * DAY_MS + np.arange(1, 2000, dtype=np.int64) * 15_000
+    store.append_series("util", (("gpu", "9"),), late, np.arange(late.size) % 7.0)  # the last day only
+    store.flush()
+    while built_ms(store) != T0 + (DAYS - 1) * DAY_MS:  # the last day not built: made from samples
+        assert store.build_tiers(max_batches=1)
+    span = (T0, T0 + DAYS * DAY_MS)
+    for res in (MINUTE_MS, HOUR_MS):
+        whole = store.select_tiers(UTIL, res, *span)
+        assert len(whole) == 4 and whole[0].points.end_ms[-1] > T0 + (DAYS - 1) * DAY_MS
+        for asked in (["sum", "n"], ["last_t", "last_v", "stale_after"], ["max"], []):
+            got = store.select_tiers(UTIL, res, *span, columns=asked)
+            assert whole and got and [s.labels for s in got] == [s.labels for s in whole]
+            # As the engine reads the store: with gpuwatch's own recent figures (none of `util`) beside it.
+            beside = WithRecent(store, RecentSamples(60_000)).select_tiers(UTIL, res, *span, asked)
+            assert beside is not None and [[a is None for a in s.points] for s in beside] == [
+                [a is None for a in s.points] for s in got
+            ]
+            for g, w in zip(got, whole, strict=True):
+                for col, a, b in zip(COLUMNS, g.points, w.points, strict=True):
+                    if col in asked or col == "end_ms":
+                        assert np.array_equal(a, b, equal_nan=True), col
+                    else:
+                        assert a is None, col
+
+
+@pytest.mark.parametrize(
+    ("query", "columns"),
+    [
+        ("avg_over_time(util[1h])", {"end_ms", "n", "sum"}),
+        ("max_over_time(util[1h])", {"end_ms", "n", "max"}),
+        ("last_over_time(util[1h])", {"end_ms", "n", "last_v"}),
+        ("rate(energy[1h])", {"end_ms", "n", "first_t", "first_v", "last_t", "last_v", "correction"}),
+        ("util", {"end_ms", "last_t", "last_v", "stale_after"}),
+        ("timestamp(util)", {"end_ms", "last_t", "stale_after"}),
+    ],
+)
+@pytest.mark.parametrize("step_ms", [HOUR_MS, 10 * MINUTE_MS])  # 1-hour rows (fixed-width), 1-minute rows
+def test_the_engine_decodes_only_the_columns_its_function_reads(
+    store: Store, monkeypatch: pytest.MonkeyPatch, query: str, columns: set[str], step_ms: int
+) -> None:
+    fill(store)
+    store.build_tiers()
+    asked: list[set[str] | None] = []
+
+    def whole_rows(blob: bytes, n: int, columns: Collection[str] | None = None) -> TierPoints:
+        return decode_points(blob, n)
+
+    def spy(blob: bytes, n: int, columns: Collection[str] | None = None) -> TierPoints:
+        asked.append(None if columns is None else set(columns))
+        return decode_points(blob, n, columns)
+
+    monkeypatch.setattr("gpuwatch.store.tierrows.decode_points", whole_rows)
+    whole = Engine(store).range(query, T0 + HOUR_MS, T0 + DAYS * DAY_MS, step_ms)
+    monkeypatch.setattr("gpuwatch.store.tierrows.decode_points", spy)
+    got = Engine(store).range(query, T0 + HOUR_MS, T0 + DAYS * DAY_MS, step_ms)
+    assert asked and all(a == columns for a in asked)
+    assert isinstance(got, Matrix) and isinstance(whole, Matrix) and len(got) == len(whole) == 3
+    for a, b in zip(got, whole, strict=True):
+        assert a.labels == b.labels and np.array_equal(a.timestamps_ms, b.timestamps_ms)
+        assert np.array_equal(a.values, b.values, equal_nan=True)
 
 
 def test_a_late_sample_rebuilds_its_day(store: Store, clock: FakeClock) -> None:

@@ -194,6 +194,28 @@ def test_a_build_of_consecutive_spans_is_the_build_of_all():
     assert tiers.cut(whole, 20 * M, 25 * M).end_ms.tolist() == [21 * M, 22 * M, 23 * M, 24 * M, 25 * M]
 
 
+def test_each_function_declares_the_columns_it_reads():
+    assert set(tiered.NEEDS) == set(tiered.FUNCTIONS)
+    assert tiered.columns("irate") is None  # not declared: every column
+    p = points([10 * S, 70 * S, 80 * S], [1.0, 5.0, 2.0])
+    ends = np.array([2 * M], np.int64)
+    for name in tiered.FUNCTIONS:
+        cols = tiered.columns(name)
+        assert cols is not None and {"end_ms", "n"} <= set(cols), name
+        whole = tiered.window(name, p, ends, 2 * M)
+        alone = tiered.window(name, tiers.only(p, cols), ends, 2 * M)  # enough: it reads nothing else
+        assert alone is not None and whole is not None and alone[0].tolist() == whole[0].tolist(), name
+        for col in set(cols) - {"end_ms", "n"}:  # and each of its columns is read: changed, it tells
+            moved = p._replace(**{col: getattr(p, col) + (1000 if col.endswith("_t") else 1.5)})
+            got = tiered.window(name, tiers.only(moved, cols), ends, 2 * M)
+            assert got is not None and got[0].tolist() != whole[0].tolist(), (name, col)
+    alone = tiers.only(p, ["sum"])
+    assert alone.sum is p.sum and alone.end_ms is p.end_ms and alone.max is None and alone.n is None
+    kept = tiers.concat([alone, tiers.take(alone, slice(0, 1))])
+    assert kept.sum.tolist() == [*p.sum.tolist(), p.sum[0]] and kept.max is None
+    assert tiers.concat([alone, p]).max is None  # a column one part has not read is not read
+
+
 def test_usable_wants_whole_buckets():
     ends = np.array([2, 4], np.int64) * M
     assert tiered.usable(M, ends, 5 * M)
@@ -281,6 +303,11 @@ def compare(
     for name in tiered.FUNCTIONS:
         want = raw_window(name, times, values, ends, rng)
         got = tiered.window(name, p, ends, rng)
+        # From its declared columns alone (the others None, as a tiered read leaves them): the same.
+        alone = tiered.window(name, tiers.only(p, tiered.columns(name)), ends, rng)
+        assert got is not None and alone is not None
+        np.testing.assert_array_equal(alone[0], got[0], err_msg=name)
+        np.testing.assert_array_equal(alone[1], got[1], err_msg=name)
         if name in ("sum_over_time", "avg_over_time") and not integral:
             tol = sum_tol if name == "sum_over_time" else per_sample
             with np.errstate(invalid="ignore", divide="ignore"):
@@ -292,6 +319,11 @@ def compare(
         else:
             assert_same(got, want)
     assert_same(tiered.instant(p, ends, rng), raw_instant(times, values, ends, rng))
+    for want_times in (False, True):
+        whole = tiered.instant(p, ends, rng, want_times)
+        alone = tiered.instant(tiers.only(p, tiered.instant_columns(want_times)), ends, rng, want_times)
+        np.testing.assert_array_equal(alone[0], whole[0])
+        np.testing.assert_array_equal(alone[1], whole[1])
     # An instant selector's lookback within one bucket (5 minutes on 1-hour points): exact too.
     for lookback in (5 * M, 30 * S):
         if tiered.usable_instant(res, ends, lookback):

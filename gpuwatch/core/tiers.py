@@ -13,7 +13,8 @@ next one's first) is worked out when the rows are read, from their `first_v` and
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from collections.abc import Collection, Iterable
+from typing import NamedTuple, cast
 
 import numpy as np
 
@@ -32,7 +33,11 @@ class TierPoints(NamedTuple):
     `stale_after` records that one came after the bucket's last sample (an instant selector has no value
     at the bucket's end then). A bucket holding markers only has a row with n = 0 (sum and correction
     0, NaN values, both times its end), so that the marker hides an earlier bucket's sample from an
-    instant selector whose lookback reaches both."""
+    instant selector whose lookback reaches both.
+
+    A read of some columns only (`columns=` of the store's tier reads, the columns a range function
+    reads: query/tiered.py) leaves the others None; `end_ms` is always read. `take`, `concat`, `cut`
+    and `samples_only` (with `n`) keep None columns None."""
 
     end_ms: np.ndarray  # int64, multiples of the resolution
     n: np.ndarray  # int64: samples in the bucket (NaN values included)
@@ -53,6 +58,23 @@ class TierPoints(NamedTuple):
     @property
     def size(self) -> int:
         return int(self.end_ms.size)
+
+
+COLUMNS: tuple[str, ...] = TierPoints._fields
+
+
+def partial(columns: Iterable[np.ndarray | None]) -> TierPoints:
+    """TierPoints of `columns` in their order, those not read None (the class's note). The fields stay
+    typed as arrays: a reader reads only the columns it asked for (tests/test_tiers.py checks each
+    range function with its columns alone)."""
+    return TierPoints(*cast("Iterable[np.ndarray]", columns))
+
+
+def only(points: TierPoints, columns: Collection[str] | None) -> TierPoints:
+    """`points` with the columns not in `columns` (None: all) None; `end_ms` is kept."""
+    if columns is None:
+        return points
+    return partial(a if f == "end_ms" or f in columns else None for f, a in zip(COLUMNS, points, strict=True))
 
 
 class TierSeries(NamedTuple):
@@ -194,15 +216,20 @@ def range_sums(x: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
 
 
 def take(points: TierPoints, rows: np.ndarray | slice) -> TierPoints:
-    """Return the rows `rows` (a mask, indices or a slice) of `points`."""
-    return TierPoints(*(a[rows] for a in points))
+    """Return the rows `rows` (a mask, indices or a slice) of `points` (a column not read stays None)."""
+    return partial(None if a is None else a[rows] for a in points)
 
 
 def concat(parts: list[TierPoints]) -> TierPoints:
-    """Join points of consecutive spans of one series (each after the one before) into one."""
+    """Join points of consecutive spans of one series (each after the one before) into one; a column
+    that any part has not read is None."""
     if not parts:
         return empty()
-    return TierPoints(*(np.concatenate(cols) for cols in zip(*parts, strict=True)))
+    if len(parts) == 1:
+        return parts[0]
+    return partial(
+        None if any(c is None for c in cols) else np.concatenate(cols) for cols in zip(*parts, strict=True)
+    )
 
 
 def cut(points: TierPoints, start_ms: int, end_ms: int) -> TierPoints:

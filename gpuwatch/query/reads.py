@@ -10,7 +10,7 @@ staleness markers dropped. The tree walk that asks for them is `engine.py`'s `_E
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from datetime import datetime, timedelta, timezone
 from typing import Any, Protocol
 
@@ -116,13 +116,16 @@ class QueryReads:
         self.check_deadline()
         return data
 
-    def select_tiers(self, vs: Any, res_ms: int, start_ms: int, end_ms: int) -> list[TierSeries] | None:
+    def select_tiers(
+        self, vs: Any, res_ms: int, start_ms: int, end_ms: int, columns: Collection[str] | None = None
+    ) -> list[TierSeries] | None:
         """Read `vs`'s tier points of resolution `res_ms` for buckets ending in (start_ms, end_ms], sorted
-        as `select` sorts series; None where the source has none (read samples then)."""
+        as `select` sorts series; None where the source has none (read samples then). `columns`: the
+        point columns the caller reads (query/tiered.py), the others may be None; None: all."""
         source = self.engine.source
         if not isinstance(source, TierSource):
             return None
-        found = source.select_tiers(list(matchers_of(vs)), res_ms, start_ms, end_ms)
+        found = source.select_tiers(list(matchers_of(vs)), res_ms, start_ms, end_ms, columns)
         if found is None:
             return None
         self._count(sum(s.points.size for s in found))

@@ -14,7 +14,7 @@ from __future__ import annotations
 import threading
 from array import array
 from bisect import bisect_left
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 
 import numpy as np
 
@@ -123,12 +123,17 @@ class WithRecent:
         return [by_key[k] for k in sorted(by_key)]
 
     def select_tiers(
-        self, matchers: Sequence[Matcher], res_ms: int, start_ms: int, end_ms: int
+        self,
+        matchers: Sequence[Matcher],
+        res_ms: int,
+        start_ms: int,
+        end_ms: int,
+        columns: Collection[str] | None = None,
     ) -> list[TierSeries] | None:
         """The source's tier points, None where samples held here match (their points are not in it)."""
         if not isinstance(self.source, TierSource) or self.recent.select(matchers, start_ms, end_ms):
             return None
-        return self.source.select_tiers(matchers, res_ms, start_ms, end_ms)
+        return self.source.select_tiers(matchers, res_ms, start_ms, end_ms, columns)
 
 
 def _merged(stored: list[SeriesData], held: list[SeriesData]) -> list[SeriesData]:

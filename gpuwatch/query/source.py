@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from typing import Protocol, runtime_checkable
 
 from gpuwatch.core.model import Matcher, SeriesData
@@ -26,10 +26,17 @@ class TierSource(Protocol):
     answer a query exactly as the samples would (tierpick.py)."""
 
     def select_tiers(
-        self, matchers: Sequence[Matcher], res_ms: int, start_ms: int, end_ms: int
+        self,
+        matchers: Sequence[Matcher],
+        res_ms: int,
+        start_ms: int,
+        end_ms: int,
+        columns: Collection[str] | None = None,
     ) -> list[TierSeries] | None:
         """The matching series' points of the buckets ending in (start_ms, end_ms], multiples of
-        `res_ms`; None where this source cannot answer from tier points (the engine reads samples)."""
+        `res_ms`; None where this source cannot answer from tier points (the engine reads samples).
+        `columns`: the names of the point columns the caller reads (`end_ms` always); the others may
+        be None, and are not decoded. None: all."""
         ...
 
 

@@ -152,6 +152,41 @@ FUNCTIONS: dict[str, Callable[[Spans], WindowResult]] = {
 }
 
 
+# The columns of TierPoints each function reads (`Spans` reads `end_ms` and `n` for all): a tiered read
+# decodes only these (store/tierrows.py `decode_points`; tests/test_tiers.py checks each function
+# with its columns alone). A function not here (None) is given every column.
+_SPANS = ("end_ms", "n")
+_RATE = (*_SPANS, "first_t", "first_v", "last_t", "last_v")
+NEEDS: dict[str, tuple[str, ...]] = {
+    "sum_over_time": (*_SPANS, "sum"),
+    "avg_over_time": (*_SPANS, "sum"),
+    "min_over_time": (*_SPANS, "min"),
+    "max_over_time": (*_SPANS, "max"),
+    "count_over_time": _SPANS,
+    "present_over_time": _SPANS,
+    "last_over_time": (*_SPANS, "last_v"),
+    "first_over_time": (*_SPANS, "first_v"),
+    "ts_of_last_over_time": (*_SPANS, "last_t"),
+    "ts_of_first_over_time": (*_SPANS, "first_t"),
+    "rate": (*_RATE, "correction"),
+    "increase": (*_RATE, "correction"),
+    "delta": _RATE,  # a gauge's: no reset corrections
+}
+
+
+def columns(name: str) -> tuple[str, ...] | None:
+    """The tier point columns range function `name` reads (`window`); None (all of them) for a
+    function not declared here."""
+    return NEEDS.get(name)
+
+
+def instant_columns(want_times: bool = False) -> tuple[str, ...]:
+    """The columns `instant` reads: the newest row's end, last sample and staleness flag."""
+    return (
+        ("end_ms", "last_t", "stale_after") if want_times else ("end_ms", "last_t", "last_v", "stale_after")
+    )
+
+
 def window(name: str, points: TierPoints, ends: np.ndarray, range_ms: int) -> WindowResult | None:
     """Return range function `name` over one series' tier points at each step's window
     `(end - range_ms, end]`, as windows.py and rates.py would over its samples; None where `name`

@@ -7,7 +7,9 @@ and `@`) and the range (or the lookback, for an instant selector) are whole mult
 resolution. The coarsest such tier is taken (the fewest points, and the longest kept), and only
 where the query spans at least `MIN_SPAN_MS`: below that, samples are read about as fast. Anything else
 (subqueries, a step or range off the grid, functions tier points cannot answer) reads samples, as
-does a source without tiers.
+does a source without tiers. A tiered read decodes only the point columns its function reads
+(`tiered.columns`, `tiered.instant_columns`): `avg_over_time` the sums and counts, `max_over_time` the
+maxima, an instant selector the last samples.
 """
 
 from __future__ import annotations
@@ -49,7 +51,7 @@ def range_call(ev: QueryReads, name: str, node: Any, ts: np.ndarray, keep_name: 
     res = pick(ends, rng)
     if res is None:
         return None
-    found = ev.select_tiers(vs, res, int(ends.min()) - rng, int(ends.max()))
+    found = ev.select_tiers(vs, res, int(ends.min()) - rng, int(ends.max()), tiered.columns(name))
     if found is None:
         return None
     labels, values, present = [], [], []
@@ -75,7 +77,8 @@ def vector(ev: QueryReads, vs: Any, ts: np.ndarray, want_times: bool) -> VectorF
     res = pick(te, ev.lookback, instant=True)
     if res is None:
         return None
-    found = ev.select_tiers(vs, res, int(te.min()) - max(ev.lookback, res), int(te.max()))
+    lo = int(te.min()) - max(ev.lookback, res)
+    found = ev.select_tiers(vs, res, lo, int(te.max()), tiered.instant_columns(want_times))
     if found is None:
         return None
     labels = [series_labelset(s) for s in found]

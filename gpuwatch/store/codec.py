@@ -43,6 +43,7 @@ _DECIMAL = 1
 _XOR = 2
 _HEADER = struct.Struct("<BBBI")  # mode, decimals, delta order, exception count
 _REGULAR = struct.Struct("<Bqq")  # 0 (where other blobs have their width), first timestamp, step
+_I8 = struct.Struct("<q")
 _SMALL = 64  # packed parts up to this many bytes are decompressed once per distinct content
 
 
@@ -322,7 +323,8 @@ def encode_values_rows(v: np.ndarray, zstd: bool = False) -> list[bytes]:
 # `width` bytes and byte-shuffled, uncompressed: the caller compresses a row's columns as one. Floats
 # are stored as decimals where most are within a few units in the last place of one (sums of
 # decimals are: the units off are a column of their own, mostly zeros; an exception list, as in
-# `encode_values`, keeps the others bit for bit), else as their bits.
+# `encode_values`, keeps the others bit for bit), else as their bits. A column's size follows from its
+# header (and a decimal column's exception count): `column_end` steps over one a reader does not need.
 
 _COLUMN = struct.Struct("<BBBB")
 _COL_INT, _COL_DECIMAL, _COL_BITS = 0, 1, 2
@@ -337,11 +339,30 @@ def _shuffle(u: np.ndarray) -> tuple[int, bytes]:
     return width, np.ascontiguousarray(planes).tobytes()
 
 
-def _unshuffle(buf: bytes, pos: int, n: int, width: int) -> np.ndarray:
+def _unshuffled(buf: bytes, pos: int, n: int, width: int) -> np.ndarray:
+    """The `n` unsigned integers of `width` bytes at `pos` (byte planes), as that width: a view of
+    `buf` for one byte, else a copy put together plane by plane (cheaper than a transposed copy of
+    the planes at widths 2 and 4, where numpy copies a byte at a time)."""
     if width == 1:
-        return np.frombuffer(buf, np.uint8, count=n, offset=pos).astype(np.uint64)
+        return np.frombuffer(buf, np.uint8, count=n, offset=pos)
     planes = np.frombuffer(buf, np.uint8, count=width * n, offset=pos).reshape(width, n)
-    return np.ascontiguousarray(planes.T).view(f"<u{width}").reshape(n).astype(np.uint64)
+    out = np.empty((n, width), np.uint8)
+    if width == 8:
+        np.copyto(out.T, planes)
+    else:
+        for k in range(width):
+            out[:, k] = planes[k]
+    return out.view(f"<u{width}").reshape(n)
+
+
+def _unzigzag_narrow(u: np.ndarray) -> np.ndarray:
+    """`_unzigzag` in the integers' own width (a zig-zagged value below 2**(8w) is a signed w-byte
+    one), as signed integers of that width: two temporaries of w bytes a value, not four of 8."""
+    sign = u & 1
+    np.negative(sign, out=sign)
+    half = u >> 1
+    np.bitwise_xor(half, sign, out=half)
+    return half.view(f"<i{u.dtype.itemsize}")
 
 
 def _pack_deltas(d: np.ndarray, order: int) -> tuple[int, bytes]:
@@ -353,12 +374,19 @@ def _pack_deltas(d: np.ndarray, order: int) -> tuple[int, bytes]:
 
 def _unpack_deltas(buf: bytes, pos: int, n: int, width: int, order: int) -> tuple[np.ndarray, int]:
     lead = min(order, n)
-    head = np.frombuffer(buf, "<i8", count=lead, offset=pos)
-    pos += 8 * lead
-    x = np.concatenate([head, _unzigzag(_unshuffle(buf, pos, n - lead, width))])
-    for _ in range(order):  # int64 sums wrap as the differences did; arrays do not warn
-        x = np.cumsum(x)
+    x = np.empty(n, np.int64)
+    for i in range(lead):  # (scalars: cheaper than an array of one or two)
+        x[i] = _I8.unpack_from(buf, pos)[0]
+        pos += 8
+    x[lead:] = _unzigzag_narrow(_unshuffled(buf, pos, n - lead, width))  # (widened, sign and all)
+    for _ in range(order):  # in place; int64 sums wrap as the differences did, arrays do not warn
+        np.add.accumulate(x, out=x)
     return x, pos + width * (n - lead)
+
+
+def _deltas_size(n: int, width: int, order: int) -> int:
+    lead = min(order, n)
+    return 8 * lead + width * (n - lead)
 
 
 def _narrowest(x: np.ndarray) -> tuple[int, np.ndarray]:
@@ -414,28 +442,40 @@ def pack_float_column(v: np.ndarray) -> bytes:
 
 
 def unpack_column(buf: bytes, pos: int, n: int) -> tuple[np.ndarray, int]:
-    """The `n` values of the column at `pos` of `buf` (int64 or float64, as packed), and the position
-    after it."""
+    """The `n` values of the column at `pos` of `buf` (int64 or float64, as packed; arrays of their
+    own), and the position after it."""
     kind, decimals, order, width = _COLUMN.unpack_from(buf, pos)
     pos += _COLUMN.size
     if kind == _COL_BITS:
-        return _unshuffle(buf, pos, n, width).view(np.float64), pos + width * n
+        bits = _unshuffled(buf, pos, n, width)
+        return (bits if width == 8 else bits.astype(np.uint64)).view(np.float64), pos + width * n
     if kind == _COL_INT:
         return _unpack_deltas(buf, pos, n, width, order)
     n_bad, off_width = _DECIMAL_EXTRA.unpack_from(buf, pos)
     pos += _DECIMAL_EXTRA.size
-    bad = np.frombuffer(buf, "<u4", count=n_bad, offset=pos)
-    pos += 4 * n_bad
-    raw = np.frombuffer(buf, "<f8", count=n_bad, offset=pos)
-    pos += 8 * n_bad
-    off = None
+    bad_at = pos
+    pos += 12 * n_bad
+    off_at = pos
+    pos += off_width * n
+    ints, end = _unpack_deltas(buf, pos, n, width, order)
+    values = ints / 10.0**decimals if decimals else ints.astype(np.float64)  # (int to float, then divided)
     if off_width:
-        off = _unzigzag(_unshuffle(buf, pos, n, off_width))
-        pos += off_width * n
-    ints, pos = _unpack_deltas(buf, pos, n, width, order)
-    values = ints.astype(np.float64) / 10.0**decimals
-    if off is not None:
-        values = (values.view(np.int64) + off).view(np.float64)
+        bits = values.view(np.int64)
+        np.add(bits, _unzigzag_narrow(_unshuffled(buf, off_at, n, off_width)), out=bits)
     if n_bad:
-        values[bad] = raw
-    return values, pos
+        bad = np.frombuffer(buf, "<u4", count=n_bad, offset=bad_at)
+        values[bad] = np.frombuffer(buf, "<f8", count=n_bad, offset=bad_at + 4 * n_bad)
+    return values, end
+
+
+def column_end(buf: bytes, pos: int, n: int) -> int:
+    """The position after the column of `n` values at `pos` of `buf`, from its header alone: skips a
+    column without decoding it."""
+    kind, _, order, width = _COLUMN.unpack_from(buf, pos)
+    pos += _COLUMN.size
+    if kind == _COL_BITS:
+        return pos + width * n
+    if kind == _COL_DECIMAL:
+        n_bad, off_width = _DECIMAL_EXTRA.unpack_from(buf, pos)
+        pos += _DECIMAL_EXTRA.size + 12 * n_bad + off_width * n
+    return pos + _deltas_size(n, width, order)

@@ -8,14 +8,14 @@ Each read runs on the calling thread's own cursor; a DuckDB error becomes a one-
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 
 import duckdb
 import numpy as np
 
 from gpuwatch.core.errors import StoreError, one_line
 from gpuwatch.core.model import Matcher, SeriesData
-from gpuwatch.core.tiers import TierPoints, TierSeries, build, concat, cut
+from gpuwatch.core.tiers import TierPoints, TierSeries, build, concat, cut, only
 from gpuwatch.store import tierrows
 from gpuwatch.store.catalog import Catalog, Entry, Snapshot, match
 from gpuwatch.store.chunkcache import ChunkCache
@@ -157,13 +157,20 @@ class SeriesSelection:
         return None if self._built_ms == -1 else self._built_ms
 
     def select_tiers(
-        self, matchers: Sequence[Matcher], res_ms: int, start_ms: int, end_ms: int
+        self,
+        matchers: Sequence[Matcher],
+        res_ms: int,
+        start_ms: int,
+        end_ms: int,
+        columns: Collection[str] | None = None,
     ) -> list[TierSeries] | None:
         """Return the matching series' tier points of resolution `res_ms` (core.tiers), those of the
         buckets ending in (start_ms, end_ms] (multiples of `res_ms`): read from the tier rows for the
         days they are built for, made from the raw samples for the rest (tierbuild.py). None where
         most of the span is not built yet and raw samples still cover all of it: making points from
-        samples costs ~10x reading them (bench/README.md, "Face"), so the engine reads samples then."""
+        samples costs ~10x reading them (bench/README.md, "Face"), so the engine reads samples then.
+        `columns` (names of TierPoints' columns; None: all): only those are decoded and returned, the
+        others are None (`end_ms` is always there)."""
         built = self._tiers_built()
         split = start_ms if built is None else min(max(built, start_ms), end_ms)
         if 2 * (end_ms - split) > end_ms - start_ms and start_ms >= self._raw_floor_ms():
@@ -176,7 +183,7 @@ class SeriesSelection:
             stored: dict[int, TierPoints] = {}
             if split > start_ms:
                 with self._gate.reading():
-                    stored = tierrows.read_points(self._cursor(), ids, res_ms, start_ms, split)
+                    stored = tierrows.read_points(self._cursor(), ids, res_ms, start_ms, split, columns)
             fresh = self._read(ids, split + 1, end_ms).samples if end_ms > split else {}
         except duckdb.Error as exc:
             raise StoreError(f"store read failed: {one_line(exc)}") from None
@@ -185,7 +192,7 @@ class SeriesSelection:
             parts = [stored[e.series_id]] if e.series_id in stored else []
             if e.series_id in fresh:
                 t, v = fresh[e.series_id]
-                parts.append(cut(build(t, v, res_ms), split, end_ms))
+                parts.append(only(cut(build(t, v, res_ms), split, end_ms), columns))
             points = concat(parts)
             if points.size:
                 out.append(TierSeries(e.name, e.labels, points))
