@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 import promql_parser
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from gpuwatch.core import tiers
@@ -300,6 +300,8 @@ def compare(
         sum_tol = {"exact": 4 * EPS * mags, "raw": 4 * EPS * mags + raw_error}
         per_sample = {k: t / w.count for k, t in sum_tol.items()}
         no_reset = windows.resets(w)[0] == 0
+        finite = np.where(np.isfinite(w.values), np.abs(w.values), 0.0)
+        peaks = np.array([finite[lo:hi].max(initial=0.0) for lo, hi in zip(w.lo, w.hi, strict=True)])
     for name in tiered.FUNCTIONS:
         want = raw_window(name, times, values, ends, rng)
         got = tiered.window(name, p, ends, rng)
@@ -315,7 +317,10 @@ def compare(
             assert_same(got, (want_exact, want[1]), tol["exact"])
             assert_same(got, want, tol["raw"])
         elif name in ("rate", "increase", "delta") and not integral:
-            assert_same(got, want, np.where(no_reset, 0.0, RATE_REL * np.abs(want[0])))
+            # Relative to the values the answer is made of, not to the answer alone: a gauge that
+            # ends where it began gives ~0 from terms of ordinary size (seed 65 once: 0 vs -1.3e-14).
+            scale = np.abs(want[0]) + peaks * (1.0 if name != "rate" else 1000.0 / rng)
+            assert_same(got, want, np.where(no_reset, 0.0, RATE_REL * scale))
         else:
             assert_same(got, want)
     assert_same(tiered.instant(p, ends, rng), raw_instant(times, values, ends, rng))
@@ -345,6 +350,7 @@ def same_points(a: tiers.TierPoints, b: tiers.TierPoints) -> None:
     kind=st.sampled_from(["counter", "integer counter", "gauge"]),
     res=st.sampled_from([M, H]),
 )
+@example(seed=65, kind="gauge", res=M)  # a delta of ~0 from ordinary values, across a decrease
 def test_tiered_answers_are_the_raw_answers(seed: int, kind: str, res: int):
     # Sizes from the seed, not from Hypothesis, which would mostly try the smallest.
     sizes = np.random.default_rng(seed + 1)
