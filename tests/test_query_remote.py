@@ -4,7 +4,10 @@ credentials), and each kind of answer in gpuwatch's shapes (the real stores: tes
 
 from __future__ import annotations
 
+import json
 import socket
+import struct
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from urllib.parse import parse_qs, urlsplit
@@ -17,6 +20,7 @@ from gpuwatch.app.config import load
 from gpuwatch.app.runtime import Runtime
 from gpuwatch.core.clock import FakeClock
 from gpuwatch.demo.nvml import FakeNvml
+from gpuwatch.query.errors import RemoteUnavailable
 from gpuwatch.query.remote import RemoteBackend
 from gpuwatch.query.values import Matrix, Scalar, Vector
 from gpuwatch.remote.storage import RemoteStorage
@@ -226,3 +230,44 @@ def test_the_remote_backends_result_types(remote: Hook) -> None:
         {"b": "2"},
     ]  # sorted, as gpuwatch's
     assert m.series[0].timestamps_ms.tolist() == [1000, 2000] and m.series[0].values.tolist() == [2.0, 1e-07]
+
+
+def test_a_connection_dropped_before_the_answer_is_asked_again_once() -> None:
+    """A kept-alive connection reset under a query (the remote restarted, or died as it was asked) is
+    asked again on a new connection; two drops in a row are one line, as any failure."""
+    body = json.dumps(VECTOR).encode()
+    answer = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s" % (
+        len(body), body)  # fmt: skip
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen(8)
+        url = f"http://127.0.0.1:{s.getsockname()[1]}"
+        served: list[str] = []
+
+        def serve(plan: list[str]) -> None:
+            for what in plan:
+                conn, _ = s.accept()
+                conn.recv(65536)
+                if what == "reset":  # SO_LINGER 0: the close sends RST, as a killed process's kernel
+                    conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+                else:
+                    conn.sendall(answer)
+                served.append(what)
+                conn.close()
+
+        backend = RemoteBackend(RemoteStorage(url), load(None, {}, {"data_dir": "unused"}))
+        for plan in (["reset", "answer"], ["reset", "reset"]):
+            served.clear()
+            t = threading.Thread(target=serve, args=(plan,), daemon=True)
+            t.start()
+            if plan[-1] == "answer":
+                got = backend.instant("up", 0)
+                assert isinstance(got, Vector) and got.samples[0].labels == {"__name__": "up", "job": "a"}
+            else:
+                with pytest.raises(
+                    RemoteUnavailable,
+                    match=f"^remote query backend {url} unreachable: connection dropped before the answer: \\S",
+                ):
+                    backend.instant("up", 0)
+            t.join(5)
+            assert served == plan

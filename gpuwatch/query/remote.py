@@ -19,6 +19,7 @@ from urllib.parse import quote
 
 import numpy as np
 import requests
+import urllib3
 from requests.adapters import HTTPAdapter
 
 from gpuwatch.core.model import Matcher, SeriesData, stable_labels
@@ -74,6 +75,12 @@ def _line(text: str) -> str:
 
 def _labels(metric: Any) -> dict[str, str]:
     return {str(k): str(v) for k, v in (metric or {}).items()}
+
+
+def _dropped(exc: requests.ConnectionError) -> bool:
+    """Whether a request failed on a connection that was open (closed or reset under it: urllib3's
+    ProtocolError), not on opening one (refused, unresolved, no route)."""
+    return bool(exc.args) and isinstance(exc.args[0], urllib3.exceptions.ProtocolError)
 
 
 class RemoteBackend:
@@ -280,8 +287,9 @@ class RemoteBackend:
             opts = request_options(self.remote.headers, self.remote.auth, self.remote.tls)
         except OSError as exc:
             raise RemoteUnavailable(f"{where} unreachable: cannot read the credentials file: {exc}") from None
-        try:
-            r = self.session.request(
+
+        def send() -> requests.Response:
+            return self.session.request(
                 method,
                 self.name + path,
                 params=params if method == "GET" else None,
@@ -293,6 +301,16 @@ class RemoteBackend:
                 timeout=(connect_s, wait_s),
                 allow_redirects=False,
             )
+
+        try:
+            try:
+                r = send()
+            except requests.ConnectionError as exc:
+                if not _dropped(exc):
+                    raise
+                # A kept-alive connection the remote closed or reset before answering (it restarted,
+                # or died as it was asked): a query changes nothing, so ask once more on a new one.
+                r = send()
         except requests.Timeout as exc:
             if isinstance(exc, requests.ConnectTimeout):
                 raise RemoteUnavailable(

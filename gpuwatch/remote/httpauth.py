@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import requests
+import urllib3
 
 from gpuwatch import __version__
 from gpuwatch.collect.scrapeconfig import Auth, Tls
@@ -47,6 +48,11 @@ def request_options(headers: tuple[tuple[str, str], ...], auth: Auth | None, tls
 def failure(exc: requests.RequestException) -> str:
     """One short line for a request that got no answer (requests' own text nests three exceptions)."""
     found = _ERRNO.search(str(exc))
+    cause = exc.args[0] if exc.args else None
+    if isinstance(exc, requests.ConnectionError) and isinstance(cause, urllib3.exceptions.ProtocolError):
+        inner = cause.args[-1] if cause.args else None  # ('Connection aborted.', ConnectionResetError(...))
+        why = inner.strerror if isinstance(inner, OSError) and inner.strerror else str(inner)
+        return f"connection dropped before the answer: {why}"
     if isinstance(exc, requests.ConnectionError) and found:
         return f"cannot connect: {found.group(1).strip()}"
     return f"{type(exc).__name__}: {exc}"
