@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Collection, Iterator
 from pathlib import Path
+from typing import Any
 
 import duckdb
 import numpy as np
@@ -17,7 +18,7 @@ from gpuwatch.core.tiers import COLUMNS, HOUR_MS, MINUTE_MS, TierPoints, build
 from gpuwatch.query import Engine
 from gpuwatch.query.recent import RecentSamples, WithRecent
 from gpuwatch.query.values import Matrix
-from gpuwatch.store import Store, sizecap
+from gpuwatch.store import Store, sizecap, tierbuild
 from gpuwatch.store.tierrows import DAY_MS, decode_points, encode_points
 
 T0 = 1_699_920_000_000  # a UTC midnight
@@ -431,6 +432,48 @@ def test_today_is_built_an_hour_at_a_time(tmp_path: Path) -> None:
         assert built_ms(s) == T0 + 2 * DAY_MS + 6 * HOUR_MS
         q = "sum_over_time(util[1h])"
         end = T0 + 2 * DAY_MS + 6 * HOUR_MS
+        assert rows(Engine(s).range(q, T0 + HOUR_MS, end, HOUR_MS)) == rows(
+            Engine(RawOnly(s)).range(q, T0 + HOUR_MS, end, HOUR_MS)
+        )
+
+
+def test_the_live_streams_chunks_are_not_late(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Samples after the built hour, compacted into chunks as a live store does every few minutes, are
+    for the next hour's build: no day is rebuilt for them (each compaction rebuilt every sampled
+    series' day so far). A sample at or before the built hour still is late."""
+    clock = FakeClock((T0 + 2 * DAY_MS + 5 * HOUR_MS + 20 * MINUTE_MS) / 1000)  # day 2, 05:20
+    spans: list[tuple[int, int]] = []
+    real = tierbuild.build_span
+
+    def spy(cur: Any, ids: list[int], lo: int, hi: int, head_index: Any) -> Any:
+        spans.append((lo, hi))
+        return real(cur, ids, lo, hi, head_index)
+
+    monkeypatch.setattr("gpuwatch.store.tierbuild.build_span", spy)
+    with Store.open(tmp_path / "d", clock=clock) as s:
+        t = T0 + 7 + np.arange(0, 2 * DAY_MS + 5 * HOUR_MS + 20 * MINUTE_MS, 15_000, dtype=np.int64)
+        s.append_series("util", (("gpu", "0"),), t, np.arange(t.size) % 97.0)
+        s.flush()
+        s.build_tiers()
+        assert built_ms(s) == T0 + 2 * DAY_MS + 5 * HOUR_MS
+        for _ in range(3):  # the live stream: 5 minutes at a time, compacted, the tiers stepped
+            clock.advance(300)
+            spans.clear()
+            t = t[-1] + np.arange(15_000, 300_001, 15_000, dtype=np.int64)
+            s.append_series("util", (("gpu", "0"),), t, np.arange(t.size) % 13.0)
+            s.flush()
+            s.compact()
+            s.build_tiers()
+            assert spans == []
+        late = np.array([T0 + 2 * DAY_MS + 4 * HOUR_MS + 1], np.int64)  # before the built hour's end
+        spans.clear()
+        s.append_series("util", (("gpu", "0"),), late, np.array([42.0]))
+        s.flush()
+        s.compact()
+        s.build_tiers()
+        assert spans == [(T0 + 2 * DAY_MS, T0 + 3 * DAY_MS)]
+        q = "count_over_time(util[1h])"
+        end = T0 + 2 * DAY_MS + 5 * HOUR_MS
         assert rows(Engine(s).range(q, T0 + HOUR_MS, end, HOUR_MS)) == rows(
             Engine(RawOnly(s)).range(q, T0 + HOUR_MS, end, HOUR_MS)
         )

@@ -164,7 +164,9 @@ class TierBuilder:
     def _rebuild_late(self, seq: int, head_index: HeadIndex | None, max_batches: int) -> int:
         """Rebuild the days that chunks written since the last look hold samples of, where their
         1-minute row was built before them (the day under way too, for the series done in it); return
-        the batches written."""
+        the batches written. Only a chunk whose first sample is at or before where its series' points
+        are built is late: the live stream's chunks, all after it, are for the next hour's build (taking
+        them for late rebuilt every sampled series' day so far after each compaction)."""
         cur, state = self._cur, self.state
         if state.built_ms is None or seq <= state.checked_seq:
             return 0
@@ -176,7 +178,8 @@ class TierBuilder:
             SELECT c.series_id, c.d, max(c.seq) FROM (
                 SELECT series_id, seq,
                        unnest(range((t_min_ms - 1) // {DAY_MS}, (t_max_ms - 1) // {DAY_MS} + 1)) AS d
-                FROM chunks WHERE seq > ? AND seq <= ? AND t_min_ms <= ?) c
+                FROM chunks WHERE seq > ? AND seq <= ?
+                    AND t_min_ms <= CASE WHEN series_id < ? THEN ? ELSE ? END) c
             LEFT JOIN tier_1m t ON t.series_id = c.series_id AND (t.t_min_ms - 1) // {DAY_MS} = c.d
             WHERE (c.d * {DAY_MS} < ? OR (c.d * {DAY_MS} = ? AND c.series_id < ?)) AND c.d * {DAY_MS} >= ?
             GROUP BY c.series_id, c.d, t.seq HAVING t.seq IS NULL OR max(c.seq) > t.seq
@@ -185,7 +188,9 @@ class TierBuilder:
             [
                 state.checked_seq,
                 upto,
-                state.built_ms + DAY_MS,
+                state.next_sid,
+                max(state.span_end_ms, state.built_ms),
+                state.built_ms,
                 state.built_ms,
                 state.built_ms,
                 state.next_sid,
