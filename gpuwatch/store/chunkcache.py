@@ -9,8 +9,10 @@ with the index of where every chunk is (`chunkindex.py`):
   content hash), least recently used first out once over `max_bytes`, and let go once no read used
   them for `IDLE_MS` (10 minutes): the dashboard's charts read the same recent chunks at every refresh,
   and without it the chunks that slid out of their range would sit in memory until `max_bytes` of them
-  pushed each other out (an hour and a half of a lab's chunks at 128 MB). Keyed by content, an entry is
-  never stale: a rewritten chunk (compaction merging a window, retention trimming one) has another key.
+  pushed each other out (an hour and a half of a lab's chunks at 128 MB). A block a join copied chunks
+  out of goes after `COPIED_IDLE_MS` (2 minutes) without a read: what is left in it is mostly what the
+  range slid past. Keyed by content, an entry is never stale: a rewritten chunk (compaction merging a
+  window, retention trimming one) has another key.
 - `SeriesView`: per series, the last run of its chunks a read joined (consecutive in the index, one
   after another in time, lying one after another in one cached block), so that reading the series
   again costs a few comparisons instead of a lookup per chunk. It is checked against the index of its
@@ -40,6 +42,7 @@ _NONE_BEFORE = -(2**63)  # no chunk before a view
 _NONE_AFTER = 2**63 - 1  # no chunk after one
 _TIMES_PER_KEY = 4  # distinct timestamp arrays with the same (samples, first, last) kept per block
 IDLE_MS = 10 * 60_000  # a block that no read used for this long is let go
+COPIED_IDLE_MS = 2 * 60_000  # ... and a block a join copied chunks out of (`ChunkCache.join`)
 
 
 class _Block:
@@ -165,6 +168,7 @@ class ChunkCache:
         self._where: dict[Key, Piece] = {}
         self._blocks: collections.OrderedDict[int, _Block] = collections.OrderedDict()
         self._views: dict[int, SeriesView] = {}  # series id -> its view (counted in its block's bytes)
+        self._copied: dict[int, _Block] = {}  # kept blocks a join copied chunks out of, by id
         self.bytes = 0
         self.hits = 0
         self.misses = 0
@@ -309,7 +313,16 @@ class ChunkCache:
         t = np.concatenate([p[0].t[p[1] : p[2]] for p in pieces])
         v = np.concatenate([p[0].v[p[1] : p[2]] for p in pieces])
         ns = np.array([p[2] - p[1] for p in pieces], np.int64)
-        return self._store(t, v, keys, ns)[0][0], 0, t.size
+        joined = self._store(t, v, keys, ns)[0][0]
+        # The blocks the chunks came from keep what the join left: for a chart's range sliding on,
+        # the chunks it slid past. Kept the usual 10 minutes, each 5-minute compaction's join left
+        # another copy of the range behind (4.5 h of samples a series cached for a 1-hour chart,
+        # bench/README.md "Soak"); a read that still uses them keeps them.
+        with self._lock:
+            for block, _, _ in pieces if self._blocks.get(id(joined)) is joined else ():
+                if block is not joined and self._blocks.get(id(block)) is block:
+                    self._copied[id(block)] = block
+        return joined, 0, t.size
 
     def views(
         self, index: ChunkIndex, ids: list[int], start_ms: int, end_ms: int
@@ -386,6 +399,7 @@ class ChunkCache:
 
     def _forget(self, block: _Block) -> None:
         """Forget the views into `block`, which is no longer kept (its bytes went with it)."""
+        self._copied.pop(id(block), None)
         for sid in block.viewers:
             view = self._views.get(sid)
             if view is not None and view.block is block:
@@ -419,14 +433,22 @@ class ChunkCache:
             self._drop_oldest()
 
     def _expire(self, now_ms: int) -> None:
-        """Let go of the blocks no read used since `idle_ms` before `now_ms` (lock held). Blocks are in
-        the order of their last use, so those are at the front."""
+        """Let go of the blocks no read used since `idle_ms` before `now_ms`, and those a join copied
+        out of since `COPIED_IDLE_MS` (lock held). Blocks are in the order of their last use, so the
+        former are at the front."""
         blocks, limit = self._blocks, now_ms - self.idle_ms
         while blocks and next(iter(blocks.values())).used_ms < limit:
             self._drop_oldest()
+        limit = now_ms - min(self.idle_ms, COPIED_IDLE_MS)
+        for block in [b for b in self._copied.values() if b.used_ms < limit]:
+            self._drop(block)
 
     def _drop_oldest(self) -> None:
-        _, gone = self._blocks.popitem(last=False)
+        self._drop(next(iter(self._blocks.values())))
+
+    def _drop(self, gone: _Block) -> None:
+        """Let go of a kept block and the keys that point into it (lock held)."""
+        del self._blocks[id(gone)]
         self.bytes -= gone.nbytes
         self._forget(gone)
         for key in gone.keys:
