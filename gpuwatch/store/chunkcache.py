@@ -43,6 +43,7 @@ _NONE_AFTER = 2**63 - 1  # no chunk after one
 _TIMES_PER_KEY = 4  # distinct timestamp arrays with the same (samples, first, last) kept per block
 IDLE_MS = 10 * 60_000  # a block that no read used for this long is let go
 COPIED_IDLE_MS = 2 * 60_000  # ... and a block a join copied chunks out of (`ChunkCache.join`)
+TRIM_MIN = 256  # a join leaves out the samples of its first chunk before the range from this many on
 
 
 class _Block:
@@ -68,11 +69,12 @@ Piece = tuple[_Block, int, int]  # a chunk's samples: block.t[a:b], block.v[a:b]
 
 class SeriesView:
     """Series `sid`'s samples from positions [r0, r1) of the index of `generation`: chunks that follow
-    one another in time, whose samples are `t`, `v` (block.t[a:b], block.v[a:b]).
+    one another in time, whose samples are `t`, `v` (block.t[a:b], block.v[a:b]), less the first `skip`
+    samples of chunk r0 (before a range that needed only the chunk's end: `ChunkCache.join`).
 
-    The series' chunks before r0 end at or before `before`, those from r1 on start at or after
-    `after`: a read of [start, end] with before < start and end < after finds all the series' chunk
-    samples in range here. Never changed once made (readers share it). `seq` is the chunks' write
+    The series' samples in chunks before r0 (and those left out of r0) are at or before `before`,
+    those from r1 on at or after `after`: a read of [start, end] with before < start and end < after
+    finds all the series' chunk samples in range here. Never changed once made (readers share it). `seq` is the chunks' write
     order where they all share one (else None); `has_stale` whether a value is a staleness marker."""
 
     __slots__ = (
@@ -90,6 +92,7 @@ class SeriesView:
         "r1",
         "seq",
         "sid",
+        "skip",
         "t",
         "t_first",
         "t_last",
@@ -105,8 +108,10 @@ class SeriesView:
         piece: Piece,
         has_stale: bool | None = None,
         t: np.ndarray | None = None,
+        skip: int = 0,
     ) -> None:
         block, a, b = piece
+        self.skip = skip
         self.generation, self.r0, self.r1 = index.generation, r0, r1
         self.sid = index.sid_at(r0)
         self.block, self.a, self.b = block, a, b
@@ -115,11 +120,13 @@ class SeriesView:
         # Copies: slices would keep the whole index (of a generation long gone) alive.
         self.t_mins, self.ns, self.hashes = (x[r0:r1].copy() for x in (index.t_min, index.n, index.hash))
         lo, hi = index.rows_of_series(self.sid)
+        self.t_first, self.t_last = int(self.t[0]), int(self.t[-1])
         self.before = int(index.t_max[lo:r0].max()) if r0 > lo else _NONE_BEFORE
+        if skip:
+            self.before = max(self.before, self.t_first - 1)
         self.after = int(index.t_min[r1]) if r1 < hi else _NONE_AFTER
         seqs = index.seq[r0:r1]
         self.seq = int(seqs[0]) if (seqs == seqs[0]).all() else None
-        self.t_first, self.t_last = int(self.t[0]), int(self.t[-1])
         if has_stale is None:
             has_stale = bool((self.v.view(np.uint64) == np.uint64(STALE_NAN_BITS)).any())
         self.has_stale = has_stale
@@ -136,7 +143,7 @@ class SeriesView:
             and np.array_equal(index.hash[r0:r1], self.hashes)
         ):
             return None
-        return SeriesView(index, r0, r1, (self.block, self.a, self.b), self.has_stale, self.t)
+        return SeriesView(index, r0, r1, (self.block, self.a, self.b), self.has_stale, self.t, self.skip)
 
 
 class ChunkCache:
@@ -300,20 +307,34 @@ class ChunkCache:
         t, v = decode_chunks(ns, [got["ts"][i] for i in take], [got["vs"][i] for i in take])
         return self._store(t, v, keys, ns)
 
-    def join(self, keys: list[Key], pieces: list[Piece]) -> Piece:
+    def join(self, keys: list[Key], pieces: list[Piece], start_ms: int | None = None) -> tuple[Piece, int]:
         """Return where the samples of consecutive chunks of one series lie one after another: in the
-        block they are in where they already do, else in a new one (kept, if they fit)."""
+        block they are in where they already do, else in a new one (kept, if they fit); and how many
+        of the first chunk's samples were left out. With `start_ms`, a new block leaves out the first
+        chunk's samples before it where they are at least half of that chunk and `TRIM_MIN`: a closed
+        window's 2-hour chunk under a 1-hour range is otherwise kept whole."""
+        skip = 0
+        if start_ms is not None and len(pieces) > 1:
+            first, a, b = pieces[0]
+            skip = min(int(np.searchsorted(first.t[a:b], start_ms)), b - a - 1)
+            if skip < TRIM_MIN or 2 * skip < b - a:
+                skip = 0
         block, a, b = pieces[0]
         for nxt, na, nb in pieces[1:]:
-            if nxt is not block or na != b:
+            if skip or nxt is not block or na != b:
                 break
             b = nb
         else:
-            return block, a, b
-        t = np.concatenate([p[0].t[p[1] : p[2]] for p in pieces])
-        v = np.concatenate([p[0].v[p[1] : p[2]] for p in pieces])
-        ns = np.array([p[2] - p[1] for p in pieces], np.int64)
-        joined = self._store(t, v, keys, ns)[0][0]
+            return (block, a, b), 0
+        first, a, b = pieces[0]
+        parts = [(first, a + skip, b), *pieces[1:]]
+        t = np.concatenate([p[0].t[p[1] : p[2]] for p in parts])
+        v = np.concatenate([p[0].v[p[1] : p[2]] for p in parts])
+        ns = np.array([p[2] - p[1] for p in parts], np.int64)
+        if skip:  # the first chunk is not whole here: its key stays where it was
+            joined = self._store(t, v, keys[1:], ns[1:], lead=int(ns[0]))[0][0]
+        else:
+            joined = self._store(t, v, keys, ns)[0][0]
         # The blocks the chunks came from keep what the join left: for a chart's range sliding on,
         # the chunks it slid past. Kept the usual 10 minutes, each 5-minute compaction's join left
         # another copy of the range behind (4.5 h of samples a series cached for a 1-hour chart,
@@ -322,7 +343,7 @@ class ChunkCache:
             for block, _, _ in pieces if self._blocks.get(id(joined)) is joined else ():
                 if block is not joined and self._blocks.get(id(block)) is block:
                     self._copied[id(block)] = block
-        return joined, 0, t.size
+        return (joined, 0, t.size), skip
 
     def views(
         self, index: ChunkIndex, ids: list[int], start_ms: int, end_ms: int
@@ -359,13 +380,16 @@ class ChunkCache:
             self._add_view(moved)
         return moved
 
-    def keep_view(self, index: ChunkIndex, r0: int, r1: int, piece: Piece) -> SeriesView | None:
+    def keep_view(
+        self, index: ChunkIndex, r0: int, r1: int, piece: Piece, skip: int = 0
+    ) -> SeriesView | None:
         """Keep a view of the samples of the chunks at index positions [r0, r1) (one series', following
-        one another in time, all of them in `piece`), if its block is kept; return it."""
+        one another in time, all of them in `piece` but the first `skip` samples), if its block is
+        kept; return it."""
         block, a, b = piece
         if b <= a or self._blocks.get(id(block)) is not block:
             return None
-        view = SeriesView(index, r0, r1, piece)
+        view = SeriesView(index, r0, r1, piece, skip=skip)
         with self._lock:
             if self._blocks.get(id(block)) is not block:
                 return None  # pushed out meanwhile
@@ -405,11 +429,16 @@ class ChunkCache:
             if view is not None and view.block is block:
                 del self._views[sid]
 
-    def _store(self, t: np.ndarray, v: np.ndarray, keys: list[Key], ns: np.ndarray) -> list[Piece]:
+    def _store(
+        self, t: np.ndarray, v: np.ndarray, keys: list[Key], ns: np.ndarray, lead: int = 0
+    ) -> list[Piece]:
+        """Keep `t`, `v` as a block (if they fit) holding the chunks of `keys`, of `ns` samples each,
+        one after another from position `lead` on; return where each is."""
         block = _Block(t, v, keys)
         block.used_ms = self._now_ms()
         first = np.zeros(ns.size + 1, np.int64)
         np.cumsum(ns, out=first[1:])
+        first += lead
         pieces = [(block, a, b) for a, b in zip(first[:-1].tolist(), first[1:].tolist(), strict=True)]
         if not self.fits(t.size):
             return pieces

@@ -184,7 +184,9 @@ def read_samples_cached(  # noqa: C901 - cache lookups and the misses' read in o
         s_id = view.sid
         order: np.ndarray | int = view.seq if view.seq is not None else 0
         if view.seq is None and s_id in in_head:
-            order = np.repeat(index.seq[view.r0 : view.r1], index.n[view.r0 : view.r1])[lo:hi]
+            order = np.repeat(index.seq[view.r0 : view.r1], index.n[view.r0 : view.r1])[
+                view.skip + lo : view.skip + hi
+            ]
         parts[s_id] = [(_cut(cuts, view.t, lo, hi), view.v[lo:hi], order)]
         stale_free = stale_free and not view.has_stale
     if rows.size:
@@ -221,11 +223,12 @@ def _cached_parts(
     lo_t, hi_t = index.t_min[rows], index.t_max[rows]
     bounds = np.r_[0, np.flatnonzero(sid[1:] != sid[:-1]) + 1, rows.size].tolist()
     for a, b in itertools.pairwise(bounds):
-        piece = cache.join(keys[a:b], pieces[a:b])
+        overlap = b - a > 1 and not (lo_t[a + 1 : b] > hi_t[a : b - 1]).all()
+        piece, skip = cache.join(keys[a:b], pieces[a:b], None if overlap else start_ms)
         block, p0, p1 = piece
         t, v = block.t[p0:p1], block.v[p0:p1]
         s_id = int(sid[a])
-        if b - a > 1 and not (lo_t[a + 1 : b] > hi_t[a : b - 1]).all():  # chunks overlap: newest wins
+        if overlap:  # chunks overlap: newest wins
             _chunk_parts(
                 n[a:b].copy(),
                 t,
@@ -242,7 +245,7 @@ def _cached_parts(
             stale_free = False
             continue
         r0, r1 = int(rows[a]), int(rows[b - 1]) + 1
-        view = cache.keep_view(index, r0, r1, piece) if r1 - r0 == b - a else None
+        view = cache.keep_view(index, r0, r1, piece, skip) if r1 - r0 == b - a else None
         stale_free = stale_free and view is not None and not view.has_stale
         if view is not None:
             t = view.t  # maybe another series' equal timestamps
@@ -255,7 +258,7 @@ def _cached_parts(
         s_seq = seq[a:b]
         order: np.ndarray | int = int(s_seq[0])
         if s_id in in_head and not (s_seq == s_seq[0]).all():
-            order = np.repeat(s_seq, n[a:b])[lo:hi]
+            order = np.repeat(s_seq, n[a:b])[skip + lo : skip + hi]
         parts[s_id] = [(_cut(cuts, t, lo, hi), v[lo:hi], order)]
     return stale_free
 
