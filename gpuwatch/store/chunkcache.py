@@ -74,8 +74,9 @@ class SeriesView:
 
     The series' samples in chunks before r0 (and those left out of r0) are at or before `before`,
     those from r1 on at or after `after`: a read of [start, end] with before < start and end < after
-    finds all the series' chunk samples in range here. Never changed once made (readers share it). `seq` is the chunks' write
-    order where they all share one (else None); `has_stale` whether a value is a staleness marker."""
+    finds all the series' chunk samples in range here. Never changed once made (readers share it).
+    `seq` is the chunks' write order where they all share one (else None); `has_stale` whether a
+    value is a staleness marker."""
 
     __slots__ = (
         "a",
@@ -338,7 +339,7 @@ class ChunkCache:
         # The blocks the chunks came from keep what the join left: for a chart's range sliding on,
         # the chunks it slid past. Kept the usual 10 minutes, each 5-minute compaction's join left
         # another copy of the range behind (4.5 h of samples a series cached for a 1-hour chart,
-        # bench/README.md "Soak"); a read that still uses them keeps them.
+        # bench/README.md "Chart cache"); a read that still uses them keeps them.
         with self._lock:
             for block, _, _ in pieces if self._blocks.get(id(joined)) is joined else ():
                 if block is not joined and self._blocks.get(id(block)) is block:
