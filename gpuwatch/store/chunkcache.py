@@ -314,20 +314,20 @@ class ChunkCache:
         of the first chunk's samples were left out. With `start_ms`, a new block leaves out the first
         chunk's samples before it where they are at least half of that chunk and `TRIM_MIN`: a closed
         window's 2-hour chunk under a 1-hour range is otherwise kept whole."""
+        first, a, b = pieces[0]
         skip = 0
         if start_ms is not None and len(pieces) > 1:
-            first, a, b = pieces[0]
             skip = min(int(np.searchsorted(first.t[a:b], start_ms)), b - a - 1)
             if skip < TRIM_MIN or 2 * skip < b - a:
                 skip = 0
-        block, a, b = pieces[0]
-        for nxt, na, nb in pieces[1:]:
-            if skip or nxt is not block or na != b:
-                break
-            b = nb
-        else:
-            return (block, a, b), 0
-        first, a, b = pieces[0]
+        if not skip:  # already one after another in one block: nothing to copy
+            end = b
+            for nxt, na, nb in pieces[1:]:
+                if nxt is not first or na != end:
+                    break
+                end = nb
+            else:
+                return (first, a, end), 0
         parts = [(first, a + skip, b), *pieces[1:]]
         t = np.concatenate([p[0].t[p[1] : p[2]] for p in parts])
         v = np.concatenate([p[0].v[p[1] : p[2]] for p in parts])
