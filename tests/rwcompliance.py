@@ -317,6 +317,16 @@ class Lab:
     ) -> list[Sample]:
         return select(self.receiver.taken(destination), name, job=job, **labels)
 
+    def failed_scrapes(self, job: str, destination: str = "main") -> set[int]:
+        """The times of `job`'s scrapes that failed (`up` 0): on a busy machine a 1 s scrape can time out."""
+        return {t for _, t, v in self.taken(job, "up", destination) if v == 0.0}
+
+    def scraped(self, job: str, name: str, destination: str = "main", **labels: str) -> list[Sample]:
+        """`taken`, less the staleness markers a failed scrape writes for the series of the one before
+        (as Prometheus does); a marker at any other time stays, for the case to see."""
+        failed = self.failed_scrapes(job, destination)
+        return [s for s in self.taken(job, name, destination, **labels) if not (is_stale(s[2]) and s[1] in failed)]
+
     def metric(self, name: str, destination: str) -> float:
         """A figure of gpuwatch's own /metrics, for one destination."""
         for family in text_string_to_metric_families(self.gpuwatch.get("/metrics").text):
