@@ -325,7 +325,9 @@ class Lab:
         """`taken`, less the staleness markers a failed scrape writes for the series of the one before
         (as Prometheus does); a marker at any other time stays, for the case to see."""
         failed = self.failed_scrapes(job, destination)
-        return [s for s in self.taken(job, name, destination, **labels) if not (is_stale(s[2]) and s[1] in failed)]
+        return [
+            s for s in self.taken(job, name, destination, **labels) if not (is_stale(s[2]) and s[1] in failed)
+        ]
 
     def metric(self, name: str, destination: str) -> float:
         """A figure of gpuwatch's own /metrics, for one destination."""
