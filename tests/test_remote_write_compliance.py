@@ -12,7 +12,9 @@ samples of its job, polling the receiver until a deadline (never sleeping for ti
 Where these cases depart from the suite's letter: a histogram's `le` is the page's text, and
 `prometheus_client` writes `le="1.0"` where the suite's Go page writes `le="1"`; and samples are
 checked in time order per series (what the specification asks), not across series as the suite's
-timestamp case does: a batch holding several scrapes carries each series' samples together.
+timestamp case does: a batch holding several scrapes carries each series' samples together. And a
+scrape that times out on a busy machine (1 s) writes staleness markers for its target's series, as
+Prometheus does: the cases on values leave out markers at the time of a failed scrape (`Lab.scraped`).
 """
 
 from __future__ import annotations
