@@ -470,6 +470,7 @@ def test_missing_libraries_are_one_line(
     ]
     assert main(argv) == 2
     assert capsys.readouterr().err == f"gpuwatch: {e.value}\n"
+    assert not list((tmp_path / "d1").rglob("*.duckdb")), "the demo wrote its week before the config error"
     monkeypatch.delenv("GPUWATCH_TENSORBOARD_DIRS")
     (tmp_path / "runs").mkdir()
     assert main(["import", str(tmp_path / "runs"), "--data-dir", str(tmp_path / "d2")]) == 2

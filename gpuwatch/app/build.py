@@ -99,6 +99,13 @@ def build_runtime(settings: Settings, hostname: str, clock: Clock | None = None,
     would have stored since (demo/history.py); a caller's own `nvml` is a simulation of its own, with
     no history."""
     clock = clock or SystemClock()
+    codec = None
+    # A setting that cannot work fails before the store opens (and before a demo imports its week).
+    if settings.tensorboard_dirs:
+        try:
+            codec = load_codec()
+        except TensorBoardUnavailable as e:
+            raise ConfigError(f"config error: tensorboard_dirs is set, but {e}") from None
     store = Store.open(
         settings.data_dir,
         clock=clock,
@@ -267,11 +274,7 @@ def build_runtime(settings: Settings, hostname: str, clock: Clock | None = None,
         if log_files:
             runtime.logs = LogTailer(log_files, offsets=store.log_offsets())
             jobs.add("logs", runtime.tail_logs, LOG_INTERVAL_S)
-        if settings.tensorboard_dirs:
-            try:
-                codec = load_codec()
-            except TensorBoardUnavailable as e:
-                raise ConfigError(f"config error: tensorboard_dirs is set, but {e}") from None
+        if codec is not None:
             runtime.tensorboard = TensorBoardWatcher(
                 settings.tensorboard_dirs, codec, offsets=store.log_offsets(), runs=store.runs()
             )
