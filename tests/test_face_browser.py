@@ -17,7 +17,7 @@ import requests
 
 from tests.browser import chart_points, wait_panels
 from tests.conftest import Server, clean_env, free_port, run_prometheus, run_victoriametrics, wait_until
-from tests.test_face_e2e import HOSTS, example
+from tests.test_face_e2e import HOSTS, SHORT_WAIT, example
 from tests.webhook_server import Hook, hook_server
 
 pytestmark = pytest.mark.slow
@@ -76,7 +76,7 @@ def lab(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
             config = example(
                 f"face-on-{kind}.yml",
                 tmp / "face",
-                {HOSTS[kind]: address, "alert-receiver:9099": hook.url.removeprefix("http://")},
+                {HOSTS[kind]: address, "alert-receiver:9099": hook.url.removeprefix("http://"), **SHORT_WAIT},
             )
             env = clean_env(GPUWATCH_HOSTNAME="face", GPUWATCH_EVALUATION_INTERVAL="1s")
             face = Server(["--config", str(config)], tmp / "face" / "data", free_port(), env)

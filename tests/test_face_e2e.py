@@ -44,6 +44,10 @@ def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[str,
         yield request.param, url
 
 
+# The examples' 10 s group_wait, shortened: each notification the tests wait for would wait it out.
+SHORT_WAIT = {"group_wait: 10s": "group_wait: 1s"}
+
+
 def example(name: str, dest: Path, replace: dict[str, str], extra: str = "") -> Path:
     """docs/examples/`name` with each key of `replace` replaced (hosts, as a lab would), at `dest`."""
     text = (EXAMPLES / name).read_text()
@@ -90,7 +94,7 @@ def test_the_examples_run_a_lab_on_the_store_and_a_face_keeps_its_for_state(
             face_config = example(
                 f"face-on-{kind}.yml",
                 tmp_path / "face",
-                {HOSTS[kind]: address, "alert-receiver:9099": hook.url.removeprefix("http://")},
+                {HOSTS[kind]: address, "alert-receiver:9099": hook.url.removeprefix("http://"), **SHORT_WAIT},
                 extra="rule_files: [rules/*.yml]\n",
             )
             face_env = clean_env(GPUWATCH_HOSTNAME="face", GPUWATCH_EVALUATION_INTERVAL="1s")
