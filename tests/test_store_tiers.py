@@ -74,6 +74,19 @@ def store(tmp_path: Path, clock: FakeClock) -> Iterator[Store]:
     s.close()
 
 
+@pytest.fixture(scope="module")
+def built(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Store]:
+    """A store filled and its tiers built, half a day before its clock: shared by the tests that only
+    read it (each fill and build takes ~1-2 s)."""
+    clock = FakeClock(NOW / 1000)
+    s = Store.open(tmp_path_factory.mktemp("built") / "data", clock=clock)
+    fill(s)
+    s.build_tiers()
+    clock.advance(0.5 * 86400)  # the engine's end below is past the built days: made from samples
+    yield s
+    s.close()
+
+
 def rows(result: object) -> list[tuple[object, list[int], list[float]]]:
     assert isinstance(result, Matrix)
     return [(s.labels, s.timestamps_ms.tolist(), s.values.tolist()) for s in result]
@@ -212,12 +225,10 @@ QUERIES = [
     ],
 )
 def test_the_engine_answers_from_tiers_as_from_samples(
-    store: Store, clock: FakeClock, query: str, start_ms: int, step_ms: int
+    built: Store, query: str, start_ms: int, step_ms: int
 ) -> None:
-    fill(store)
-    store.build_tiers()
+    store = built
     end = T0 + DAYS * DAY_MS + 12 * HOUR_MS  # past the built days: the rest made from samples
-    clock.advance(0.5 * 86400)
     tiered = Engine(store).range(query, start_ms, end, step_ms)
     raw = Engine(RawOnly(store)).range(query, start_ms, end, step_ms)
     assert isinstance(tiered, Matrix) and isinstance(raw, Matrix)
@@ -271,10 +282,9 @@ def test_a_read_of_some_columns_has_those_of_the_whole_read_and_none_else(
 )
 @pytest.mark.parametrize("step_ms", [HOUR_MS, 10 * MINUTE_MS])  # 1-hour rows (fixed-width), 1-minute rows
 def test_the_engine_decodes_only_the_columns_its_function_reads(
-    store: Store, monkeypatch: pytest.MonkeyPatch, query: str, columns: set[str], step_ms: int
+    built: Store, monkeypatch: pytest.MonkeyPatch, query: str, columns: set[str], step_ms: int
 ) -> None:
-    fill(store)
-    store.build_tiers()
+    store = built
     asked: list[set[str] | None] = []
 
     def whole_rows(blob: bytes, n: int, columns: Collection[str] | None = None) -> TierPoints:
