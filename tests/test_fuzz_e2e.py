@@ -7,9 +7,10 @@ also go through grouping and the notification queue. Afterwards: no answer was a
 than the query timeout plus a second, the process still samples and answers, a marker series imported
 before is intact, and the log holds no traceback.
 
-CI runs 6,000 inputs (98 s on 2 cores with two soaks beside); FUZZ_INPUTS and FUZZ_SEED run more, or another
-stream, on demand: `FUZZ_SEED=7 FUZZ_INPUTS=50000 pytest -s tests/test_fuzz_e2e.py`. A failure names
-the seed and the input's number; `tests.fuzzinputs.requests_for(seed, n, now_s)` gives it back.
+CI runs 6,000 inputs (98 s on 2 cores, idle or with two soaks beside); FUZZ_INPUTS and FUZZ_SEED
+run more, or another stream, on demand: `FUZZ_SEED=7 FUZZ_INPUTS=50000 pytest -s tests/test_fuzz_e2e.py`.
+A failure names the seed and the input's number; `tests.fuzzinputs.requests_for(seed, n, now_s)` gives
+it back.
 """
 
 from __future__ import annotations
