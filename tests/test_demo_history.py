@@ -250,6 +250,15 @@ def test_a_new_demo_imports_its_week_and_says_so(demo: Demo) -> None:
     assert run.name == TRAINING_RUN and run.status == "running" and run.start_ms == demo.start_ms
 
 
+def test_the_last_hour_is_at_the_live_sampler_s_second_and_the_day_before_at_15_s(demo: Demo) -> None:
+    """A 1-hour chart of a new demo is as fine as the live one: no 15-s stretch the live samples replace."""
+    t, _ = series(demo.rt, "DCGM_FI_DEV_GPU_UTIL", demo.end_ms)["0"]
+    hour = t[(t >= demo.end_ms - 3_600_000) & (t < demo.end_ms)]  # the history's (the live tick is at the end)
+    assert hour.size >= 3_598 and set(np.diff(hour).tolist()) == {1_000}
+    day = np.diff(t[(t >= demo.end_ms - 86_400_000) & (t < demo.end_ms - 3_700_000)])
+    assert set(day.tolist()) == {15_000}
+
+
 def test_the_usage_page_finds_the_week_s_users_run_and_idle_gpu(demo: Demo) -> None:
     report = usage(demo, "user")
     users = {r["group"]["user"]: r for r in report["rows"]}

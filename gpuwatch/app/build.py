@@ -310,6 +310,7 @@ def import_history(
         days=DEMO_HISTORY_DAYS,
         idle_below=settings.usage_idle_below,
         max_gap_s=max(60.0, 3 * settings.sample_interval),
+        fine_s=settings.sample_interval,
         run_gpus=run_gpus,
     )
     imported = history.write(store, clock)

@@ -4,8 +4,10 @@ into an empty store, so every page, the long ranges and the Usage page have some
 The demo is started `days` days in the past (its incident schedule and workload with it) and what
 gpuwatch would have stored since is computed at once (readings.py, historygpu.py, historyusage.py,
 historyruns.py) and written through the store's bulk path, a GPU at a time: every GPU series, the
-processes, the usage counters and the training run, a sample every `step_s` (the live demo samples
-every second; bench/README.md, "Demo history", says why 15 s). Series names and labels are the live
+processes, the usage counters and the training run, a sample every `step_s` but over the last hour,
+which is at the live sampler's interval (`fine_s`), so the 1-hour charts look the same from the start
+and the live demo's memory does not climb for an hour as its own samples replace coarser ones
+(bench/README.md, "Demo history", says why 15 s before). Series names and labels are the live
 collector's own: it samples a calm copy of the same GPUs first (`learn_series`).
 
 The history ends one step before the live sampler's first tick, and the live demo goes on from it:
@@ -39,6 +41,7 @@ from gpuwatch.store import Store
 DAYS = 7
 STEP_S = 15.0  # the last day's
 RECENT_DAYS = 1.0
+FINE_SPAN_S = 3600.0  # the last hour: at the live sampler's interval
 GPUS_AT_STEP = 8  # older days: a step 15 s longer for every 8 GPUs more, up to a minute (see `old_step_s`)
 MAX_STEP_S = 60.0  # run energy sums counter samples at most a minute apart (collect/runenergy.py)
 RUNS_EVERY_S = 15.0  # the runs job's interval (collect/runs.py RUN_STATUS_INTERVAL_S)
@@ -126,17 +129,40 @@ def _parts(chunk: list[Series], samples: int) -> Iterator[list[Series]]:
 
 
 def history_ticks(
-    end_ms: int, days: float, step_s: float = STEP_S, old_s: float = STEP_S, recent_days: float = RECENT_DAYS
+    end_ms: int,
+    days: float,
+    step_s: float = STEP_S,
+    old_s: float = STEP_S,
+    recent_days: float = RECENT_DAYS,
+    fine_s: float | None = None,
+    fine_span_s: float = FINE_SPAN_S,
 ) -> np.ndarray:
-    """The sample times (ms) of a history of `days` ending one step before `end_ms`: every `step_s`
-    over the last `recent_days`, every `old_s` before."""
-    step_ms, old_ms = int(round(step_s * 1000)), int(round(old_s * 1000))
-    n = int(min(days, recent_days) * 86_400_000 // step_ms)
-    recent = end_ms - step_ms * np.arange(n, 0, -1, dtype=np.int64)
+    """The sample times (ms) of a history of `days` ending one step before `end_ms`: every `fine_s`
+    over the last `fine_span_s` (none: no such part), every `step_s` before that over the last
+    `recent_days`, every `old_s` before."""
+
+    def before(first: int, start_ms: int, every_ms: int) -> np.ndarray:
+        """Every `every_ms` from `start_ms` up to (not including) `first`."""
+        t = start_ms + every_ms * np.arange(max(0, -(-(first - start_ms) // every_ms)), dtype=np.int64)
+        return t[t < first]
+
     start_ms = end_ms - int(round(days * 86_400_000))
-    first = int(recent[0]) if n else end_ms
-    old = start_ms + old_ms * np.arange(max(0, -(-(first - start_ms) // old_ms)), dtype=np.int64)
-    return np.concatenate((old[old < first], recent))
+    fine = np.empty(0, np.int64)
+    if fine_s is not None:
+        fine_ms = int(round(fine_s * 1000))
+        n = int(min(days * 86_400_000, fine_span_s * 1000) // fine_ms)
+        fine = end_ms - fine_ms * np.arange(n, 0, -1, dtype=np.int64)
+    first = int(fine[0]) if fine.size else end_ms
+    step_ms, old_ms = int(round(step_s * 1000)), int(round(old_s * 1000))
+    recent_start = max(start_ms, end_ms - int(round(recent_days * 86_400_000)))
+    # the recent part's ticks stay on their own grid (one step apart, the last one step before the
+    # fine part or the end), as the older part's stay on theirs from the start
+    n = int((first - recent_start) // step_ms)
+    recent = first - step_ms * np.arange(n, 0, -1, dtype=np.int64)
+    if recent.size and recent[0] < recent_start:
+        recent = recent[1:]
+    first = int(recent[0]) if recent.size else first
+    return np.concatenate((before(first, start_ms, old_ms), recent, fine))
 
 
 @dataclass
@@ -150,6 +176,7 @@ class DemoHistory:
     days: float = DAYS
     step_s: float = STEP_S
     old_s: float | None = None  # the older days' step (None: `old_step_s` of the GPU count)
+    fine_s: float | None = None  # the last hour's step, the live sampler's interval (None: `step_s` too)
     idle_below: float = 5.0
     max_gap_s: float = 60.0
     run_gpus: list[int] = field(default_factory=list)  # the training run's GPUs; none: no run
@@ -158,7 +185,7 @@ class DemoHistory:
     def ticks(self) -> np.ndarray:
         """The history's sample times (ms)."""
         old = self.old_s if self.old_s is not None else old_step_s(self.nvml.gpu_count)
-        return history_ticks(self.end_ms, self.days, self.step_s, old)
+        return history_ticks(self.end_ms, self.days, self.step_s, old, fine_s=self.fine_s)
 
     def chunks(self) -> Iterator[list[Series]]:
         """The history's series, a GPU at a time, then the usage counters, then the training run."""
