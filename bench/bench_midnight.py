@@ -3,9 +3,10 @@
     .venv/bin/python bench/bench_midnight.py [--series 64]
 
 `--series` series of one gauge at 1 s for a whole UTC day and 30 minutes of the next, written by
-`Store.append_series`, compacted (the closed day merged into one day chunk a series), reopened; then
-the range query of the series over the last hour (across midnight) and over today's 30 minutes
-(step 15 s), each twice: cold, then warm. Prints the time and this process's peak RSS before and after.
+`Store.append_series`, compacted, reopened; then the range query of the series over the last hour
+(across midnight) and over today's 30 minutes (step 15 s), each twice: cold, then warm. Prints the
+chunk rows yesterday is in (a series' day chunk, or its twelve 2-hour ones until 02:00: rewrite.py
+`DAY_MERGE_AFTER_MS`), the time and this process's peak RSS before and after.
 """
 
 from __future__ import annotations
@@ -51,6 +52,10 @@ def main() -> None:
     with Store.open(data, clock=clock) as s:
         for _ in range(50):  # the day merge goes 16 MB of chunks a step
             s.compact()
+        (rows,) = s._cursor().execute(
+            "SELECT count(*) FROM chunks WHERE t_min_ms >= ? AND t_min_ms < ?", [midnight - DAY_MS, midnight]
+        ).fetchone()
+        print(f"yesterday: {rows} chunk rows ({rows / args.series:g} a series)")
         engine = Engine(s)
         for label, start in (
             ("the last hour, across midnight", end - 3_600_000),

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from gpuwatch.core.clock import FakeClock
-from gpuwatch.core.model import Batch, Matcher, Sample
+from gpuwatch.core.model import Batch, Matcher, Sample, stable_labels
 from gpuwatch.core.tiers import HOUR_MS, MINUTE_MS
 from gpuwatch.query import Engine
 from gpuwatch.store import Store, codec, sqlrows
@@ -25,6 +25,7 @@ from tests.test_store_tiers import DAYS, NOW, T0, UTIL, RawOnly, fill, rows
 
 DAY = 86_400_000
 ALL = (0, 2**62)
+UTIL_LABELS = stable_labels({"gpu": "0"})
 ZLIB, ZSTD = {1, 2, 4, 8}, {17, 18, 20, 24}  # the width bytes of packed parts (width + 0x10: zstd)
 
 
@@ -90,6 +91,28 @@ def test_a_closed_day_ends_in_one_chunk_a_series_with_every_sample(store: Store)
     for q in ("max_over_time(util[1h])", "rate(energy[5m])", "count_over_time(util[1d])"):
         want = rows(Engine(RawOnly(store)).range(q, T0 + HOUR_MS, T0 + DAYS * DAY, HOUR_MS))
         assert rows(engine.range(q, T0 + HOUR_MS, T0 + DAYS * DAY, HOUR_MS)) == want
+
+
+def test_a_day_stays_in_2_hour_chunks_until_the_next_day_s_first_window_is_over(store: Store) -> None:
+    """Until 02:00 the dashboards' hour reaches into yesterday: it reads yesterday's last 2-hour chunk,
+    not its whole day (a day chunk of a 1-s series is 86,400 samples decoded for an hour's 3,600)."""
+    engine = Engine(store)
+
+    def write(lo: int, hi: int) -> None:
+        t = np.arange(lo, hi, 15_000, dtype=np.int64)
+        store.append_series("util", UTIL_LABELS, t, (t // 15_000 % 97).astype(np.float64))
+        store.flush()
+        store.compact()
+
+    write(T0, T0 + DAY + 30 * 60_000)  # a day and the next 30 minutes
+    assert chunks_per_day(store) == {(1, T0 // DAY): 12}  # its twelve 2-hour windows, one chunk each
+    q = "max_over_time(util[5m])"
+    hour = (T0 + DAY - 30 * 60_000, T0 + DAY + 29 * 60_000, 60_000)  # before the next write
+    want = rows(Engine(RawOnly(store)).range(q, *hour))
+    assert rows(engine.range(q, *hour)) == want and want
+    write(T0 + DAY + 30 * 60_000, T0 + DAY + 2 * HOUR_MS + 60_000)  # the next day's first window over
+    assert chunks_per_day(store) == {(1, T0 // DAY): 1}
+    assert rows(engine.range(q, *hour)) == want
 
 
 def test_closed_days_are_zstd_and_read_back_every_sample(
