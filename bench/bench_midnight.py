@@ -52,9 +52,14 @@ def main() -> None:
     with Store.open(data, clock=clock) as s:
         for _ in range(50):  # the day merge goes 16 MB of chunks a step
             s.compact()
-        (rows,) = s._cursor().execute(
-            "SELECT count(*) FROM chunks WHERE t_min_ms >= ? AND t_min_ms < ?", [midnight - DAY_MS, midnight]
-        ).fetchone()
+        (rows,) = (
+            s._cursor()
+            .execute(
+                "SELECT count(*) FROM chunks WHERE t_min_ms >= ? AND t_min_ms < ?",
+                [midnight - DAY_MS, midnight],
+            )
+            .fetchone()
+        )
         print(f"yesterday: {rows} chunk rows ({rows / args.series:g} a series)")
         engine = Engine(s)
         for label, start in (

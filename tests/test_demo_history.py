@@ -253,7 +253,7 @@ def test_a_new_demo_imports_its_week_and_says_so(demo: Demo) -> None:
 def test_the_last_hour_is_at_the_live_sampler_s_second_and_the_day_before_at_15_s(demo: Demo) -> None:
     """A 1-hour chart of a new demo is as fine as the live one: no 15-s stretch the live samples replace."""
     t, _ = series(demo.rt, "DCGM_FI_DEV_GPU_UTIL", demo.end_ms)["0"]
-    hour = t[(t >= demo.end_ms - 3_600_000) & (t < demo.end_ms)]  # the history's (the live tick is at the end)
+    hour = t[(t >= demo.end_ms - 3_600_000) & (t < demo.end_ms)]  # the history's, not the live tick
     assert hour.size >= 3_598 and set(np.diff(hour).tolist()) == {1_000}
     day = np.diff(t[(t >= demo.end_ms - 86_400_000) & (t < demo.end_ms - 3_700_000)])
     assert set(day.tolist()) == {15_000}
