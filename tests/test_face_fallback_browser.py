@@ -94,10 +94,17 @@ def test_a_face_whose_store_is_down_says_so_in_one_line_and_draws_its_last_minut
     store.kill()
     got = query(face, "DCGM_FI_DEV_GPU_UTIL")
     assert got["status"] == "success" and len(got["data"]["result"]) == 2  # the face's own, from its store
-    assert got["warnings"] == [
-        f"remote query backend {store.url} unreachable: cannot connect: Connection refused; "
-        "answered from the local buffer (last 10 minutes)"
-    ]
+    # a new connection is refused; one the face kept open from before may be reset on its first use
+    reasons = (
+        "cannot connect: Connection refused",
+        "connection dropped before the answer: Connection reset by peer",
+    )
+    assert got["warnings"] in [
+        [
+            f"remote query backend {store.url} unreachable: {why}; answered from the local buffer (last 10 minutes)"
+        ]
+        for why in reasons
+    ], got["warnings"]
 
     page.goto(f"{face.url}/?{LIVE}")
     states = wait_panels(page, 30_000)
