@@ -246,7 +246,14 @@ def gpu_gaps(
     longest = 0.0
     short: list[tuple[str, int]] = []
     for name in names:
-        body = requests.get(f"{url}/api/v1/query", params={"query": f"{name}[{window}s]", "time": str(end_s)}, timeout=120).json()  # fmt: skip
+        for _ in range(30):  # a busy answer (503) is asked again; another error is counted, not fatal
+            body = requests.get(f"{url}/api/v1/query", params={"query": f"{name}[{window}s]", "time": str(end_s)}, timeout=120).json()  # fmt: skip
+            if body.get("errorType") != "unavailable":
+                break
+            time.sleep(2)
+        if "data" not in body:
+            print(f"  gaps: {name} not read: {body.get('errorType')}: {body.get('error')}")
+            continue
         for s in body["data"]["result"]:
             ts = [float(t) for t, _ in s["values"] if start_s <= float(t) <= end_s]
             series += 1
