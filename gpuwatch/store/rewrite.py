@@ -30,7 +30,7 @@ MERGE_BYTES = 8 << 20  # ... and reads about this many bytes of chunks from Duck
 MERGE_SERIES = 10_000  # ... of at most this many series
 # A day's 2-hour windows become its day chunk once the next day's first window is over too: until
 # then the dashboards' hour reaches into it, and a read of its last hour would decode the whole day
-# (bench/README.md, "Soak": 504 ms and +106 MiB for 64 series at 1 s, against 91 ms).
+# (bench/README.md, "Soak": 792 ms and +93 MiB for 64 series at 1 s, against 57-114 ms and none).
 DAY_MERGE_AFTER_MS = WINDOW_MS
 
 
