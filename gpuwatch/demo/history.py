@@ -159,8 +159,6 @@ def history_ticks(
     # fine part or the end), as the older part's stay on theirs from the start
     n = int((first - recent_start) // step_ms)
     recent = first - step_ms * np.arange(n, 0, -1, dtype=np.int64)
-    if recent.size and recent[0] < recent_start:
-        recent = recent[1:]
     first = int(recent[0]) if recent.size else first
     return np.concatenate((before(first, start_ms, old_ms), recent, fine))
 

@@ -61,13 +61,13 @@ def merge_batches(cur: duckdb.DuckDBPyConnection) -> Iterator[Merge]:
     (`merge_series`; a crash between batches leaves the rest for the next compaction)."""
     newest = sqlrows.scalar(cur, "SELECT coalesce(max(t_max_ms), 0) FROM chunks")
     closed = newest // WINDOW_MS * WINDOW_MS  # windows before it are over ...
-    today = (closed - DAY_MERGE_AFTER_MS) // DAY_WINDOW_MS * DAY_WINDOW_MS  # ... and days before it
+    days_end = (closed - DAY_MERGE_AFTER_MS) // DAY_WINDOW_MS * DAY_WINDOW_MS  # ... and days before it
     # Grouped by (window, series), which DuckDB can spill to disk: a distinct count of series per
     # window needed more than its 64 MB cap here at ~2 M chunks (5,600 series over 30 days), and
     # compaction then failed at every try.
     for window_ms, lo_ms, hi_ms, order in (
-        (WINDOW_MS, today, closed, "ASC"),
-        (DAY_WINDOW_MS, 0, today, "DESC"),
+        (WINDOW_MS, days_end, closed, "ASC"),
+        (DAY_WINDOW_MS, 0, days_end, "DESC"),
     ):
         windows = cur.execute(
             f"SELECT DISTINCT win FROM (SELECT t_min_ms // ? AS win FROM chunks WHERE t_min_ms >= ? "
