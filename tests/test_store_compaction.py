@@ -43,8 +43,9 @@ def test_compaction_keeps_data_identical_and_merges_windows(
         ]
     st_ = store.stats()
     assert st_["head_samples"] == 0 and st_["samples"] == 6 * 60 * 6
-    # windows 0-2 h and 2-4 h are closed and merged into one chunk per series; 4-6 h is still open
-    assert st_["chunks"] == 6 * (1 + 1 + 2)
+    # window 0-2 h is merged into one chunk per series; 2-4 h closed under 75 minutes ago (the newest
+    # sample is at 5:00:59: rewrite.WINDOW_MERGE_AFTER_MS) and keeps its two, as 4-6 h, still open
+    assert st_["chunks"] == 6 * (1 + 2 + 2)
 
 
 def test_a_closed_window_merges_in_batches_and_a_failed_batch_leaves_the_rest_for_later(
@@ -73,7 +74,8 @@ def test_a_closed_window_merges_in_batches_and_a_failed_batch_leaves_the_rest_fo
         return merge_block(found, window_ms, zstd)
 
     monkeypatch.setattr(rewrite, "merge_block", failing_second)
-    fill(store, ["a"], gpus=4, ticks=1, t0=2 * hour, step=1000)  # the window 0-2 h closes
+    # the window 0-2 h closed 75 minutes ago (rewrite.WINDOW_MERGE_AFTER_MS)
+    fill(store, ["a"], gpus=4, ticks=1, t0=2 * hour + 75 * 60_000, step=1000)
     with pytest.raises(StoreError, match="Out of Memory"):
         store.compact()
     assert store.stats()["head_samples"] == 0  # the head was written as chunks all the same

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from gpuwatch.core.clock import FakeClock
-from gpuwatch.core.model import STALE_NAN, Matcher, SeriesData
+from gpuwatch.core.model import STALE_NAN, Batch, Matcher, Sample, SeriesData, make_labels
 from gpuwatch.core.tiers import COLUMNS, HOUR_MS, MINUTE_MS, TierPoints, build
 from gpuwatch.query import Engine
 from gpuwatch.query.recent import RecentSamples, WithRecent
@@ -514,3 +514,46 @@ def test_a_span_mostly_not_built_is_read_from_samples_while_they_are_all_kept(
         for a, b in zip(tiered, raw, strict=True):  # the same answer as before the raw days went
             assert np.array_equal(a.timestamps_ms, b.timestamps_ms)
             np.testing.assert_array_equal(a.values, b.values)
+
+
+def test_a_closed_window_merged_is_not_late(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The live stream compacted every 5 minutes past a 2-hour window's close: the window's chunks
+    merged into one keep each sample's write seq, and the merged chunk is no late sample. Before, its
+    seq (its newest sample's) was past the look and its start before the built hour, so every series'
+    day so far was rebuilt at every window close (soak j: 3,168 series-days at 04:00, 582 MiB)."""
+    start = T0 + 2 * DAY_MS + 5 * HOUR_MS + 22 * MINUTE_MS + 30_000  # day 2, 05:22:30
+    clock = FakeClock(start / 1000)
+    spans: list[tuple[int, int]] = []
+    real = tierbuild.build_span
+
+    def spy(cur: Any, ids: list[int], lo: int, hi: int, head_index: Any) -> Any:
+        spans.append((lo, hi))
+        return real(cur, ids, lo, hi, head_index)
+
+    monkeypatch.setattr("gpuwatch.store.tierbuild.build_span", spy)
+    with Store.open(tmp_path / "d", clock=clock) as s:
+        t = T0 + 7 + np.arange(0, start - T0, 15_000, dtype=np.int64)
+        s.append_series("util", (("gpu", "0"),), t, np.arange(t.size) % 97.0)
+        s.flush()
+        s.compact()
+        s.build_tiers()
+        chunks_before = s.stats()["chunks"]
+        # 05:22:30 -> 07:22:30: the window closes at 06:00 (the compaction at 06:02:30 writes its last
+        # 2.5 minutes) and is merged at 07:17:30
+        for _ in range(24):
+            clock.advance(300)
+            for k in range(20):  # a sample every 15 s, through the head as the sampler's are
+                t_ms = int(t[-1]) + 15_000
+                t = np.append(t, t_ms)
+                s.append(Batch(t_ms, [Sample("util", make_labels({"gpu": "0"}), float(k))]))
+            s.flush()
+            s.compact()
+            s.build_tiers()
+        assert (T0 + 2 * DAY_MS, T0 + 3 * DAY_MS) not in spans  # no day rebuilt
+        assert built_ms(s) == T0 + 2 * DAY_MS + 7 * HOUR_MS
+        assert s.stats()["chunks"] < chunks_before + 24  # the closed window was merged
+        q = "count_over_time(util[1h])"
+        end = T0 + 2 * DAY_MS + 6 * HOUR_MS
+        assert rows(Engine(s).range(q, T0 + HOUR_MS, end, HOUR_MS)) == rows(
+            Engine(RawOnly(s)).range(q, T0 + HOUR_MS, end, HOUR_MS)
+        )

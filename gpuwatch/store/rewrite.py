@@ -32,6 +32,13 @@ MERGE_SERIES = 10_000  # ... of at most this many series
 # then the dashboards' hour reaches into it, and a read of its last hour would decode the whole day
 # (bench/README.md, "Soak": 792 ms and +93 MiB for 64 series at 1 s, against 57-114 ms and none).
 DAY_MERGE_AFTER_MS = WINDOW_MS
+# A closed 2-hour window's chunks are merged 75 minutes after it closed, when the dashboards' hour (and
+# its 5-minute lookback) no longer reaches into it, and the tier build has long looked at its chunks.
+# Merged at the close, (1) the merged chunk carried its newest sample's write seq, not yet looked at,
+# and started before the built hour: taken for a late sample, every series' day so far was rebuilt
+# from raw at every close (soak j: 3,168 series-days, a 582 MiB peak and DuckDB out of memory at
+# 04:00); and (2) each 1-hour chart read and decoded the closed window's whole chunk for the next hour.
+WINDOW_MERGE_AFTER_MS = 75 * 60_000
 
 
 def head_chunks(cur: duckdb.DuckDBPyConnection) -> list[ChunkRow]:
@@ -50,10 +57,11 @@ def head_chunks(cur: duckdb.DuckDBPyConnection) -> list[ChunkRow]:
 
 
 def merge_batches(cur: duckdb.DuckDBPyConnection) -> Iterator[Merge]:
-    """The batches of series to merge: in the closed 2-hour windows since the last merged day, those
-    where a series has more than one chunk, then, newest day first, each UTC day closed at least
-    `DAY_MERGE_AFTER_MS` ago where a series has more than one (its windows become one day chunk; a
-    late sample's chunk is merged in again); ~MERGE_BYTES of chunks a batch.
+    """The batches of series to merge: in the 2-hour windows since the last merged day that closed at
+    least `WINDOW_MERGE_AFTER_MS` ago, those where a series has more than one chunk, then, newest day
+    first, each UTC day closed at least `DAY_MERGE_AFTER_MS` ago where a series has more than one (its
+    windows become one day chunk; a late sample's chunk is merged in again); ~MERGE_BYTES of chunks a
+    batch.
 
     A window's chunks were read whole in one statement: after an hour of 36,000 series (20 vLLM
     targets and 64 GPUs) that is ~50 MB of blobs, past DuckDB's 64 MB cap with the sort, and every
@@ -62,11 +70,12 @@ def merge_batches(cur: duckdb.DuckDBPyConnection) -> Iterator[Merge]:
     newest = sqlrows.scalar(cur, "SELECT coalesce(max(t_max_ms), 0) FROM chunks")
     closed = newest // WINDOW_MS * WINDOW_MS  # windows before it are over ...
     days_end = (closed - DAY_MERGE_AFTER_MS) // DAY_WINDOW_MS * DAY_WINDOW_MS  # ... and days before it
+    windows_end = (newest - WINDOW_MERGE_AFTER_MS) // WINDOW_MS * WINDOW_MS  # windows merged are before it
     # Grouped by (window, series), which DuckDB can spill to disk: a distinct count of series per
     # window needed more than its 64 MB cap here at ~2 M chunks (5,600 series over 30 days), and
     # compaction then failed at every try.
     for window_ms, lo_ms, hi_ms, order in (
-        (WINDOW_MS, days_end, closed, "ASC"),
+        (WINDOW_MS, days_end, windows_end, "ASC"),
         (DAY_WINDOW_MS, 0, days_end, "DESC"),
     ):
         windows = cur.execute(
