@@ -363,7 +363,7 @@ def main() -> None:
             )  # fmt: skip
         deadline = time.monotonic() + 300  # a demo imports its week first (~25 s at 64 GPUs alone)
         while True:
-            with contextlib.suppress(requests.ConnectionError):
+            with contextlib.suppress(requests.RequestException):  # not up yet, or busy importing
                 if requests.get(f"{url}/-/health", timeout=2).ok:
                     break
             if time.monotonic() > deadline or serve.poll() is not None:
