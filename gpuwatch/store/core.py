@@ -280,8 +280,8 @@ class Store(SeriesSelection, SideTables, AppendedReads):
         self._ask(self._need_writer().compact)
 
     def build_tiers(self, max_batches: int = 1_000_000) -> bool:
-        """Build the tier points that are due now (the writer builds them in the background a batch at
-        a time); return whether more is due."""
+        """Build the tier points that are due now (the writer builds them in the background, a few
+        batches at a time); return whether more is due."""
         writer = self._need_writer()
         return bool(self._ask(lambda: writer.build_tiers(max_batches)))
 

@@ -34,7 +34,10 @@ from gpuwatch.store.tierrows import DAY_MS, replace_span
 log = logging.getLogger(__name__)
 
 GRACE_MS = 10 * 60_000
-BATCH_SAMPLES = 2_000_000  # raw samples read, decoded and summed up in one transaction (~50 MB at peak) ...
+# Raw samples read, decoded and summed up in one transaction: the build's peak grows by ~185 bytes a
+# sample of the batch (the demo's week of 64 GPUs: +443 MiB at 2 M, +175 at 500 k, +121 at 250 k, in
+# about the same time; bench/README.md, "Tiers") ...
+BATCH_SAMPLES = 250_000
 BATCH_SERIES = 2_000  # ... of at most this many series (their 1-hour rows, ~11 KB each, are rewritten)
 
 

@@ -58,9 +58,10 @@ def _iso(t_ms: int) -> str:
     return datetime.fromtimestamp(t_ms / 1000, timezone.utc).strftime("%Y-%m-%dT%H:%MZ") if t_ms else "none"
 
 
-TIER_STEP_S = 2.0  # between two batches of a tier build that has more to do (tierbuild.py) ...
+TIER_STEP_S = 2.0  # between two steps of a tier build that has more to do (tierbuild.py) ...
 TIER_PAUSE_S = 60.0  # ... and between two looks once it is done
-RETENTION_BATCHES = 16  # tier batches a retention pass builds first, of the days it would delete
+TIER_BATCHES = 8  # tier batches (each its own transaction) a background step builds at most
+RETENTION_BATCHES = 128  # tier batches (~32 M samples) a retention pass builds first, of days it deletes
 DAY_MERGE_BYTES = 16 << 20  # chunk bytes of closed days merged into day chunks in one background step
 _VALUE = itemgetter(2)  # a Sample's value
 _SERIES_ID, _NAME, _LABELS = attrgetter("series_id"), attrgetter("name"), attrgetter("labels")  # an Entry's
@@ -283,9 +284,9 @@ class Writer(ImportSteps):
         if self._clock.monotonic() >= self._tiers_due:
             self._guarded(self.build_tiers)
 
-    def build_tiers(self, max_batches: int = 1) -> bool:
+    def build_tiers(self, max_batches: int = TIER_BATCHES) -> bool:
         """Build a share of the tiers that is due; return whether more is (then again after
-        `TIER_STEP_S`, else after `TIER_PAUSE_S`: a backfill takes a batch every few seconds)."""
+        `TIER_STEP_S`, else after `TIER_PAUSE_S`: a backfill takes a few batches every few seconds)."""
         more = True
         try:
             more = self.tiers.step(self._clock.now_ms(), self.visible_seq - 1, self.head_index, max_batches)
