@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from gpuwatch.core.clock import FakeClock
+from gpuwatch.core.errors import StoreError
 from gpuwatch.core.model import Matcher
 from gpuwatch.store import Store, schema
 from gpuwatch.store.chunking import encode_series
@@ -56,7 +57,10 @@ def test_an_upgrade_that_fails_leaves_the_store_as_it_was_and_the_next_one_compl
         (schema.LATEST + 1, "CREATE TABLE extra (a INTEGER); SELECT error('no space');"),
     )
     monkeypatch.setattr(schema, "MIGRATIONS", broken)
-    with pytest.raises(duckdb.Error, match="no space"):
+    with pytest.raises(
+        StoreError,
+        match=r"cannot upgrade the store at .* from schema version 6 \(left as it was\): .*no space",
+    ):
         Store.open(tmp_path, clock=FakeClock(T0 / 1000))
     # Nothing of migrations 7-12 stayed: the file is schema 6 still, and readable as it.
     assert _version_and_columns(tmp_path) == (

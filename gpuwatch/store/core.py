@@ -180,7 +180,13 @@ class Store(SeriesSelection, SideTables, AppendedReads):
                     f"{schema.LATEST}; start `gpuwatch serve` on it once to upgrade it"
                 )
             if not read_only:
-                schema.migrate(cur, clock.now_ms())
+                try:
+                    schema.migrate(cur, clock.now_ms())
+                except duckdb.Error as exc:
+                    raise StoreError(
+                        f"cannot upgrade the store at {path} from schema version {version} "
+                        f"(left as it was): {one_line(exc)}"
+                    ) from None
             catalog = Catalog(
                 Entry.make(sid, name, tuple((k, v) for k, v in json.loads(labels)))
                 for sid, name, labels in cur.execute("SELECT series_id, name, labels FROM series").fetchall()
