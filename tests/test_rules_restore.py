@@ -165,3 +165,25 @@ def test_a_later_remote_state_does_not_move_an_alert_back(
     m = face(local, clock, Remote(remote))
     m.run_due()
     assert states(m) == {"Hot": (FIRING, int(T0 * 1000) - 600_000)}
+
+
+def test_no_one_sees_the_alert_counting_from_now_while_the_remote_is_asked(
+    local: Store, remote: Store, clock: FakeClock
+) -> None:
+    """The alerts page, read while the remote's state is still being asked, shows the alert as it was
+    before the round (none), never active since the face's start (seen in test_face_e2e on a slow box)."""
+    active = hot_for(remote, clock, 8)
+    asking = Remote(remote)
+    seen: list[dict[str, tuple[str, int]]] = []
+    m = face(local, clock, asking)
+    evaluate = asking.engine.instant
+
+    def slow_remote(expr: str, t_ms: int) -> Result:
+        if "ALERTS_FOR_STATE" in expr:
+            seen.append(states(m))  # a page's read, while the restore's query is out
+        return evaluate(expr, t_ms)
+
+    asking.engine.instant = slow_remote  # type: ignore[method-assign]
+    m.run_due()
+    assert seen == [{}]
+    assert states(m) == {"Hot": (PENDING, active)}

@@ -253,9 +253,12 @@ class RuleManager(AlertPersistence):
             try:
                 result = _samples(self._query(rule.expr, now_ms))
                 if rule.kind == "alert":
-                    g.alerts[i], changed = evaluate(rule, result, g.alerts[i], now_ms, self._external)
+                    found, changed = evaluate(rule, result, g.alerts[i], now_ms, self._external)
                     if self._restorer is not None and g.group.key in self._to_restore:
-                        g.alerts[i] = self._restorer.restore(rule, g.alerts[i], now_ms)
+                        # restored before anyone sees them: a page read while the remote is asked
+                        # shows the alerts of the round before, not one counting `for` from now
+                        found = self._restorer.restore(rule, found, now_ms)
+                    g.alerts[i] = found
                     transitions.extend(changed)
                     if changed:
                         self._remember([HistoryEntry(g.group.name, rule.name, t) for t in changed])
