@@ -21,7 +21,10 @@
    lines gpuwatch wrote (per condition and minute, and the conditions held back by the log throttle);
    then SIGTERM and its exit status.
 
-Prints figures for bench/README.md ("Soak"); `--csv` writes the 10 s rows.
+Prints figures for bench/README.md ("Soak"); `--csv` writes the 10 s rows. With `--mallinfo`,
+`--trace START,SNAP,...` (seconds into the load) and `--trace-dir DIR`, the server starts tracemalloc
+at START and dumps a snapshot at each SNAP into DIR; the run ends with what grew between them,
+by the place that allocated it.
 """
 
 from __future__ import annotations
@@ -116,7 +119,7 @@ class Row:
 
 async def monitor(
     url_host: str, port: int, serve: psutil.Process, targets: psutil.Process, rec: Record, stop: asyncio.Event,
-    every_s: float, rows: list[Row],
+    every_s: float, rows: list[Row], trace: list[float], trace_dir: Path | None,
 ) -> None:  # fmt: skip
     me = psutil.Process()
     pool = Pool(url_host, port, 1)
@@ -155,6 +158,11 @@ async def monitor(
                 own["gpuwatch_store_index_bytes"], own["gpuwatch_memory_trimmed_bytes_total"])
         )  # fmt: skip
         r = rows[-1]
+        while trace and trace_dir and r.t_s >= trace[0]:  # memprobe.py answers at its next row
+            n = len(trace_requests(trace_dir))
+            (trace_dir / ("start" if n == 0 else f"snap-{n:02d}-{r.t_s:.0f}s")).write_text("")
+            (trace_dir / f"asked-{n:02d}").write_text("")
+            trace.pop(0)
         print(
             f"  {r.t_s:5.0f} s  rss {r.rss_mib:6.1f} MiB (heap {r.heap_mib:.0f}, anon {r.anon_mib:.0f}, file {r.file_mib:.0f}; duckdb {r.duckdb_mib:4.1f}, chunk cache {r.cache_mib:5.1f}, index {r.index_mib:.0f}, trimmed {r.trimmed_mib:.0f})  serve {r.serve_cpu_pct:5.1f} %  load gen {r.load_cpu_pct:5.1f} %"
             f"  targets {r.targets_cpu_pct:5.1f} %  health {r.health} ({r.health_ms:.0f} ms)  {r.requests / wall:5.1f} req/s"
@@ -188,7 +196,11 @@ async def soak(args: argparse.Namespace, port: int, serve: psutil.Process, targe
     rows: list[Row] = []
     w0 = time.monotonic()
     tasks = [asyncio.create_task(run_client(p, stop, rng.uniform(0, 2.0))) for p in pages]
-    mon = asyncio.create_task(monitor(host, port, serve, targets, rec, stop, args.every, rows))
+    trace = [float(x) for x in args.trace.split(",")] if args.trace else []
+    trace_dir = Path(args.trace_dir) if args.trace_dir else None
+    mon = asyncio.create_task(
+        monitor(host, port, serve, targets, rec, stop, args.every, rows, trace, trace_dir)
+    )
     await asyncio.sleep(args.seconds)
     rec.recording = False
     wall = time.monotonic() - w0
@@ -327,6 +339,10 @@ def main() -> None:
     ap.add_argument("--mallinfo", metavar="CSV", help="write glibc's heap figures (bench/memprobe.py) here")
     ap.add_argument("--keep-log", help="copy gpuwatch's log to this file")
     ap.add_argument(
+        "--trace", metavar="START,SNAP,...", help="seconds into the load: tracemalloc's start, snapshots"
+    )
+    ap.add_argument("--trace-dir", metavar="DIR", help="where the snapshots go (with --trace)")
+    ap.add_argument(
         "--env", action="append", default=[], metavar="KEY=VALUE", help="extra GPUWATCH_* setting"
     )
     args = ap.parse_args()
@@ -352,9 +368,7 @@ def main() -> None:
         )
         env.update(kv.split("=", 1) for kv in args.env)
         log_path = Path(tmp) / "serve.log"
-        probe = ["-m", "gpuwatch.cli.main"]
-        if args.mallinfo:
-            probe = [str(ROOT / "bench" / "memprobe.py"), args.mallinfo, str(args.every), "--"]
+        probe = probe_command(args)
         with open(log_path, "wb") as log:
             serve = subprocess.Popen(
                 [sys.executable, *probe, "serve", "--demo", "--host", "127.0.0.1",
@@ -392,6 +406,8 @@ def main() -> None:
         print(f"end {time.strftime('%H:%M:%S', time.gmtime())} UTC, load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}")  # fmt: skip
         time.sleep(3)  # the last samples through the writer's flush
         report(args, url, rec, rows, wall, start_s, end_s, serve_cpu, me_cpu, t_cpu, log_path.read_text())
+        if args.trace_dir:
+            trace_report(Path(args.trace_dir))
         jobs = requests.get(f"{url}/-/jobs", timeout=30).json()["jobs"]
         for j in jobs:
             if j["name"] in ("sample", "rules", "host"):
@@ -430,6 +446,43 @@ def main() -> None:
         targets.terminate()
         targets.wait(30)
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def probe_command(args: argparse.Namespace) -> list[str]:
+    """How the server starts: as `gpuwatch`, or under bench/memprobe.py (`--mallinfo`, `--trace`)."""
+    if args.trace and not (args.mallinfo and args.trace_dir):
+        raise SystemExit("--trace needs --mallinfo and --trace-dir")
+    if not args.mallinfo:
+        return ["-m", "gpuwatch.cli.main"]
+    if args.trace_dir:
+        Path(args.trace_dir).mkdir(parents=True, exist_ok=True)
+    trace = [args.trace_dir] if args.trace_dir else []
+    return [str(ROOT / "bench" / "memprobe.py"), args.mallinfo, str(args.every), *trace, "--"]
+
+
+def trace_requests(d: Path) -> list[Path]:
+    return sorted(d.glob("asked-*"))
+
+
+def trace_report(d: Path, top: int = 20) -> None:
+    """What grew between consecutive snapshots, by the allocating traceback (newest 4 frames)."""
+    import tracemalloc
+
+    deadline = time.monotonic() + 120
+    while any(d.glob("snap-*")) and time.monotonic() < deadline:  # the last one still being written
+        time.sleep(1)
+    snaps = sorted(d.glob("*.tracemalloc"))
+    for a, b in itertools.pairwise(snaps):
+        old, new = tracemalloc.Snapshot.load(str(a)), tracemalloc.Snapshot.load(str(b))
+        total = sum(t.size for t in new.traces) - sum(t.size for t in old.traces)
+        print(f"tracemalloc {a.stem} -> {b.stem}: traced {sum(t.size for t in old.traces) / 1e6:.1f} -> "
+              f"{sum(t.size for t in new.traces) / 1e6:.1f} MB ({total / 1e6:+.1f})")  # fmt: skip
+        for kind in ("lineno", "traceback"):
+            for st in new.compare_to(old, kind)[:top]:
+                where = st.traceback.format(limit=-4 if kind == "traceback" else 1, most_recent_first=True)
+                print(f"  {st.size_diff / 1e6:+8.2f} MB {st.count_diff:+8d} blocks  ({st.size / 1e6:.1f} MB)  "
+                      + " <- ".join(w.strip() for w in where if not w.startswith("    ")))  # fmt: skip
+            print()
 
 
 def report(

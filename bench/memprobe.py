@@ -1,11 +1,17 @@
 """Runs a gpuwatch command with glibc's heap figures written every few seconds, for the soak.
 
-    python bench/memprobe.py OUT.csv SECONDS -- serve --demo ...
+    python bench/memprobe.py OUT.csv SECONDS [TRACE_DIR] -- serve --demo ...
 
 A daemon thread appends one row to OUT.csv every SECONDS: time since start, glibc's `mallinfo2()`
 (`arena`: the main heap's size, `uordblks`: allocated in it, `fordblks`: free in it, `hblkhd`: blocks
 mapped apart) in MB, and CPython's allocated block count. Then `gpuwatch.cli.main` runs with the
 remaining arguments in this process, so the figures are the server's own.
+
+With TRACE_DIR, the same thread answers requests left there as files (`bench_soak.py --trace`):
+`start` starts tracemalloc (the file holds the frames to keep, 10 if empty), `snap-NAME` dumps a
+snapshot to `NAME.tracemalloc` (written under a temporary name, then renamed). The CSV's last column
+is the memory tracemalloc traces (0 before `start`). Tracing starts late so that the demo's import
+runs at full speed.
 """
 
 from __future__ import annotations
@@ -14,6 +20,8 @@ import ctypes
 import sys
 import threading
 import time
+import tracemalloc
+from pathlib import Path
 
 
 class MallInfo2(ctypes.Structure):
@@ -22,21 +30,46 @@ class MallInfo2(ctypes.Structure):
         "keepcost")]  # fmt: skip
 
 
+def answer(d: Path) -> None:
+    """Starts tracing or dumps a snapshot where TRACE_DIR asks for it."""
+    start = d / "start"
+    if start.exists():
+        tracemalloc.start(int(start.read_text().strip() or 10))
+        start.unlink()
+    for req in sorted(d.glob("snap-*")):
+        name = req.name.removeprefix("snap-")
+        snap = tracemalloc.take_snapshot().filter_traces(
+            [tracemalloc.Filter(False, tracemalloc.__file__), tracemalloc.Filter(False, __file__)]
+        )
+        snap.dump(str(d / f"{name}.part"))
+        (d / f"{name}.part").rename(d / f"{name}.tracemalloc")
+        req.unlink()
+
+
 def main() -> None:
-    out, every, sep, *rest = sys.argv[1:]
-    if sep != "--":
-        raise SystemExit("usage: memprobe.py OUT.csv SECONDS -- gpuwatch arguments")
+    out, every, *rest = sys.argv[1:]
+    trace_dir = None
+    if rest and rest[0] != "--":
+        trace_dir, *rest = rest
+    if not rest or rest[0] != "--":
+        raise SystemExit("usage: memprobe.py OUT.csv SECONDS [TRACE_DIR] -- gpuwatch arguments")
+    rest = rest[1:]
     libc = ctypes.CDLL("libc.so.6")
     libc.mallinfo2.restype = MallInfo2
     t0 = time.monotonic()
 
     def probe() -> None:
         with open(out, "w", buffering=1) as f:
-            f.write("t_s,heap_mb,heap_in_use_mb,heap_free_mb,mapped_mb,python_blocks\n")
+            f.write("t_s,heap_mb,heap_in_use_mb,heap_free_mb,mapped_mb,python_blocks,traced_mb\n")
             while True:
+                if trace_dir:
+                    answer(Path(trace_dir))
                 m = libc.mallinfo2()
                 mb = [round(v / 1e6, 1) for v in (m.arena, m.uordblks, m.fordblks, m.hblkhd)]
-                f.write(f"{time.monotonic() - t0:.0f},{','.join(map(str, mb))},{sys.getallocatedblocks()}\n")
+                traced = round(tracemalloc.get_traced_memory()[0] / 1e6, 1)
+                f.write(
+                    f"{time.monotonic() - t0:.0f},{','.join(map(str, mb))},{sys.getallocatedblocks()},{traced}\n"
+                )
                 time.sleep(float(every))
 
     threading.Thread(target=probe, name="memprobe", daemon=True).start()
