@@ -271,3 +271,29 @@ def test_a_connection_dropped_before_the_answer_is_asked_again_once() -> None:
                     backend.instant("up", 0)
             t.join(5)
             assert served == plan
+
+
+def test_a_remote_that_dies_in_the_middle_of_its_answer_is_one_line() -> None:
+    """A remote killed while writing a chunked answer: one plain line, not requests' class name."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen(8)
+        url = f"http://127.0.0.1:{s.getsockname()[1]}"
+
+        def serve() -> None:
+            conn, _ = s.accept()
+            conn.recv(65536)
+            conn.sendall(b'HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n'
+                         b'40\r\n{"status":"success","data":')  # fmt: skip
+            conn.close()
+
+        t = threading.Thread(target=serve, daemon=True)
+        t.start()
+        backend = RemoteBackend(RemoteStorage(url), load(None, {}, {"data_dir": "unused"}))
+        with pytest.raises(RemoteUnavailable) as got:
+            backend.instant("up", 0)
+        t.join(5)
+    assert str(got.value).startswith(
+        f"remote query backend {url} unreachable: connection dropped during the answer: "
+    )
+    assert "Error" not in str(got.value) and "\n" not in str(got.value), str(got.value)

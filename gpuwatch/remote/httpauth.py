@@ -49,10 +49,13 @@ def failure(exc: requests.RequestException) -> str:
     """One short line for a request that got no answer (requests' own text nests three exceptions)."""
     found = _ERRNO.search(str(exc))
     cause = exc.args[0] if exc.args else None
-    if isinstance(exc, requests.ConnectionError) and isinstance(cause, urllib3.exceptions.ProtocolError):
+    # requests' ChunkedEncodingError is no ConnectionError: the remote died while it was answering
+    dropped = isinstance(exc, requests.ConnectionError | requests.exceptions.ChunkedEncodingError)
+    if dropped and isinstance(cause, urllib3.exceptions.ProtocolError):
         inner = cause.args[-1] if cause.args else None  # ('Connection aborted.', ConnectionResetError(...))
         why = inner.strerror if isinstance(inner, OSError) and inner.strerror else str(inner)
-        return f"connection dropped before the answer: {why}"
+        when = "before" if isinstance(exc, requests.ConnectionError) else "during"
+        return f"connection dropped {when} the answer: {why}"
     if isinstance(exc, requests.ConnectionError) and found:
         return f"cannot connect: {found.group(1).strip()}"
     return f"{type(exc).__name__}: {exc}"
