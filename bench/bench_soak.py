@@ -125,6 +125,7 @@ async def monitor(
     pool = Pool(url_host, port, 1)
     t0 = time.monotonic()
     last = (t0, cpu_s(serve), cpu_s(me), cpu_s(targets), 0)
+    asked = 0  # trace requests left for memprobe.py: the first starts tracing, the rest are snapshots
     while not stop.is_set():
         with contextlib.suppress(asyncio.TimeoutError):
             await asyncio.wait_for(stop.wait(), every_s)
@@ -159,9 +160,8 @@ async def monitor(
         )  # fmt: skip
         r = rows[-1]
         while trace and trace_dir and r.t_s >= trace[0]:  # memprobe.py answers at its next row
-            n = len(trace_requests(trace_dir))
-            (trace_dir / ("start" if n == 0 else f"snap-{n:02d}-{r.t_s:.0f}s")).write_text("")
-            (trace_dir / f"asked-{n:02d}").write_text("")
+            (trace_dir / ("start" if asked == 0 else f"snap-{asked:02d}-{r.t_s:.0f}s")).write_text("")
+            asked += 1
             trace.pop(0)
         print(
             f"  {r.t_s:5.0f} s  rss {r.rss_mib:6.1f} MiB (heap {r.heap_mib:.0f}, anon {r.anon_mib:.0f}, file {r.file_mib:.0f}; duckdb {r.duckdb_mib:4.1f}, chunk cache {r.cache_mib:5.1f}, index {r.index_mib:.0f}, trimmed {r.trimmed_mib:.0f})  serve {r.serve_cpu_pct:5.1f} %  load gen {r.load_cpu_pct:5.1f} %"
@@ -458,10 +458,6 @@ def probe_command(args: argparse.Namespace) -> list[str]:
         Path(args.trace_dir).mkdir(parents=True, exist_ok=True)
     trace = [args.trace_dir] if args.trace_dir else []
     return [str(ROOT / "bench" / "memprobe.py"), args.mallinfo, str(args.every), *trace, "--"]
-
-
-def trace_requests(d: Path) -> list[Path]:
-    return sorted(d.glob("asked-*"))
 
 
 def trace_report(d: Path, top: int = 20) -> None:
