@@ -115,11 +115,16 @@ class Row:
     file_mib: float
     index_mib: float = math.nan  # the store's indexes (gpuwatch_store_index_bytes)
     trimmed_mib: float = math.nan  # given back by the trim job so far (gpuwatch_memory_trimmed_bytes_total)
+    wal_mib: float = math.nan  # DuckDB's write-ahead log: what is written since its last checkpoint
+
+
+def wal_mib(data_dir: Path) -> float:
+    return sum(f.stat().st_size for f in data_dir.glob("*.wal")) / 2**20 if data_dir.is_dir() else math.nan
 
 
 async def monitor(
     url_host: str, port: int, serve: psutil.Process, targets: psutil.Process, rec: Record, stop: asyncio.Event,
-    every_s: float, rows: list[Row], trace: list[float], trace_dir: Path | None,
+    every_s: float, rows: list[Row], trace: list[float], trace_dir: Path | None, data_dir: Path,
 ) -> None:  # fmt: skip
     me = psutil.Process()
     pool = Pool(url_host, port, 1)
@@ -156,7 +161,7 @@ async def monitor(
                 100 * (cur[2] - last[2]) / wall, 100 * (cur[3] - last[3]) / wall, status, health_ms,
                 cur[4] - last[4], os.getloadavg()[0], own["gpuwatch_store_duckdb_memory_bytes"],
                 own["gpuwatch_store_chunk_cache_bytes"], *rss_parts_mib(serve.pid),
-                own["gpuwatch_store_index_bytes"], own["gpuwatch_memory_trimmed_bytes_total"])
+                own["gpuwatch_store_index_bytes"], own["gpuwatch_memory_trimmed_bytes_total"], wal_mib(data_dir))
         )  # fmt: skip
         r = rows[-1]
         while trace and trace_dir and r.t_s >= trace[0]:  # memprobe.py answers at its next row
@@ -164,7 +169,7 @@ async def monitor(
             asked += 1
             trace.pop(0)
         print(
-            f"  {r.t_s:5.0f} s  rss {r.rss_mib:6.1f} MiB (heap {r.heap_mib:.0f}, anon {r.anon_mib:.0f}, file {r.file_mib:.0f}; duckdb {r.duckdb_mib:4.1f}, chunk cache {r.cache_mib:5.1f}, index {r.index_mib:.0f}, trimmed {r.trimmed_mib:.0f})  serve {r.serve_cpu_pct:5.1f} %  load gen {r.load_cpu_pct:5.1f} %"
+            f"  {r.t_s:5.0f} s  rss {r.rss_mib:6.1f} MiB (heap {r.heap_mib:.0f}, anon {r.anon_mib:.0f}, file {r.file_mib:.0f}; duckdb {r.duckdb_mib:4.1f}, chunk cache {r.cache_mib:5.1f}, index {r.index_mib:.0f}, trimmed {r.trimmed_mib:.0f}, wal {r.wal_mib:.0f})  serve {r.serve_cpu_pct:5.1f} %  load gen {r.load_cpu_pct:5.1f} %"
             f"  targets {r.targets_cpu_pct:5.1f} %  health {r.health} ({r.health_ms:.0f} ms)  {r.requests / wall:5.1f} req/s"
             f"  loadavg {r.loadavg:.2f}",
             flush=True,
@@ -173,7 +178,7 @@ async def monitor(
     pool.close()
 
 
-async def soak(args: argparse.Namespace, port: int, serve: psutil.Process, targets: psutil.Process) -> tuple[Record, list[Row], float]:  # fmt: skip
+async def soak(args: argparse.Namespace, port: int, serve: psutil.Process, targets: psutil.Process, data_dir: Path) -> tuple[Record, list[Row], float]:  # fmt: skip
     host = "127.0.0.1"
     rec = Record()
     n_cluster, n_gpu, n_inf = (int(x) for x in args.mix.split(","))
@@ -199,7 +204,7 @@ async def soak(args: argparse.Namespace, port: int, serve: psutil.Process, targe
     trace = [float(x) for x in args.trace.split(",")] if args.trace else []
     trace_dir = Path(args.trace_dir) if args.trace_dir else None
     mon = asyncio.create_task(
-        monitor(host, port, serve, targets, rec, stop, args.every, rows, trace, trace_dir)
+        monitor(host, port, serve, targets, rec, stop, args.every, rows, trace, trace_dir, data_dir)
     )
     await asyncio.sleep(args.seconds)
     rec.recording = False
@@ -398,7 +403,7 @@ def main() -> None:
         log_before = len(log_path.read_text().splitlines())
         cpu0, me0, tcpu0 = cpu_s(sp), cpu_s(psutil.Process()), cpu_s(tp)
         start_s = time.time()
-        rec, rows, wall = asyncio.run(soak(args, port, sp, tp))
+        rec, rows, wall = asyncio.run(soak(args, port, sp, tp, Path(tmp) / "data"))
         end_s = time.time()
         serve_cpu = 100 * (cpu_s(sp) - cpu0) / wall
         me_cpu = 100 * (cpu_s(psutil.Process()) - me0) / wall
@@ -431,12 +436,12 @@ def main() -> None:
         if args.csv:
             with open(args.csv, "w", newline="") as f:
                 w = csv.writer(f)
-                w.writerow(["t_s", "rss_mib", "serve_cpu_pct", "loadgen_cpu_pct", "targets_cpu_pct", "health", "health_ms", "requests", "loadavg1", "duckdb_mib", "chunk_cache_mib", "heap_mib", "anon_mib", "file_mib", "index_mib", "trimmed_mib"])  # fmt: skip
+                w.writerow(["t_s", "rss_mib", "serve_cpu_pct", "loadgen_cpu_pct", "targets_cpu_pct", "health", "health_ms", "requests", "loadavg1", "duckdb_mib", "chunk_cache_mib", "heap_mib", "anon_mib", "file_mib", "index_mib", "trimmed_mib", "wal_mib"])  # fmt: skip
                 for r in rows:
                     w.writerow([f"{r.t_s:.0f}", f"{r.rss_mib:.1f}", f"{r.serve_cpu_pct:.1f}", f"{r.load_cpu_pct:.1f}",
                                 f"{r.targets_cpu_pct:.1f}", r.health, f"{r.health_ms:.0f}", r.requests, f"{r.loadavg:.2f}",
                                 f"{r.duckdb_mib:.1f}", f"{r.cache_mib:.1f}", f"{r.heap_mib:.1f}", f"{r.anon_mib:.1f}",
-                                f"{r.file_mib:.1f}", f"{r.index_mib:.1f}", f"{r.trimmed_mib:.1f}"])  # fmt: skip
+                                f"{r.file_mib:.1f}", f"{r.index_mib:.1f}", f"{r.trimmed_mib:.1f}", f"{r.wal_mib:.1f}"])  # fmt: skip
     finally:
         if serve is not None:
             serve.terminate()
