@@ -146,18 +146,23 @@ class Store(SeriesSelection, SideTables, AppendedReads):
                     raise StoreError(f"no gpuwatch data in {data_dir}: {path} does not exist")
                 data_dir.mkdir(parents=True, exist_ok=True)
                 lock = DirLock(data_dir)
-                con = duckdb.connect(str(path), read_only=read_only)
                 # An appliance shares the machine with training jobs: DuckDB's defaults (80% of RAM,
                 # one thread per core, a 128 MB allocator cache) let a 64-GPU node grow past 200 MB
-                # of RSS. Blocks of the file are re-read from disk (page cache) when evicted.
+                # of RSS. Blocks of the file are re-read from disk (page cache) when evicted. Given at
+                # the connect, the cap also holds while DuckDB replays the WAL a kill left (a 240 MB
+                # one: peak RSS 291 -> 133 MiB; bench/README.md, "Soak").
                 duckdb_mb = MEMORY_LIMIT_MB if memory is None else memory.duckdb_mb
-                con.execute(f"SET memory_limit = '{duckdb_mb}MB'")
-                con.execute("SET allocator_flush_threshold = '4MB'")
-                con.execute("SET threads = 1")
+                config: dict[str, str | bool | int | float | list[str]] = {
+                    "memory_limit": f"{duckdb_mb}MB",
+                    "allocator_flush_threshold": "4MB",
+                    "threads": "1",
+                }
                 if not read_only:
                     # DuckDB's default (16 MB) checkpoints so often during bulk loads that rewritten
                     # blocks leave the file ~60% free space; 256 MB keeps it within 2% of the data.
-                    con.execute("SET checkpoint_threshold = '256MB'")
+                    # Live, each compaction checkpoints (writer.py), so the WAL holds ~5 minutes.
+                    config["checkpoint_threshold"] = "256MB"
+                con = duckdb.connect(str(path), read_only=read_only, config=config)
         except duckdb.Error as exc:
             if lock is not None:
                 lock.release()
