@@ -149,8 +149,8 @@ class Store(SeriesSelection, SideTables, AppendedReads):
                 # An appliance shares the machine with training jobs: DuckDB's defaults (80% of RAM,
                 # one thread per core, a 128 MB allocator cache) let a 64-GPU node grow past 200 MB
                 # of RSS. Blocks of the file are re-read from disk (page cache) when evicted. Given at
-                # the connect, the cap also holds while DuckDB replays the WAL a kill left (a 240 MB
-                # one: peak RSS 291 -> 133 MiB; bench/README.md, "Soak").
+                # the connect, the cap also holds while DuckDB replays the WAL a kill left (240 MB of
+                # the head's rows, DuckDB alone: peak RSS 291 -> 133 MiB; bench/README.md, "Soak").
                 duckdb_mb = MEMORY_LIMIT_MB if memory is None else memory.duckdb_mb
                 config: dict[str, str | bool | int | float | list[str]] = {
                     "memory_limit": f"{duckdb_mb}MB",
