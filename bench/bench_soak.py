@@ -24,7 +24,8 @@
 Prints figures for bench/README.md ("Soak"); `--csv` writes the 10 s rows. With `--mallinfo`,
 `--trace START,SNAP,...` (seconds into the load) and `--trace-dir DIR`, the server starts tracemalloc
 at START and dumps a snapshot at each SNAP into DIR; the run ends with what grew between them,
-by the place that allocated it.
+by the place that allocated it. `--types T,...` (with `--mallinfo` and `--trace-dir`) counts the
+server's objects by type at each T instead, at ~1 s a count against tracing's doubled CPU.
 """
 
 from __future__ import annotations
@@ -124,7 +125,8 @@ def wal_mib(data_dir: Path) -> float:
 
 async def monitor(
     url_host: str, port: int, serve: psutil.Process, targets: psutil.Process, rec: Record, stop: asyncio.Event,
-    every_s: float, rows: list[Row], trace: list[float], trace_dir: Path | None, data_dir: Path,
+    every_s: float, rows: list[Row], trace: list[float], types: list[float], trace_dir: Path | None,
+    data_dir: Path,
 ) -> None:  # fmt: skip
     me = psutil.Process()
     pool = Pool(url_host, port, 1)
@@ -168,6 +170,9 @@ async def monitor(
             (trace_dir / ("start" if asked == 0 else f"snap-{asked:02d}-{r.t_s:.0f}s")).write_text("")
             asked += 1
             trace.pop(0)
+        while types and trace_dir and r.t_s >= types[0]:
+            (trace_dir / f"types-{len(rows):05d}-{r.t_s:.0f}s").write_text("")
+            types.pop(0)
         print(
             f"  {r.t_s:5.0f} s  rss {r.rss_mib:6.1f} MiB (heap {r.heap_mib:.0f}, anon {r.anon_mib:.0f}, file {r.file_mib:.0f}; duckdb {r.duckdb_mib:4.1f}, chunk cache {r.cache_mib:5.1f}, index {r.index_mib:.0f}, trimmed {r.trimmed_mib:.0f}, wal {r.wal_mib:.0f})  serve {r.serve_cpu_pct:5.1f} %  load gen {r.load_cpu_pct:5.1f} %"
             f"  targets {r.targets_cpu_pct:5.1f} %  health {r.health} ({r.health_ms:.0f} ms)  {r.requests / wall:5.1f} req/s"
@@ -202,9 +207,10 @@ async def soak(args: argparse.Namespace, port: int, serve: psutil.Process, targe
     w0 = time.monotonic()
     tasks = [asyncio.create_task(run_client(p, stop, rng.uniform(0, 2.0))) for p in pages]
     trace = [float(x) for x in args.trace.split(",")] if args.trace else []
+    types = [float(x) for x in args.types.split(",")] if args.types else []
     trace_dir = Path(args.trace_dir) if args.trace_dir else None
     mon = asyncio.create_task(
-        monitor(host, port, serve, targets, rec, stop, args.every, rows, trace, trace_dir, data_dir)
+        monitor(host, port, serve, targets, rec, stop, args.every, rows, trace, types, trace_dir, data_dir)
     )
     await asyncio.sleep(args.seconds)
     rec.recording = False
@@ -346,7 +352,12 @@ def main() -> None:
     ap.add_argument(
         "--trace", metavar="START,SNAP,...", help="seconds into the load: tracemalloc's start, snapshots"
     )
-    ap.add_argument("--trace-dir", metavar="DIR", help="where the snapshots go (with --trace)")
+    ap.add_argument(
+        "--types",
+        metavar="T,...",
+        help="seconds into the load: count the server's objects by type (~1 s each)",
+    )
+    ap.add_argument("--trace-dir", metavar="DIR", help="where the snapshots go (with --trace, --types)")
     ap.add_argument(
         "--env", action="append", default=[], metavar="KEY=VALUE", help="extra GPUWATCH_* setting"
     )
@@ -413,6 +424,7 @@ def main() -> None:
         report(args, url, rec, rows, wall, start_s, end_s, serve_cpu, me_cpu, t_cpu, log_path.read_text())
         if args.trace_dir:
             trace_report(Path(args.trace_dir))
+            types_report(Path(args.trace_dir))
         jobs = requests.get(f"{url}/-/jobs", timeout=30).json()["jobs"]
         for j in jobs:
             if j["name"] in ("sample", "rules", "host"):
@@ -455,14 +467,29 @@ def main() -> None:
 
 def probe_command(args: argparse.Namespace) -> list[str]:
     """How the server starts: as `gpuwatch`, or under bench/memprobe.py (`--mallinfo`, `--trace`)."""
-    if args.trace and not (args.mallinfo and args.trace_dir):
-        raise SystemExit("--trace needs --mallinfo and --trace-dir")
+    if (args.trace or args.types) and not (args.mallinfo and args.trace_dir):
+        raise SystemExit("--trace and --types need --mallinfo and --trace-dir")
     if not args.mallinfo:
         return ["-m", "gpuwatch.cli.main"]
     if args.trace_dir:
         Path(args.trace_dir).mkdir(parents=True, exist_ok=True)
     trace = [args.trace_dir] if args.trace_dir else []
     return [str(ROOT / "bench" / "memprobe.py"), args.mallinfo, str(args.every), *trace, "--"]
+
+
+def types_report(d: Path, top: int = 20) -> None:
+    """Which types of object grew in number between consecutive counts (`--types`)."""
+    deadline = time.monotonic() + 60
+    while any(d.glob("types-*")) and time.monotonic() < deadline:  # the last one still being counted
+        time.sleep(1)
+    counts = sorted(d.glob("*.types.json"))
+    for a, b in itertools.pairwise(counts):
+        old, new = json.loads(a.read_text()), json.loads(b.read_text())
+        grew = sorted(((n - old.get(t, 0), t, n) for t, n in new.items()), reverse=True)[:top]
+        print(f"objects {a.name.removesuffix('.types.json')} -> {b.name.removesuffix('.types.json')}: "
+              f"{sum(old.values()):,} -> {sum(new.values()):,}")  # fmt: skip
+        for diff, t, n in grew:
+            print(f"  {diff:+9,d}  ({n:,})  {t}")
 
 
 def trace_report(d: Path, top: int = 20) -> None:
