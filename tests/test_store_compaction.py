@@ -194,9 +194,9 @@ def test_compaction_of_a_store_with_many_chunks_stays_within_duckdbs_memory_cap(
 
 
 def test_a_compaction_lets_go_of_the_heads_rows(tmp_path: Path) -> None:
-    # DuckDB keeps deleted rows in its memory (and spills them to temporary files past its cap) until
-    # a checkpoint, which its 256 MB of WAL brought only every ~10 minutes on a 64-GPU node: the
-    # head's rows moved into chunks held ~58 of its 64 MB through a soak. Compaction checkpoints.
+    # DuckDB keeps deleted rows (in its memory, spilling past its cap) and the WAL that wrote them
+    # until a checkpoint, which its 256 MB threshold brought only every ~30 minutes on a 64-GPU node:
+    # a kill then left up to ~25 minutes of WAL to replay at the next open. Compaction checkpoints.
     store = Store.open(str(tmp_path), clock=FakeClock())
     try:
         fill(store, ["a"], gpus=500, ticks=600)

@@ -522,9 +522,10 @@ class Writer(ImportSteps):
         self._head_rows = 0
         self._chunks_since_compact = 0
         self.last_compact_ms = self._clock.now_ms()
-        # The head's rows are deleted, not gone: DuckDB keeps them in its memory (spilling to temporary
-        # files past its cap) until a checkpoint, which its 256 MB of WAL brings every ~10 minutes on
-        # a 64-GPU node. One now, while no read runs, drops them with the head empty.
+        # The head's rows are deleted, not gone: DuckDB keeps them, and the WAL that wrote them, until a
+        # checkpoint, which its 256 MB threshold brought every ~30 minutes on a 64-GPU node; a kill then
+        # left that WAL to replay at the next open (2.71 s, 288 MiB; now 0.29-0.52 s: bench/README.md,
+        # "Soak"). One now, while no read runs, drops them with the head empty.
         self._checkpoint("after moving the head")
 
     def _checkpoint(self, what: str) -> None:
