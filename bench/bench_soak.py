@@ -477,11 +477,16 @@ def probe_command(args: argparse.Namespace) -> list[str]:
     return [str(ROOT / "bench" / "memprobe.py"), args.mallinfo, str(args.every), *trace, "--"]
 
 
+def answered(d: Path, requests: str, wait_s: float) -> None:
+    """Wait up to `wait_s` for memprobe.py to answer the requests left in `d` (the last may be under way)."""
+    deadline = time.monotonic() + wait_s
+    while any(d.glob(requests)) and time.monotonic() < deadline:
+        time.sleep(1)
+
+
 def types_report(d: Path, top: int = 20) -> None:
     """Which types of object grew in number between consecutive counts (`--types`)."""
-    deadline = time.monotonic() + 60
-    while any(d.glob("types-*")) and time.monotonic() < deadline:  # the last one still being counted
-        time.sleep(1)
+    answered(d, "types-*", 60)
     counts = sorted(d.glob("*.types.json"))
     for a, b in itertools.pairwise(counts):
         old, new = json.loads(a.read_text()), json.loads(b.read_text())
@@ -496,9 +501,7 @@ def trace_report(d: Path, top: int = 20) -> None:
     """What grew between consecutive snapshots, by the allocating traceback (newest 4 frames)."""
     import tracemalloc
 
-    deadline = time.monotonic() + 120
-    while any(d.glob("snap-*")) and time.monotonic() < deadline:  # the last one still being written
-        time.sleep(1)
+    answered(d, "snap-*", 120)
     snaps = sorted(d.glob("*.tracemalloc"))
     for a, b in itertools.pairwise(snaps):
         old, new = tracemalloc.Snapshot.load(str(a)), tracemalloc.Snapshot.load(str(b))
