@@ -464,6 +464,26 @@ def test_concurrent_readers_and_writer(tmp_path: Path, clock: FakeClock) -> None
     s.close()
 
 
+def test_reads_from_many_short_lived_threads_keep_one_cursor_a_live_thread(clock: FakeClock) -> None:
+    """A web server that reads on a new thread per request must not leave a DuckDB cursor behind for
+    each finished thread; and the parsed statements they share stay bounded."""
+    s = Store.open(None, clock=clock)
+    fill(s, ["DCGM_FI_DEV_GPU_UTIL"], 4, 10)
+    answers: list[int] = []
+
+    def read(k: int) -> None:
+        answers.append(len(s.select([Matcher("gpu", "=", str(k % 4))], *ALL)[0].values))
+
+    for k in range(300):
+        th = threading.Thread(target=read, args=(k,))
+        th.start()
+        th.join()
+    assert answers == [10] * 300
+    assert len(s._cursors) <= 2  # the last reader's (and this thread's, had it read): not 300
+    assert 0 < len(s._statements) <= 256
+    s.close()
+
+
 def test_a_failed_write_is_one_line_in_the_error_and_the_log(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -42,6 +42,7 @@ from gpuwatch.store.chunkcache import ChunkCache
 from gpuwatch.store.chunkindex import ChunkIndex, Generation
 from gpuwatch.store.headindex import HeadIndex
 from gpuwatch.store.lock import DirLock
+from gpuwatch.store.read import Statements
 from gpuwatch.store.readgate import ReadGate
 from gpuwatch.store.selection import SeriesSelection
 from gpuwatch.store.tables import SideTables
@@ -96,7 +97,8 @@ class Store(SeriesSelection, SideTables, AppendedReads):
         self._writer = writer
         self._catalog = catalog
         self._local = threading.local()
-        self._cursors: list[duckdb.DuckDBPyConnection] = []
+        self._cursors: dict[threading.Thread, duckdb.DuckDBPyConnection] = {}  # each reading thread's
+        self._statements = Statements()
         self._guard = threading.Lock()
         self._gate = writer.read_gate if writer is not None else ReadGate(READERS)
         self._closed = False
@@ -342,8 +344,10 @@ class Store(SeriesSelection, SideTables, AppendedReads):
             with self._guard:
                 if self._closed:
                     raise StoreError("the store is closed")
+                for thread in [t for t in self._cursors if not t.is_alive()]:
+                    self._cursors.pop(thread).close()  # a finished thread's: nothing else uses it
                 cur = self._con.cursor()
-                self._cursors.append(cur)
+                self._cursors[threading.current_thread()] = cur
             self._local.cursor = cur
         return cur
 
@@ -468,7 +472,7 @@ class Store(SeriesSelection, SideTables, AppendedReads):
                 self._writer.join()
         finally:
             with self._guard:
-                for cur in self._cursors:
+                for cur in self._cursors.values():
                     cur.close()
                 self._cursors.clear()
             try:

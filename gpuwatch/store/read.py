@@ -38,28 +38,46 @@ def _snapshot(cur: duckdb.DuckDBPyConnection) -> Iterator[None]:
     cur.execute("COMMIT")
 
 
-_PARSED_MAX = 256
-_PARSED_TEXT_MAX = 4096
-_parsed: dict[str, Any] = {}  # SQL text -> duckdb.Statement (parsed SQL, usable by any connection)
-_parsed_lock = threading.Lock()
+class Statements:
+    """Parsed SQL by its text, shared by a store's reading threads (a `duckdb.Statement` is usable by
+    any connection): a read's statement is the same text whenever the same series are read (a
+    dashboard's refresh, a rule's round), and parsing it is ~0.15 ms of a small read's ~0.8 ms. Holds
+    at most `size` texts of up to `text_max` characters (longer ones are long id lists: rare, and their
+    read dwarfs the parse); when full it starts over."""
+
+    def __init__(self, size: int = 256, text_max: int = 4096) -> None:
+        self._size = size
+        self._text_max = text_max
+        self._parsed: dict[str, Any] = {}
+        self._lock = threading.Lock()
+
+    def __len__(self) -> int:
+        return len(self._parsed)
+
+    def get(self, cur: duckdb.DuckDBPyConnection, sql: str) -> Any:
+        """The statement to execute for `sql`: parsed once, or the text itself where it is too long."""
+        if len(sql) > self._text_max:
+            return sql
+        statement = self._parsed.get(sql)
+        if statement is None:
+            statement = cur.extract_statements(sql)[0]
+            with self._lock:
+                if len(self._parsed) >= self._size:
+                    self._parsed.clear()
+                self._parsed[sql] = statement
+        return statement
 
 
 def _fetchnumpy(
-    cur: duckdb.DuckDBPyConnection, sql: str, params: list[Any], gate: ReadGate | None
+    cur: duckdb.DuckDBPyConnection,
+    sql: str,
+    params: list[Any],
+    gate: ReadGate | None,
+    statements: Statements | None,
 ) -> dict[str, Any]:
     """`cur.execute(sql, params).fetchnumpy()` in one of `gate`'s turns (the result lies in DuckDB's
-    memory until fetched; decoding it needs no turn), parsing each distinct text once: a read's
-    statement is the same text whenever the same series are read (a dashboard's refresh, a rule's
-    round), and parsing it is ~0.15 ms of a small read's ~0.8 ms."""
-    statement: Any = sql
-    if len(sql) <= _PARSED_TEXT_MAX:  # long id lists: rare, and their read dwarfs the parse
-        statement = _parsed.get(sql)
-        if statement is None:
-            statement = cur.extract_statements(sql)[0]
-            with _parsed_lock:
-                if len(_parsed) >= _PARSED_MAX:
-                    _parsed.clear()
-                _parsed[sql] = statement
+    memory until fetched; decoding it needs no turn), parsed once per text where `statements` is given."""
+    statement = sql if statements is None else statements.get(cur, sql)
     with turn(gate):
         return dict(cur.execute(statement, params).fetchnumpy())
 
@@ -75,6 +93,7 @@ def read_samples(
     end_ms: int,
     head_index: HeadIndex | None = None,
     gate: ReadGate | None = None,
+    statements: Statements | None = None,
 ) -> dict[int, tuple[np.ndarray, np.ndarray]]:
     """Return {series id: (timestamps, values)} with start_ms <= t <= end_ms; empty series left out.
 
@@ -82,15 +101,15 @@ def read_samples(
     (`decodemany.decode_chunks`); each series' samples are then a slice of the concatenation. The head
     table is left out of the statement where `head_index` shows it holds nothing of these series in
     range (and the read repeated with it if the writer marked head rows meanwhile). Each statement
-    runs in one of `gate`'s turns, the decoding after it in none.
+    runs in one of `gate`'s turns, the decoding after it in none; `statements` parses each text once.
     """
     if not ids:
         return {}
     where = _id_filter(ids)
     marks = None if head_index is None else head_index.clear_of(np.asarray(ids, np.int64), end_ms)
-    chunks, head = _fetch(cur, where, start_ms, end_ms, gate, with_head=marks is None)
+    chunks, head = _fetch(cur, where, start_ms, end_ms, gate, statements, with_head=marks is None)
     if marks is not None and head_index is not None and not head_index.unmarked_since(marks):
-        chunks, head = _fetch(cur, where, start_ms, end_ms, gate, with_head=True)
+        chunks, head = _fetch(cur, where, start_ms, end_ms, gate, statements, with_head=True)
     head_parts = _head_parts(head)
     parts: dict[int, list[Part]] = {}
     if len(chunks["n"]):
@@ -136,6 +155,7 @@ def read_samples_cached(  # noqa: C901 - cache lookups and the misses' read in o
     head_index: HeadIndex | None,
     cache: ChunkCache,
     gate: ReadGate | None = None,
+    statements: Statements | None = None,
 ) -> CachedRead | None:
     """`read_samples` with chunks from memory (chunkcache.py): the chunk index says which chunks hold
     the range, the cache holds them decoded, and only the ones it lacks are read from the database.
@@ -153,7 +173,11 @@ def read_samples_cached(  # noqa: C901 - cache lookups and the misses' read in o
         return None
     id_list = sorted(set(ids))
     marks = None if head_index is None else head_index.clear_of(np.asarray(id_list, np.int64), end_ms)
-    head = _NO_HEAD if marks is not None else _fetch_head(cur, _id_filter(ids), start_ms, end_ms, gate)
+    head = (
+        _NO_HEAD
+        if marks is not None
+        else _fetch_head(cur, _id_filter(ids), start_ms, end_ms, gate, statements)
+    )
     views, rest = cache.views(index, id_list, start_ms, end_ms)
     rows = index.rows_of(np.asarray(rest, np.int64), start_ms, end_ms) if rest else np.zeros(0, np.int64)
     keys = index.keys(rows) if rows.size else []
@@ -167,7 +191,7 @@ def read_samples_cached(  # noqa: C901 - cache lookups and the misses' read in o
         for i, piece in zip(missing, fetched, strict=True):
             found[i] = piece
     if marks is not None and head_index is not None and not head_index.unmarked_since(marks):
-        head = _fetch_head(cur, _id_filter(ids), start_ms, end_ms, gate)
+        head = _fetch_head(cur, _id_filter(ids), start_ms, end_ms, gate, statements)
     if cache.generation.value != generation:
         return None
     head_parts = _head_parts(head)
@@ -291,7 +315,12 @@ def _head_parts(head: dict[str, np.ndarray]) -> dict[int, Part]:
 
 
 def _fetch_head(
-    cur: duckdb.DuckDBPyConnection, where: str, start_ms: int, end_ms: int, gate: ReadGate | None
+    cur: duckdb.DuckDBPyConnection,
+    where: str,
+    start_ms: int,
+    end_ms: int,
+    gate: ReadGate | None,
+    statements: Statements | None,
 ) -> dict[str, np.ndarray]:
     """Head rows in range, ordered by series then time then write order."""
     rows = _fetchnumpy(
@@ -299,6 +328,7 @@ def _fetch_head(
         f"SELECT series_id, t_ms, v_bits, seq FROM head WHERE {where} AND t_ms >= $1 AND t_ms <= $2",
         [start_ms, end_ms],
         gate,
+        statements,
     )
     ids, t, seq = np.asarray(rows["series_id"]), np.asarray(rows["t_ms"]), np.asarray(rows["seq"])
     order = np.lexsort((seq, t, ids))
@@ -371,6 +401,7 @@ def _fetch(
     start_ms: int,
     end_ms: int,
     gate: ReadGate | None,
+    statements: Statements | None,
     *,
     with_head: bool = True,
 ) -> tuple[Any, Any]:
@@ -388,7 +419,7 @@ def _fetch(
             f" UNION ALL SELECT series_id, seq, -1, t_ms, v_bits, NULL, NULL FROM head WHERE {where} "
             "AND t_ms >= $1 AND t_ms <= $2"
         )
-    rows = _fetchnumpy(cur, sql, [start_ms, end_ms], gate)
+    rows = _fetchnumpy(cur, sql, [start_ms, end_ms], gate, statements)
     # Ordered here rather than by the statement: sorting a few hundred keys in numpy is cheaper than
     # DuckDB's ORDER BY carrying the blobs along (~0.4 ms of a 32-series read).
     order = np.lexsort((np.asarray(rows["seq"]), np.asarray(rows["t_min_ms"]), np.asarray(rows["series_id"])))

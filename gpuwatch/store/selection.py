@@ -20,7 +20,7 @@ from gpuwatch.store import tierrows
 from gpuwatch.store.catalog import Catalog, Entry, Snapshot, match
 from gpuwatch.store.chunkcache import ChunkCache
 from gpuwatch.store.headindex import HeadIndex
-from gpuwatch.store.read import CachedRead, ids_with_samples, read_samples, read_samples_cached
+from gpuwatch.store.read import CachedRead, Statements, ids_with_samples, read_samples, read_samples_cached
 from gpuwatch.store.readgate import ReadGate
 from gpuwatch.store.writer import Writer
 
@@ -28,13 +28,14 @@ _MATCHED_MAX = 256  # selectors whose matched series are remembered (Store._matc
 
 
 class SeriesSelection:
-    """Mixed into `Store`, which provides the catalogue, the cursors, the chunk cache, the read gate and
-    the writer."""
+    """Mixed into `Store`, which provides the catalogue, the cursors, the chunk cache, the read gate, the
+    parsed statements and the writer."""
 
     _closed: bool
     _catalog: Catalog
     _chunks: ChunkCache | None
     _gate: ReadGate
+    _statements: Statements
     _writer: Writer | None
     _head_index: HeadIndex | None
     _matched: tuple[Snapshot | None, dict[tuple[Matcher, ...], list[Entry]]]
@@ -59,10 +60,14 @@ class SeriesSelection:
     def _read(self, ids: Sequence[int], start_ms: int, end_ms: int) -> CachedRead:
         cur, heads = self._cursor(), self._heads()
         if self._chunks is not None:
-            found = read_samples_cached(cur, ids, start_ms, end_ms, heads, self._chunks, self._gate)
+            found = read_samples_cached(
+                cur, ids, start_ms, end_ms, heads, self._chunks, self._gate, self._statements
+            )
             if found is not None:
                 return found
-        return CachedRead(read_samples(cur, ids, start_ms, end_ms, heads, self._gate), False)
+        return CachedRead(
+            read_samples(cur, ids, start_ms, end_ms, heads, self._gate, self._statements), False
+        )
 
     def _match(self, matchers: Sequence[Matcher]) -> list[Entry]:
         """`match` on the current snapshot, remembered while the snapshot stays (do not change it)."""
