@@ -32,6 +32,7 @@ ROOT = Path(__file__).resolve().parent.parent
 GPUWATCH = [sys.executable, "-m", "gpuwatch.cli.main"]
 
 
+@pytest.hookimpl(optionalhook=True)  # a hook of pytest-xdist's: `-p no:xdist` runs without it
 def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
     """`-n auto`: half again as many workers as cores. A third of the suite's time is spent waiting on
     the processes it starts (servers, Chromium, Prometheus, kill -9 and restart), so on 2 cores 3
