@@ -191,6 +191,8 @@ def host_key(hostname: str) -> int:
 class Workload:
     """What each simulated GPU is doing at time t (seconds since `start`)."""
 
+    KNOTS = 16
+
     def __init__(
         self,
         gpu_count: int,
@@ -215,7 +217,7 @@ class Workload:
         self.roles = [self._role(workload, i) for i in range(gpu_count)]
         self.throttle = [0] * gpu_count  # clock-event reason masks injected as faults
         self._cache: dict[int, tuple[float, int, Reading]] = {}
-        self._knots: dict[tuple[int, int], tuple[int, float]] = {}  # (GPU, channel) -> its last knot
+        self._knots: dict[tuple[int, int], dict[int, float]] = {}  # (GPU, channel) -> {k: knot}
         self._energy = [_Integral(partial(self._power_mw, i)) for i in range(gpu_count)]
         self._tx = [_Integral(partial(self._pcie_direction, i, 0)) for i in range(gpu_count)]
         self._rx = [_Integral(partial(self._pcie_direction, i, 1)) for i in range(gpu_count)]
@@ -230,16 +232,17 @@ class Workload:
         return a + (self._knot(i, channel, k + 1) - a) * fr
 
     def _knot(self, i: int, channel: int, k: int) -> float:
-        """Knot `k` of a channel: the last one asked is remembered, per GPU and channel (a fixed size:
-        a dict of every knot met grew by ~190 entries a second on 64 GPUs, ~7 MB, cleared every few
-        minutes). Even and odd knots have a slot each, so `_smooth`'s k and k + 1 do not evict each
-        other."""
-        key = (i, channel if k % 2 == 0 else ~channel)
-        last = self._knots.get(key)
-        if last is not None and last[0] == k:
-            return last[1]
-        value = _h01(self.seed, i, channel, k)
-        self._knots[key] = (k, value)
+        """Knot `k` of a channel, the last `KNOTS` asked remembered per GPU and channel: a reading asks
+        k and k + 1 at t and at t - 10, 40 and 120 s (the die's lagged power). A fixed size: a dict of
+        every knot met grew by ~190 entries a second on 64 GPUs to ~7 MB, cleared every few minutes."""
+        slot = self._knots.get((i, channel))
+        if slot is None:
+            slot = self._knots[(i, channel)] = {}
+        value = slot.get(k)
+        if value is None:
+            if len(slot) >= self.KNOTS:
+                del slot[next(iter(slot))]  # the oldest asked
+            value = slot[k] = _h01(self.seed, i, channel, k)
         return value
 
     @staticmethod
