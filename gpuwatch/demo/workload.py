@@ -107,7 +107,7 @@ class _Integral:
 
     The last `KEEP` grid points (85 minutes) are kept, as doubles (not float objects), and trimmed every
     `TRIM` points: 192 of them (64 GPUs) held a float object for each of up to 1,024 points, grown over
-    2 h 50 min, the part of a 64-GPU demo's memory that rose all through a 2-hour soak."""
+    2 h 50 min."""
 
     STEP = 10.0
     MAX_GAP = 8640
@@ -232,7 +232,7 @@ class Workload:
         return a + (self._knot(i, channel, k + 1) - a) * fr
 
     def _knot(self, i: int, channel: int, k: int) -> float:
-        """Knot `k` of a channel, the last `KNOTS` asked remembered per GPU and channel: a reading asks
+        """Knot `k` of a channel, the last `KNOTS` computed remembered per GPU and channel: a reading asks
         k and k + 1 at t and at t - 10, 40 and 120 s (the die's lagged power). A fixed size: a dict of
         every knot met grew by ~190 entries a second on 64 GPUs to ~7 MB, cleared every few minutes."""
         slot = self._knots.get((i, channel))
@@ -241,7 +241,7 @@ class Workload:
         value = slot.get(k)
         if value is None:
             if len(slot) >= self.KNOTS:
-                del slot[next(iter(slot))]  # the oldest asked
+                del slot[next(iter(slot))]  # the first computed
             value = slot[k] = _h01(self.seed, i, channel, k)
         return value
 
