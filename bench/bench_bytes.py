@@ -1,10 +1,11 @@
 """Bytes a raw sample costs on disk: in chunks, in the 1-minute and 1-hour tiers and in the database
 file after close; beside VictoriaMetrics on the same data; and the chunk index of a lab's year.
 
-Usage: python bench/bench_bytes.py [--gpus 8] [--days 7] [--before DIR] [--victoria] [--index]
+Usage: python bench/bench_bytes.py [--gpus 8] [--days 7] [--every 15] [--before DIR] [--victoria]
+       [--index]
 
-Data: bench/querydata.py's 12 dcgm-exporter metrics for `--gpus` GPUs at 15 s over `--days` days plus
-its 2 inference models (178 series and 7.18 M samples at 8 GPUs x 7 days), written by
+Data: bench/querydata.py's 12 dcgm-exporter metrics for `--gpus` GPUs every `--every` seconds (15) over
+`--days` days plus its 2 inference models (178 series and 7.18 M samples at 8 GPUs x 7 days), written by
 `Store.append_series`, compacted (closed days merged), tiers built, closed. Each build runs in a child
 process; `--before DIR` builds with the gpuwatch source tree in DIR too (e.g. `git archive main | tar
 -x -C DIR`) and prints both side by side with their ratios. `--victoria` imports the same samples into
@@ -34,7 +35,7 @@ def _dir_bytes(path: Path) -> int:
     return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
 
 
-def build(gpus: int, days: int, data: Path) -> dict[str, Any]:
+def build(gpus: int, days: int, every_s: int, data: Path) -> dict[str, Any]:
     """Build the store in `data` with the gpuwatch on sys.path and measure it (run in a child)."""
     import duckdb
     import querydata
@@ -48,7 +49,7 @@ def build(gpus: int, days: int, data: Path) -> dict[str, Any]:
     store = Store.open(data, clock=FakeClock(end_s + 600), retention_s=3650 * 86_400)
     n = 0
     started = time.perf_counter()
-    for s in querydata.generate(gpus, days):
+    for s in querydata.generate(gpus, days, every_s * 1000):
         store.append_series(s.name, make_labels(s.labels), s.timestamps_ms, s.values)
         n += s.values.size
     store.flush()
@@ -96,13 +97,19 @@ def build(gpus: int, days: int, data: Path) -> dict[str, Any]:
     return out
 
 
-def run_child(src: Path | None, gpus: int, days: int) -> dict[str, Any]:
+def run_child(src: Path | None, gpus: int, days: int, every_s: int) -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as tmp:
         env = dict(os.environ)
         if src is not None:
             env["GPUWATCH_BENCH_SRC"] = str(src)
         proc = subprocess.run(
-            [sys.executable, __file__, "--child", tmp, "--gpus", str(gpus), "--days", str(days)],
+            [
+                sys.executable,
+                __file__,
+                "--child",
+                tmp,
+                *f"--gpus {gpus} --days {days} --every {every_s}".split(),
+            ],
             env=env,
             check=True,
             capture_output=True,
@@ -111,7 +118,7 @@ def run_child(src: Path | None, gpus: int, days: int) -> dict[str, Any]:
         return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
-def victoria(gpus: int, days: int) -> dict[str, Any]:
+def victoria(gpus: int, days: int, every_s: int) -> dict[str, Any]:
     """Import the same samples into VictoriaMetrics and count its bytes."""
     import querydata
     import requests
@@ -141,7 +148,7 @@ def victoria(gpus: int, days: int) -> dict[str, Any]:
                 except requests.RequestException:
                     time.sleep(0.1)
             n = 0
-            for s in querydata.generate(gpus, days):
+            for s in querydata.generate(gpus, days, every_s * 1000):
                 line = json.dumps(
                     {
                         "metric": {"__name__": s.name, **s.labels},
@@ -216,13 +223,14 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--gpus", type=int, default=8)
     ap.add_argument("--days", type=int, default=7)
+    ap.add_argument("--every", type=int, default=15, help="seconds between samples (15 divisible by it)")
     ap.add_argument("--before", type=Path, help="a gpuwatch source tree to build 'before' with")
     ap.add_argument("--victoria", action="store_true")
     ap.add_argument("--index", action="store_true")
     ap.add_argument("--child", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
-        print(json.dumps(build(args.gpus, args.days, Path(args.child) / "data")))
+        print(json.dumps(build(args.gpus, args.days, args.every, Path(args.child) / "data")))
         return
     if args.index:
         for name, fig in index_figures().items():
@@ -231,11 +239,11 @@ def main() -> None:
             return
     results = {}
     if args.before:
-        results["before"] = run_child(args.before.resolve(), args.gpus, args.days)
-    results["now"] = run_child(None, args.gpus, args.days)
+        results["before"] = run_child(args.before.resolve(), args.gpus, args.days, args.every)
+    results["now"] = run_child(None, args.gpus, args.days, args.every)
     now = results["now"]
     print(
-        f"data: {args.gpus} GPUs x {args.days} days at 15 s, {now['samples']:,} samples; load {os.getloadavg()}"
+        f"data: {args.gpus} GPUs x {args.days} days at {args.every} s, {now['samples']:,} samples; load {os.getloadavg()}"
     )
     cols = list(results)
     print(f"{'':44}" + "".join(f"{c:>12}" for c in cols) + ("       ratio" if "before" in results else ""))
@@ -249,7 +257,7 @@ def main() -> None:
         vals = [results[c]["point_1m_by_metric"].get(metric, 0.0) for c in cols]
         print(f"{'  1m B/point, ' + metric[12:]:44}" + "".join(f"{v:>12.2f}" for v in vals))
     if args.victoria:
-        vm = victoria(args.gpus, args.days)
+        vm = victoria(args.gpus, args.days, args.every)
         print(
             f"VictoriaMetrics: {vm['samples']:,} imported ({vm['stored']} counted back): "
             f"data/ {vm['data']:.3f} B/sample, with indexdb/ {vm['with_indexdb']:.3f}"

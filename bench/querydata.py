@@ -1,7 +1,7 @@
 """Deterministic synthetic data for bench/bench_query.py: dcgm-exporter GPUs plus vLLM/inference metrics.
 
 `generate(gpus, days)` returns a list of `Series` (name, label dict, int64 ms timestamps, float64 values),
-grouped by metric name, every series sampled every 15 s over [T0_MS, T0_MS + days] (both ends).
+grouped by metric name, every series sampled every 15 s (`step_ms`) over [T0_MS, T0_MS + days] (both ends).
 
 GPU part (12 metrics per GPU, labels gpu, UUID, modelName, Hostname, pci_bus_id, instance, job):
 utilisation moves in job phases of 20 min - 2 h (a third of them idle) with noise; memory in use follows
@@ -57,8 +57,12 @@ class Series:
     values: np.ndarray
 
 
-def timestamps(days: float) -> np.ndarray:
-    return np.arange(T0_MS, T0_MS + int(days * DAY_MS) + 1, STEP_MS, dtype=np.int64)
+def timestamps(days: float, step_ms: int = STEP_MS) -> np.ndarray:
+    return np.arange(T0_MS, T0_MS + int(days * DAY_MS) + 1, step_ms, dtype=np.int64)
+
+
+def _step_ms(t: np.ndarray) -> int:
+    return int(t[1] - t[0]) if t.size > 1 else STEP_MS
 
 
 def gpu_labels(g: int) -> dict[str, str]:
@@ -74,9 +78,10 @@ def gpu_labels(g: int) -> dict[str, str]:
     }
 
 
-def _phases(rng: np.random.Generator, n: int) -> tuple[np.ndarray, np.ndarray]:
+def _phases(rng: np.random.Generator, n: int, step_ms: int) -> tuple[np.ndarray, np.ndarray]:
     """Return per-step phase level (utilisation %, 0 when idle) and a per-phase uniform draw."""
-    lens = rng.integers(80, 480, size=n // 80 + 2)  # 20 min - 2 h at 15 s
+    scale = max(1, STEP_MS // step_ms)
+    lens = rng.integers(80, 480, size=n // (80 * scale) + 2) * scale  # 20 min - 2 h
     busy = rng.random(lens.size) > 1 / 3
     level = np.where(busy, rng.uniform(35, 100, lens.size), 0.0)
     draw = rng.random(lens.size)
@@ -86,7 +91,7 @@ def _phases(rng: np.random.Generator, n: int) -> tuple[np.ndarray, np.ndarray]:
 def gpu_series(g: int, t: np.ndarray) -> dict[str, np.ndarray]:
     rng = np.random.default_rng([7, g])
     n = t.size
-    level, draw = _phases(rng, n)
+    level, draw = _phases(rng, n, _step_ms(t))
     busy = level > 0
     util = np.clip(np.round(level + np.where(busy, rng.normal(0, 4, n), 0)), 0, 100)
     copy = np.clip(np.round(util * 0.4 + np.where(busy, rng.normal(0, 3, n), 0)), 0, 100)
@@ -99,7 +104,7 @@ def gpu_series(g: int, t: np.ndarray) -> dict[str, np.ndarray]:
     mem_temp = np.round(36 + util * 0.35 + rng.normal(0, 0.7, n))
     power = np.round(72 + util * 6.2 + np.where(busy, rng.normal(0, 12, n), rng.normal(0, 1, n)), 2)
     sm = np.where(util > 5, 1980.0, 345.0)
-    energy = 4.0e9 + g * 1.37e8 + np.floor(np.cumsum(power * STEP_MS))
+    energy = 4.0e9 + g * 1.37e8 + np.floor(np.cumsum(power * _step_ms(t)))
     ecc = np.zeros(n)
     if g % 16 == 3:
         days = max(1, round((t[-1] - t[0]) / DAY_MS))
@@ -152,15 +157,17 @@ def inference_series(t: np.ndarray) -> list[Series]:
     req: list[Series] = []
     err: list[Series] = []
     day_phase = 2 * np.pi * ((t - T0_MS) % DAY_MS) / DAY_MS
+    step = _step_ms(t)
+    burst = 20 * 60_000 // step  # a 20-minute error burst a day
     for m, (model, rate, median) in enumerate(MODELS):
         rng = np.random.default_rng([11, m])
         load = 1.0 + 0.6 * np.sin(day_phase - np.pi / 2 + m)
-        n = rng.poisson(rate * load * STEP_MS / 1000).astype(np.float64)
+        n = rng.poisson(rate * load * step / 1000).astype(np.float64)
         n[0] = 0.0
         p_err = np.full(t.size, 0.005)
-        for d in range(0, t.size, DAY_MS // STEP_MS):
-            at = d + int(rng.integers(0, DAY_MS // STEP_MS - 80))
-            p_err[at : at + 80] = 0.2
+        for d in range(0, t.size, DAY_MS // step):
+            at = d + int(rng.integers(0, DAY_MS // step - burst))
+            p_err[at : at + burst] = 0.2
         errors = rng.binomial(n.astype(np.int64), np.minimum(p_err, 1.0)).astype(np.float64)
         lat = median * (0.7 + 0.5 * load) * np.exp(rng.normal(0, 0.05, t.size))
         inf_labels = {"model_name": model, "instance": "router:9000", "job": "inference"}
@@ -184,9 +191,9 @@ def inference_series(t: np.ndarray) -> list[Series]:
     return out
 
 
-def generate(gpus: int, days: float) -> list[Series]:
-    """All series of the data set, grouped by metric name."""
-    t = timestamps(days)
+def generate(gpus: int, days: float, step_ms: int = STEP_MS) -> list[Series]:
+    """All series of the data set, grouped by metric name, a sample every `step_ms`."""
+    t = timestamps(days, step_ms)
     per_gpu = [gpu_series(g, t) for g in range(gpus)]
     out = [Series(name, gpu_labels(g), t, per_gpu[g][name]) for name in GPU_METRICS for g in range(gpus)]
     return out + inference_series(t)
