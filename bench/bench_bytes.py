@@ -35,7 +35,7 @@ def _dir_bytes(path: Path) -> int:
     return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
 
 
-def build(gpus: int, days: int, every_s: int, data: Path) -> dict[str, Any]:
+def build(gpus: int, days: float, every_s: int, data: Path) -> dict[str, Any]:
     """Build the store in `data` with the gpuwatch on sys.path and measure it (run in a child)."""
     import duckdb
     import querydata
@@ -97,7 +97,7 @@ def build(gpus: int, days: int, every_s: int, data: Path) -> dict[str, Any]:
     return out
 
 
-def run_child(src: Path | None, gpus: int, days: int, every_s: int) -> dict[str, Any]:
+def run_child(src: Path | None, gpus: int, days: float, every_s: int) -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as tmp:
         env = dict(os.environ)
         if src is not None:
@@ -118,7 +118,7 @@ def run_child(src: Path | None, gpus: int, days: int, every_s: int) -> dict[str,
         return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
-def victoria(gpus: int, days: int, every_s: int) -> dict[str, Any]:
+def victoria(gpus: int, days: float, every_s: int) -> dict[str, Any]:
     """Import the same samples into VictoriaMetrics and count its bytes."""
     import querydata
     import requests
@@ -222,7 +222,7 @@ ROWS = [
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--gpus", type=int, default=8)
-    ap.add_argument("--days", type=int, default=7)
+    ap.add_argument("--days", type=float, default=7)
     ap.add_argument("--every", type=int, default=15, help="seconds between samples (15 divisible by it)")
     ap.add_argument("--before", type=Path, help="a gpuwatch source tree to build 'before' with")
     ap.add_argument("--victoria", action="store_true")
