@@ -78,6 +78,7 @@ def test_metrics_endpoint_has_dcgm_names_and_self_metrics(
     assert fams["process_resident_memory_bytes"].samples[0].value > 20 * 2**20
     assert fams["process_cpu_seconds"].samples[0].value > 0
     assert 0 < fams["gpuwatch_store_duckdb_memory_bytes"].samples[0].value <= 64 * 2**20
+    assert fams["gpuwatch_store_duckdb_dead_queue_nodes"].samples[0].value >= 0
     assert fams["gpuwatch_store_chunk_cache_bytes"].samples[0].value == 0
 
 

@@ -101,6 +101,13 @@ SELF_METRICS: tuple[MetricInfo, ...] = (
         "store_memory_mb, at least 64 MB).",
         "bytes",
     ),
+    MetricInfo(
+        "gpuwatch_store_duckdb_dead_queue_nodes",
+        "gauge",
+        "Nodes DuckDB's eviction queues keep for blocks that are gone, ~200 bytes of heap each that "
+        "gpuwatch_store_duckdb_memory_bytes does not count (a queue is purged past 32,768).",
+        "",
+    ),
     MetricInfo("process_resident_memory_bytes", "gauge", "Resident memory size in bytes.", "bytes"),
     MetricInfo(
         "gpuwatch_memory_trimmed_bytes_total",
@@ -270,6 +277,9 @@ class Runtime:
         duckdb_bytes = self.store.duckdb_memory_bytes()
         if duckdb_bytes is not None:
             out.append(Sample("gpuwatch_store_duckdb_memory_bytes", (), float(duckdb_bytes)))
+        dead_nodes = self.store.duckdb_dead_queue_nodes()
+        if dead_nodes is not None:
+            out.append(Sample("gpuwatch_store_duckdb_dead_queue_nodes", (), float(dead_nodes)))
         rss = _resident_bytes()
         if rss is not None:
             out.append(Sample("process_resident_memory_bytes", (), rss))

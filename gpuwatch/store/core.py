@@ -417,6 +417,21 @@ class Store(SeriesSelection, SideTables, AppendedReads):
             return None
         return int(rows[0][0]) if rows else None
 
+    def duckdb_dead_queue_nodes(self) -> int | None:
+        """Return how many nodes DuckDB's eviction queues hold for blocks that are gone: each keeps ~200
+        bytes of heap that `duckdb_memory_bytes` does not count, and a queue is purged only past 32,768
+        of them (~45 MB over ~7 queues, reached at the pace of reads: bench/README.md, "Soak"); None
+        where this DuckDB cannot say (`duckdb_eviction_queues()` came with 2.0)."""
+        try:
+            rows = (
+                self._cursor()
+                .execute("SELECT coalesce(sum(dead_nodes), 0) FROM duckdb_eviction_queues()")
+                .fetchall()
+            )
+        except (duckdb.Error, StoreError):
+            return None
+        return max(0, int(rows[0][0])) if rows else None
+
     def stats(self) -> dict[str, Any]:
         """Return counters for /-/health and /metrics, with sample counts and file size (queries the database)."""
         snap = self._snapshot()
