@@ -421,7 +421,7 @@ class Store(SeriesSelection, SideTables, AppendedReads):
         """Return how many nodes DuckDB's eviction queues hold for blocks that are gone: each keeps ~200
         bytes of heap that `duckdb_memory_bytes` does not count, and a queue is purged only past 32,768
         of them (~45 MB over ~7 queues, reached at the pace of reads: bench/README.md, "Soak"); None
-        where this DuckDB cannot say (`duckdb_eviction_queues()` came with 2.0)."""
+        where this DuckDB cannot say (one without `duckdb_eviction_queues()`)."""
         try:
             rows = (
                 self._cursor()
