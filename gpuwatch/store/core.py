@@ -403,34 +403,28 @@ class Store(SeriesSelection, SideTables, AppendedReads):
             out["budget_bytes"] = self._memory.total_mb * 2**20
         return out
 
-    def duckdb_memory_bytes(self) -> int | None:
-        """Return the memory DuckDB's buffer manager holds now (its tables' pages, the head, the
-        statements' working memory: at most `MEMORY_LIMIT_MB`), or None if it cannot say (~0.25 ms)."""
+    def _duckdb_figure(self, sql: str) -> int | None:
+        """The one number `sql` (a sum over one of DuckDB's own table functions) answers, or None if
+        DuckDB cannot say (~0.25 ms)."""
         try:
             # fetchall: a result not read to its end keeps its transaction open (no checkpoint then)
-            rows = (
-                self._cursor()
-                .execute("SELECT coalesce(sum(memory_usage_bytes), 0) FROM duckdb_memory()")
-                .fetchall()
-            )
+            rows = self._cursor().execute(sql).fetchall()
         except (duckdb.Error, StoreError):
             return None
         return int(rows[0][0]) if rows else None
+
+    def duckdb_memory_bytes(self) -> int | None:
+        """Return the memory DuckDB's buffer manager holds now (its tables' pages, the head, the
+        statements' working memory: at most `MEMORY_LIMIT_MB`), or None if it cannot say."""
+        return self._duckdb_figure("SELECT coalesce(sum(memory_usage_bytes), 0) FROM duckdb_memory()")
 
     def duckdb_dead_queue_nodes(self) -> int | None:
         """Return how many nodes DuckDB's eviction queues hold for blocks that are gone: each keeps ~200
         bytes of heap that `duckdb_memory_bytes` does not count, and a queue is purged only past 32,768
         of them (~45 MB over ~7 queues, reached at the pace of reads: bench/README.md, "Soak"); None
         where this DuckDB cannot say (one without `duckdb_eviction_queues()`)."""
-        try:
-            rows = (
-                self._cursor()
-                .execute("SELECT coalesce(sum(dead_nodes), 0) FROM duckdb_eviction_queues()")
-                .fetchall()
-            )
-        except (duckdb.Error, StoreError):
-            return None
-        return max(0, int(rows[0][0])) if rows else None
+        nodes = self._duckdb_figure("SELECT coalesce(sum(dead_nodes), 0) FROM duckdb_eviction_queues()")
+        return None if nodes is None else max(0, nodes)
 
     def stats(self) -> dict[str, Any]:
         """Return counters for /-/health and /metrics, with sample counts and file size (queries the database)."""
